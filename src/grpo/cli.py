@@ -1,0 +1,135 @@
+"""`grpo train | eval | quickstart`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from grpo.config import ConfigError, TaskConfig, load_config
+
+
+def _setup_logging(run_dir: Path | None = None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(run_dir / "train.log"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=handlers, force=True)
+    for noisy in ("transformers", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
+    from grpo.recovery import RunStopped
+    from grpo.trainer import Trainer
+
+    if run_dir:
+        overrides = [*overrides, f"run_dir={run_dir}"]
+    resume_from = None
+    kept = []
+    for override in overrides:  # resume_from is a run action, not part of the saved config
+        if override.startswith("resume_from="):
+            resume_from = override.split("=", 1)[1]
+        else:
+            kept.append(override)
+    cfg = load_config(config, kept)
+    _setup_logging(cfg.resolved_run_dir)
+    try:
+        trainer = Trainer(cfg, resume_from=resume_from)
+        summary = trainer.train()
+    except RunStopped as stop:
+        print(f"\nSTOPPED: {stop}", file=sys.stderr)
+        return 3
+    if quickstart and "before" in summary and "after" in summary:
+        before, after = summary["before"]["accuracy"], summary["after"]["accuracy"]
+        print(f"\nheld-out greedy accuracy on {summary['after']['n']} problems: "
+              f"{before:.1%} before -> {after:.1%} after ({100 * (after - before):+.1f} points)")
+    print(f"run directory: {cfg.resolved_run_dir}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from grpo.config import ModelConfig
+    from grpo.engine.embedded import EmbeddedEngine
+    from grpo.evaluate import evaluate, format_table
+    from grpo.models import load_model_and_tokenizer, resolve_device
+    from grpo.rewards import get_reward
+    from grpo.tasks import build_task
+
+    cfg = load_config(args.config, args.overrides)
+    task_cfg: TaskConfig = cfg.task
+    task_cfg.name = args.task or task_cfg.name
+    model_cfg = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
+    _setup_logging()
+    device = resolve_device(model_cfg.device)
+    model, tokenizer = load_model_and_tokenizer(model_cfg, device)
+    task = build_task(task_cfg)
+    if args.split == "train":
+        problems = [task.train_problem(i, cfg.train.seed) for i in range(args.max_samples or task.num_train or 500)]
+    else:
+        problems = task.eval_problems(args.max_samples)
+    engine = EmbeddedEngine(model, tokenizer, args.batch_size)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(task_cfg.reward),
+                      max_new_tokens=args.max_new_tokens, samples=args.samples, temperature=args.temperature,
+                      generator=generator)
+    result = {"model": args.model, "task": task_cfg.name, "split": args.split, **result}
+    print(format_table({k: v for k, v in result.items() if not isinstance(v, str)},
+                       f"{args.model} on {task_cfg.name}/{args.split}"))
+    print(json.dumps(result))
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="grpo", description="GRPO post-training that never fails silently.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train with a config file and dotted overrides (actor.lr=1e-6)")
+    train.add_argument("--config", help="YAML file or preset name (quickstart, tiny, gsm8k/fast, ...)")
+    train.add_argument("--run-dir", help="where config, metrics, checkpoints and logs go (same as run_dir=...)")
+    train.add_argument("overrides", nargs="*", help="dotted.key=value; resume_from=CHECKPOINT_DIR resumes from one")
+
+    quick = sub.add_parser("quickstart", help="GRPO on SmolLM2-135M-Instruct, arithmetic, CPU; accuracy before/after")
+    quick.add_argument("--run-dir")
+    quick.add_argument("overrides", nargs="*")
+
+    ev = sub.add_parser("eval", help="held-out accuracy of a model: greedy, plus pass@k / maj@k when --samples > 1")
+    ev.add_argument("--model", required=True, help="hub name, local directory, checkpoint model dir or short name")
+    ev.add_argument("--task", choices=["gsm8k", "arith"])
+    ev.add_argument("--split", choices=["test", "train"], default="test")
+    ev.add_argument("--max-samples", type=int, default=None)
+    ev.add_argument("--samples", type=int, default=1)
+    ev.add_argument("--temperature", type=float, default=1.0)
+    ev.add_argument("--max-new-tokens", type=int, default=256)
+    ev.add_argument("--batch-size", type=int, default=64)
+    ev.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--config", help="config whose task section (prompt, data path, arith knobs) to use")
+    ev.add_argument("--output", help="also write the JSON result here")
+    ev.add_argument("overrides", nargs="*", help="dotted overrides of the task section, e.g. task.path=...")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train(args.config, args.overrides, args.run_dir)
+        if args.command == "quickstart":
+            return _train("quickstart", args.overrides, args.run_dir, quickstart=True)
+        return _eval(args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""Typed run configuration: dataclasses, YAML files and dotted CLI overrides.
+
+Every key is checked against the dataclasses: an unknown or mistyped key is an error that names the
+valid keys, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+PRESET_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A configuration problem the user must fix; the message says what and how."""
+
+
+@dataclass
+class TinyModelConfig:
+    """A randomly initialised Llama-style model with a character-level tokenizer (tests, smoke runs)."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 128
+
+
+@dataclass
+class ModelConfig:
+    # A hub name, a local model directory, a short name (`smollm2-135m-instruct`) or `tiny`.
+    name: str = "smollm2-135m-instruct"
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    gradient_checkpointing: bool = False
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+
+@dataclass
+class ArithConfig:
+    """Procedural arithmetic: `min_digits`..`max_digits`-digit operands joined by `ops`."""
+
+    min_digits: int = 2
+    max_digits: int = 2
+    num_operands: int = 2
+    ops: list[str] = field(default_factory=lambda: ["+"])
+    seed: int = 1234
+
+
+@dataclass
+class TaskConfig:
+    name: Literal["arith", "gsm8k"] = "arith"
+    # gsm8k: a directory holding {train,test}.jsonl, or `hub` for openai/gsm8k via `datasets`.
+    path: str = "../shared/data/gsm8k"
+    max_train_problems: int | None = None
+    system_prompt: str | None = None
+    instruction: str = "Put your final answer within \\boxed{}."
+    reward: str = "math"  # a registered reward name or `module:function`
+    arith: ArithConfig = field(default_factory=ArithConfig)
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["embedded"] = "embedded"
+    problems_per_step: int = 8
+    samples_per_problem: int = 8
+    max_new_tokens: int = 40
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    generation_batch_size: int = 64
+    # A failed sample is retried this many times (exponential backoff with jitter), then dropped.
+    max_retries: int = 2
+    retry_backoff_s: float = 0.5
+    # Extra generation rounds allowed per step to refill groups lost to failures or filtering.
+    max_refill_rounds: int = 2
+    # DAPO dynamic sampling: drop groups whose rewards are all equal and oversample to refill.
+    filter_zero_variance: bool = False
+
+
+@dataclass
+class AlgoConfig:
+    # group: (r - mean) / std per group (GRPO); none: r - mean (Dr.GRPO); batch: std over the batch.
+    advantage_norm: Literal["group", "batch", "none"] = "group"
+    clip_low: float = 0.2
+    clip_high: float = 0.2  # DAPO clip-higher: e.g. 0.28
+    # token_mean: over all tokens in the batch (DAPO); seq_mean: per sequence then over sequences
+    # (GRPO paper); seq_sum_norm: token sum divided by max_new_tokens (Dr.GRPO).
+    loss_agg: Literal["token_mean", "seq_mean", "seq_sum_norm"] = "token_mean"
+    kl_coef: float = 0.0  # 0 loads no reference model
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    updates_per_batch: int = 1
+    micro_batch_size: int = 16
+    # Recompute old log-probs with a training forward pass instead of using the sampler's.
+    recompute_old_logprobs: bool = False
+
+
+@dataclass
+class ActorConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    min_lr_ratio: float = 0.0
+    # Keep fp32 master weights and AdamW state when the model runs in bf16/fp16.
+    fp32_master_weights: bool = True
+
+
+@dataclass
+class TrainConfig:
+    steps: int | None = None  # None: epochs over the task's training problems
+    epochs: int = 1
+    seed: int = 0
+
+
+@dataclass
+class EvalConfig:
+    every_steps: int = 0  # 0 disables periodic evaluation
+    before_training: bool = False
+    after_training: bool = False
+    max_samples: int = 128
+    batch_size: int = 64
+    max_new_tokens: int | None = None  # None: rollout.max_new_tokens
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 50
+    every_minutes: float = 30.0
+    keep_last: int = 2
+    keep_best: bool = True
+    save_final: bool = True
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = True
+    wandb_project: str | None = None
+    progress_bar: bool = True
+
+
+@dataclass
+class BreakerConfig:
+    threshold: float
+    action: Literal["warn", "pause", "rollback", "stop"] = "rollback"
+    patience: int = 1  # consecutive steps over the threshold before tripping
+    enabled: bool = True
+
+
+@dataclass
+class GuardConfig:
+    """Circuit breakers. Defaults are loose enough that a healthy run never trips them."""
+
+    enabled: bool = True
+    # fraction of samples in a step that failed after retries
+    failed_rollouts: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.5, "rollback", 2))
+    # mean reward exactly 0 for `patience` steps in a row
+    zero_reward: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.0, "rollback", 10))
+    # mean reward below `threshold` x its moving baseline, for `patience` steps
+    reward_collapse: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.2, "warn", 5))
+    # loss exactly 0 with an update applied, for `patience` steps
+    zero_loss: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.0, "warn", 20))
+    nonfinite: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.0, "rollback", 1))
+    # grad norm above `threshold` x its moving median (after warm-up)
+    grad_norm_spike: BreakerConfig = field(default_factory=lambda: BreakerConfig(50.0, "warn", 1))
+    kl_explosion: BreakerConfig = field(default_factory=lambda: BreakerConfig(10.0, "rollback", 2))
+    # every response empty, or every response truncated
+    degenerate_responses: BreakerConfig = field(default_factory=lambda: BreakerConfig(1.0, "rollback", 3))
+    baseline_steps: int = 20
+    max_rollbacks: int = 3
+    rollback_lr_factor: float = 0.5
+    pause_poll_s: float = 10.0
+    pause_timeout_s: float = 3600.0
+    on_trip_command: str | None = None  # shell command; event JSON on stdin
+    on_trip_webhook: str | None = None  # URL; event JSON POSTed
+
+
+@dataclass
+class FaultsConfig:
+    """Deliberate failures, to rehearse the guard. All empty by default."""
+
+    fail_rollouts_at_steps: list[int] = field(default_factory=list)
+    fail_fraction: float = 1.0  # fraction of samples failed at those steps
+    empty_rollouts_at_steps: list[int] = field(default_factory=list)
+    zero_reward_at_steps: list[int] = field(default_factory=list)
+    reward_raises_at_steps: list[int] = field(default_factory=list)
+    nan_loss_at_steps: list[int] = field(default_factory=list)
+    crash_at_step: int | None = None  # raise after this step's checkpoint (tests exact resume)
+
+
+@dataclass
+class RunConfig:
+    name: str = "grpo"
+    run_dir: str = "runs/{name}"
+    recover: Literal["auto", "off"] = "auto"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
+
+    @property
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir.format(name=self.name))
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """A file path, or a preset name such as `quickstart` or `gsm8k/fast`."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    preset = PRESET_DIR / (name_or_path if name_or_path.endswith(".yaml") else f"{name_or_path}.yaml")
+    if preset.is_file():
+        return preset
+    presets = sorted(str(p.relative_to(PRESET_DIR).with_suffix("")) for p in PRESET_DIR.rglob("*.yaml"))
+    raise ConfigError(f"config {name_or_path!r} is neither a file nor a preset; presets: {', '.join(presets)}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        resolved = resolve_config_path(str(path))
+        try:
+            data = yaml.safe_load(resolved.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{resolved}: not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{resolved}: the top level must be a mapping of keys, got {type(data).__name__}")
+    for override in overrides or []:
+        apply_override(data, override)
+    return from_dict(RunConfig, data)
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Apply `a.b.c=value` to a nested dict; the value is parsed as YAML (`[1,2]`, `true`, `null`)."""
+    key, sep, raw = override.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {override!r} must look like section.key=value")
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {override!r}: {part!r} is a value, not a section")
+        node = child
+    try:
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        node[parts[-1]] = raw
+
+
+def from_dict(cls: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"the config must be a mapping of keys, got {data!r}")
+    return _merge_section(cls, cls(), data, "")
+
+
+def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any:
+    """Keys the data leaves out keep `base`'s values (a nested section keeps its own defaults)."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    prefix = f"{path}." if path else ""
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            where = path or "the top level"
+            raise ConfigError(f"unknown key {prefix}{key}{hint}; valid keys in {where}: {', '.join(names)}")
+    updates = {
+        name: _coerce(value, hints[name], f"{prefix}{name}", getattr(base, name)) for name, value in data.items()
+    }
+    return dataclasses.replace(base, **updates)
+
+
+def _coerce(value: Any, hint: Any, path: str, current: Any = None) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path} is a section; set its keys, e.g. {path}.<key>=..., got {value!r}")
+        return _merge_section(hint, current if current is not None else hint(), value, path)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, path, current)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{path} cannot be {value!r}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path} must be one of {', '.join(map(str, args))}; got {value!r}")
+        return value
+    if origin is list:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path} must be a list, got {value!r}")
+        return [_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value)]
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads `1e-6` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{path} must be a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))

@@ -1,0 +1,136 @@
+"""In-process generation with the training model itself: batched, KV-cached, no weight sync needed."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedTokenizerBase
+
+from grpo.engine.base import Completion, RolloutEngine, SampleStatus, SamplingParams
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """logits [B, V] float32 -> (tokens [B], logprobs [B]) under the temperature/top-p sampling distribution."""
+    if params.temperature <= 0:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    logprobs = torch.log_softmax(logits / params.temperature, dim=-1)  # [B, V]
+    if params.top_p < 1.0:
+        sorted_lp, sorted_idx = logprobs.sort(dim=-1, descending=True)
+        cumulative = sorted_lp.exp().cumsum(dim=-1)
+        drop_sorted = cumulative - sorted_lp.exp() > params.top_p  # keep the token that crosses top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_idx, drop_sorted)
+        logprobs = torch.log_softmax(logprobs.masked_fill(drop, float("-inf")), dim=-1)
+    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class EmbeddedEngine(RolloutEngine):
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.eos_ids = self._eos_ids(model, tokenizer)
+
+    @staticmethod
+    def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+        ids = {tokenizer.eos_token_id}
+        config_eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
+        if isinstance(config_eos, int):
+            ids.add(config_eos)
+        elif config_eos:
+            ids.update(config_eos)
+        return {i for i in ids if i is not None}
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None = None
+    ) -> list[Completion]:
+        results: list[Completion] = []
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = prompts[start : start + self.batch_size]
+            try:
+                results.extend(self._generate_batch(chunk, params, generator))
+            except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
+                error = f"{type(exc).__name__}: {exc}"
+                results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
+        return results
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None
+    ) -> list[Completion]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            tokens, logprobs, finished_by_stop = self._decode(prompts, params, generator)
+        finally:
+            self.model.train(was_training)
+        completions = []
+        for row_tokens, row_logprobs, stopped in zip(tokens, logprobs, finished_by_stop):
+            text = self.tokenizer.decode(row_tokens, skip_special_tokens=True)
+            if params.stop:
+                text, row_tokens, row_logprobs, stopped = self._apply_stop(text, row_tokens, row_logprobs, params, stopped)
+            if stopped:
+                status, reason = SampleStatus.OK, "stop"
+            else:
+                status, reason = SampleStatus.TRUNCATED, "length"
+            if not text.strip():
+                status = SampleStatus.EMPTY
+            completions.append(Completion(row_tokens, row_logprobs, text, reason, status))
+        return completions
+
+    def _apply_stop(self, text, row_tokens, row_logprobs, params, stopped):
+        """Cut at the first stop string, keeping whole tokens up to and including the one that completes it."""
+        cut = min((text.find(s) + len(s) for s in params.stop if s in text), default=-1)
+        if cut < 0:
+            return text, row_tokens, row_logprobs, stopped
+        for n in range(1, len(row_tokens) + 1):
+            if len(self.tokenizer.decode(row_tokens[:n], skip_special_tokens=True)) >= cut:
+                return text[:cut], row_tokens[:n], row_logprobs[:n], True
+        return text, row_tokens, row_logprobs, stopped
+
+    def _decode(self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None):
+        device = next(self.model.parameters()).device
+        batch = len(prompts)
+        prompt_len = max(len(p) for p in prompts)
+        pad_id = self.tokenizer.pad_token_id
+        input_ids = torch.full((batch, prompt_len), pad_id, dtype=torch.long)  # [B, P] left-padded
+        attention_mask = torch.zeros((batch, prompt_len), dtype=torch.long)  # [B, P]
+        for i, prompt in enumerate(prompts):
+            input_ids[i, prompt_len - len(prompt) :] = torch.tensor(prompt)
+            attention_mask[i, prompt_len - len(prompt) :] = 1
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        cache = DynamicCache()
+        eos = torch.tensor(sorted(self.eos_ids), device=device)
+
+        out_tokens: list[list[int]] = [[] for _ in range(batch)]
+        out_logprobs: list[list[float]] = [[] for _ in range(batch)]
+        stopped = [False] * batch
+        active = torch.arange(batch, device=device)  # [A] original row of each live row
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        ).logits[:, -1].float()  # [A, V]
+        next_pos = position_ids[:, -1]  # [A]
+        for _ in range(params.max_new_tokens):
+            tokens, token_logprobs = sample_next(logits, params, generator)  # [A], [A]
+            is_eos = torch.isin(tokens, eos)
+            for row, token, lp, done in zip(active.tolist(), tokens.tolist(), token_logprobs.tolist(), is_eos.tolist()):
+                out_tokens[row].append(token)
+                out_logprobs[row].append(lp)
+                stopped[row] = done
+            if is_eos.all():
+                break
+            if is_eos.any():
+                # Drop finished rows from the batch and the KV cache: later steps compute only live rows.
+                keep = (~is_eos).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                active, tokens, attention_mask, next_pos = active[keep], tokens[keep], attention_mask[keep], next_pos[keep]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=-1)
+            next_pos = next_pos + 1
+            logits = self.model(
+                input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_pos[:, None],
+                past_key_values=cache, use_cache=True,
+            ).logits[:, -1].float()
+        return out_tokens, out_logprobs, stopped

@@ -1,0 +1,73 @@
+"""Held-out evaluation: greedy accuracy, and pass@k / majority@k when sampling k answers per problem."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from grpo.config import TaskConfig
+from grpo.engine import RolloutEngine, SamplingParams
+from grpo.prompts import encode_prompt
+from grpo.rewards import RewardFn, extract_answer, parse_number, score_completions
+from grpo.tasks import Problem
+
+
+def _answer_key(text: str) -> str | None:
+    answer = extract_answer(text)
+    if answer is None:
+        return None
+    number = parse_number(answer)
+    return f"{number:.9g}" if number is not None else answer.strip()
+
+
+def evaluate(
+    engine: RolloutEngine,
+    tokenizer,
+    problems: list[Problem],
+    task_cfg: TaskConfig,
+    reward_fn: RewardFn,
+    *,
+    max_new_tokens: int,
+    samples: int = 1,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
+    columns = {"gold": [p.gold for p in problems], "question": [p.question for p in problems]}
+    greedy = engine.generate(prompts, SamplingParams(max_new_tokens, temperature=0.0), generator)
+    rewards, _ = score_completions(reward_fn, [c.text for c in greedy], columns)
+    scored = [r for r in rewards if r is not None]
+    result = {
+        "n": len(problems),
+        "accuracy": sum(scored) / len(scored) if scored else 0.0,
+        "unscorable": len(rewards) - len(scored),
+        "failed": sum(not c.status.trainable for c in greedy),
+        "mean_length": sum(len(c.token_ids) for c in greedy) / max(len(greedy), 1),
+    }
+    if samples > 1:
+        params = SamplingParams(max_new_tokens, temperature=temperature)
+        sampled = engine.generate([p for p in prompts for _ in range(samples)], params, generator)
+        repeated = {k: [v for v in col for _ in range(samples)] for k, col in columns.items()}
+        sample_rewards, _ = score_completions(reward_fn, [c.text for c in sampled], repeated)
+        pass_k = maj_k = 0
+        for i in range(len(problems)):
+            rows = range(i * samples, (i + 1) * samples)
+            pass_k += any(sample_rewards[r] == 1.0 for r in rows)
+            votes = Counter(k for r in rows if (k := _answer_key(sampled[r].text)) is not None)
+            if votes:
+                top = votes.most_common(1)[0][0]
+                maj_k += any(sample_rewards[r] == 1.0 for r in rows if _answer_key(sampled[r].text) == top)
+        result[f"pass@{samples}"] = pass_k / len(problems)
+        result[f"maj@{samples}"] = maj_k / len(problems)
+        result["sample_accuracy"] = sum(r or 0.0 for r in sample_rewards) / len(sample_rewards)
+    return result
+
+
+def format_table(results: dict[str, float], title: str = "evaluation") -> str:
+    width = max(len(k) for k in results)
+    lines = [title, "-" * (width + 12)]
+    for key, value in results.items():
+        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        lines.append(f"{key:<{width}}  {shown:>10}")
+    return "\n".join(lines)

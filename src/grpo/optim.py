@@ -1,0 +1,100 @@
+"""AdamW with fp32 master weights for low-precision models, and the learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grpo.config import ActorConfig
+
+
+class MasterWeightAdamW:
+    """AdamW whose parameters and state are fp32 copies of a bf16/fp16 model's trainable weights.
+
+    Micro-batch gradients are moved into fp32 as they arrive, so accumulation does not round to bf16;
+    after each step the fp32 weights are copied back into the model. For an fp32 model the master
+    weights are the model's own parameters and nothing is copied.
+    """
+
+    def __init__(self, model: torch.nn.Module, cfg: ActorConfig) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.use_master = cfg.fp32_master_weights and any(p.dtype != torch.float32 for p in self.params)
+        if self.use_master:
+            self.master = [p.detach().float().clone() for p in self.params]
+        else:
+            self.master = self.params
+        self.optimizer = torch.optim.AdamW(
+            self.master, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+
+    def accumulate_grads(self) -> None:
+        """Call after each micro-batch's backward()."""
+        if not self.use_master:
+            return
+        for param, master in zip(self.params, self.master):
+            if param.grad is None:
+                continue
+            if master.grad is None:
+                master.grad = param.grad.float()
+            else:
+                master.grad.add_(param.grad)
+            param.grad = None
+
+    def clip_grad_norm(self, max_norm: float) -> float:
+        """Clip in place and return the total norm before clipping (inf/nan when the grads are)."""
+        grads = [m for m in self.master if m.grad is not None]
+        if not grads:
+            return 0.0
+        return float(torch.nn.utils.clip_grad_norm_(grads, max_norm if max_norm > 0 else float("inf")))
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.optimizer.step()
+        if self.use_master:
+            for param, master in zip(self.params, self.master):
+                param.copy_(master)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        for param in self.params:
+            param.grad = None
+
+    @torch.no_grad()
+    def params_finite(self) -> bool:
+        return all(bool(torch.isfinite(m).all()) for m in self.master)
+
+    def state_dict(self) -> dict:
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.use_master:
+            state["master"] = [m.detach().clone() for m in self.master]
+        return state
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.use_master:
+            if "master" not in state:
+                raise ValueError("checkpoint has no fp32 master weights but this run keeps them")
+            for param, master, saved in zip(self.params, self.master, state["master"]):
+                master.copy_(saved)
+                param.copy_(saved)
+
+
+def lr_at(step: int, total_steps: int, cfg: ActorConfig) -> float:
+    """Learning rate for optimizer step `step` (0-based): linear warmup, then constant/linear/cosine decay."""
+    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    decay_steps = max(total_steps - cfg.warmup_steps, 1)
+    progress = min(max(step - cfg.warmup_steps, 0) / decay_steps, 1.0)
+    if cfg.schedule == "linear":
+        factor = 1.0 - progress
+    else:
+        factor = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * factor)

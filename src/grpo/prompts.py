@@ -1,0 +1,20 @@
+"""Turning a problem into prompt token ids through the model's chat template."""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from grpo.config import TaskConfig
+from grpo.tasks import Problem
+
+
+def build_messages(problem: Problem, cfg: TaskConfig) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+    content = f"{problem.question}\n{cfg.instruction}" if cfg.instruction else problem.question
+    messages.append({"role": "user", "content": content})
+    return messages
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: TaskConfig) -> list[int]:
+    text = tokenizer.apply_chat_template(build_messages(problem, cfg), tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -1,0 +1,73 @@
+"""What the trainer does when a breaker trips: notify, pause, and write the stop report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class RunStopped(Exception):
+    """The run stopped itself on purpose; STOPPED.json says why and how to resume."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def notify(event: dict[str, Any], command: str | None, webhook: str | None) -> list[str]:
+    """Call the user's hook(s) with the event as JSON; return errors instead of raising (a hook must
+    never take the run down), so the caller can record them."""
+    payload = json.dumps(event, default=str)
+    errors = []
+    if command:
+        try:
+            subprocess.run(command, shell=True, input=payload, text=True, timeout=30, check=True)
+        except (subprocess.SubprocessError, OSError) as exc:
+            errors.append(f"on_trip_command failed: {exc}")
+    if webhook:
+        request = urllib.request.Request(webhook, data=payload.encode(), headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=10).close()
+        except OSError as exc:
+            errors.append(f"on_trip_webhook failed: {exc}")
+    return errors
+
+
+def resume_command(run_dir: Path, checkpoint: Path | None) -> str:
+    parts = ["grpo", "train", "--config", str(run_dir / "config.yaml")]
+    if checkpoint is not None:
+        parts.append(f"resume_from={checkpoint}")
+    return shlex.join(parts)
+
+
+def write_stop_report(run_dir: Path, cause: str, step: int, evidence: dict[str, Any], last_good: Path | None) -> dict:
+    report = {
+        "cause": cause,
+        "step": step,
+        "time": time.time(),
+        "evidence": evidence,
+        "last_good_checkpoint": str(last_good) if last_good else None,
+        "resume_command": resume_command(run_dir, last_good),
+    }
+    tmp = run_dir / ".STOPPED.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, default=str))
+    tmp.rename(run_dir / "STOPPED.json")
+    return report
+
+
+def wait_while_paused(pause_file: Path, poll_s: float, timeout_s: float) -> bool:
+    """Block until the user deletes `pause_file` (True) or the timeout passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while pause_file.exists():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
+    return True

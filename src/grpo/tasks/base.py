@@ -1,0 +1,57 @@
+"""The task seam: a source of problems with gold answers, split into train and held-out."""
+
+from __future__ import annotations
+
+import abc
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    question: str
+    gold: str
+
+
+class Task(abc.ABC):
+    """Train problems are addressed by a running index; index i of a finite task is epoch i // n,
+    position i % n of that epoch's seeded shuffle, so resuming needs only the next index."""
+
+    name: str
+
+    @property
+    @abc.abstractmethod
+    def num_train(self) -> int | None:
+        """Number of distinct training problems; None for an unlimited generator."""
+
+    @abc.abstractmethod
+    def train_problem(self, index: int, seed: int) -> Problem: ...
+
+    @abc.abstractmethod
+    def eval_problems(self, max_samples: int | None) -> list[Problem]: ...
+
+
+class ListTask(Task):
+    """A task over a fixed list of training problems, reshuffled each epoch."""
+
+    def __init__(self, train: list[Problem], test: list[Problem]) -> None:
+        self._train = train
+        self._test = test
+        self._order_cache: dict[tuple[int, int], list[int]] = {}
+
+    @property
+    def num_train(self) -> int | None:
+        return len(self._train)
+
+    def train_problem(self, index: int, seed: int) -> Problem:
+        epoch, offset = divmod(index, len(self._train))
+        key = (seed, epoch)
+        if key not in self._order_cache:
+            order = list(range(len(self._train)))
+            random.Random(seed * 1_000_003 + epoch).shuffle(order)
+            self._order_cache = {key: order}
+        return self._train[self._order_cache[key][offset]]
+
+    def eval_problems(self, max_samples: int | None) -> list[Problem]:
+        return self._test[:max_samples] if max_samples else list(self._test)

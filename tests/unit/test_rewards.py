@@ -1,0 +1,254 @@
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo.rewards import (
+    extract_answer,
+    get_reward,
+    gsm8k_gold,
+    math_batch_reward,
+    math_reward,
+    parse_number,
+    register_reward,
+    score_completions,
+)
+
+GSM8K_TEST = Path("/work/shared/data/gsm8k/test.jsonl")
+
+MATH_CASES: list[tuple[str, str | None, float | None]] = [
+    # boxed
+    (r"So we get \boxed{18}.", "18", 1.0),
+    (r"Thus \boxed{\frac{1}{2}}", "0.5", 1.0),
+    (r"Thus \boxed{\dfrac{3}{4}}", "3/4", 1.0),
+    (r"First \boxed{3}, wait, actually \boxed{5}", "5", 1.0),
+    (r"First \boxed{3}, wait, actually \boxed{5}", "3", 0.0),
+    (r"The result is \boxed 5", "5", 1.0),
+    (r"$\boxed{1{,}234}$", "1234", 1.0),
+    (r"\boxed{\$42}", "42", 1.0),
+    (r"\boxed{-\frac{1}{2}}", "-0.5", 1.0),
+    (r"\boxed{x = 7}", "7", 1.0),
+    (r"\boxed{2\sqrt{3}}", r"2\sqrt{3}", 1.0),
+    (r"\boxed{\sqrt{12}}", r"2\sqrt{3}", 1.0),
+    (r"\boxed{\frac{\pi}{2}}", r"\frac{\pi}{2}", 1.0),
+    (r"\boxed{90^\circ}", "90", 1.0),
+    (r"Answer \boxed{5} then truncated \boxed{12", "5", 1.0),
+    # phrases
+    ("The answer is 18.", "18", 1.0),
+    ("the answer is: 18 apples", "18", 1.0),
+    ("Final Answer: $1,234.00", "1234", 1.0),
+    ("Final answer is 3.5. Done.", "3.5", 1.0),
+    ("**Final Answer:** 42", "42", 1.0),
+    ("Final answer:\n\n42", "42", 1.0),
+    ("The answer is 10. Hmm, no: the answer is 12.", "12", 1.0),
+    ("The answer is $3.50 per hour.", "3.5", 1.0),
+    ("The answer is 5 dollars", "5", 1.0),
+    ("THE ANSWER IS 7", "7", 1.0),
+    # #### lines
+    ("She has 9 eggs.\n#### 72", "72", 1.0),
+    ("#### 1,234", "1,234", 1.0),
+    # last number fallback
+    ("First 3 then 4 then 72", "72", 1.0),
+    ("It costs $1,000 in total", "1000", 1.0),
+    # number formats
+    ("The answer is 50%", "50", 1.0),
+    (r"The answer is 50\%", "50", 1.0),
+    ("The answer is 18.00", "18", 1.0),
+    ("The answer is -5", "-5", 1.0),
+    ("The answer is −5", "-5", 1.0),
+    ("The answer is .5", "0.5", 1.0),
+    ("The answer is 0.5", ".5", 1.0),
+    ("The answer is 3/4", "0.75", 1.0),
+    ("The answer is 0.75", r"\frac{3}{4}", 1.0),
+    (r"The answer is \$12", "$12", 1.0),
+    (r"The answer is 12 \text{ cookies}", "12", 1.0),
+    (r"The answer is 1\,000", "1000", 1.0),
+    ("The answer is 0.3333333333", "1/3", 1.0),  # within abs_tol 1e-6
+    ("The answer is 0.333", "1/3", 0.0),
+    # wrong answers
+    ("The answer is 17.", "18", 0.0),
+    (r"\boxed{-5}", "5", 0.0),
+    (r"\boxed{2\sqrt{2}}", r"2\sqrt{3}", 0.0),
+    (r"\boxed{7}", r"2\sqrt{3}", 0.0),
+    # no answer at all
+    ("I have no idea.", "18", 0.0),
+    ("", "18", 0.0),
+    # textual gold: string comparison
+    (r"\boxed{\text{Monday}}", "Monday", 1.0),
+    (r"\boxed{\text{Dynamo}}", "Monday", 0.0),
+    # unusable gold
+    ("The answer is 18", "", None),
+    ("The answer is 18", "   ", None),
+    ("The answer is 18", None, None),
+    ("The answer is 18", "None", None),
+    ("The answer is 18", "???", None),
+    ("The answer is 18", "@@ --", None),
+    ("nothing", "", None),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), MATH_CASES)
+def test_math_reward(completion: str, gold: str | None, expected: float | None) -> None:
+    assert math_reward(completion, gold) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        (r"\boxed{\frac{\sqrt{3}}{\sqrt{2}}} and \boxed{9}", "9"),
+        (r"\boxed 5", "5"),
+        (r"\boxed{\{1,2\}}", r"\{1,2\}"),
+        ("The answer is 18.", "18"),
+        ("Final Answer: $1,234.00", "$1,234.00"),
+        ("x\n#### 72\n", "72"),
+        ("values 3-4 and 8", "8"),
+        ("a -3 b", "-3"),
+        ("no numbers here", None),
+    ],
+)
+def test_extract_answer(text: str, expected: str | None) -> None:
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1,234", 1234.0),
+        ("$1,234.00", 1234.0),
+        ("12 apples", 12.0),
+        ("$3.50 per hour", 3.5),
+        ("18.", 18.0),
+        ("−5", -5.0),
+        (r"-\dfrac{3}{4}", -0.75),
+        (r"\frac12", 0.5),
+        (r"$\$5$", 5.0),
+        (r"\text{5}", 5.0),
+        ("1{,}000", 1000.0),
+        (r"1\!000", 1000.0),
+        ("1/0", None),
+        ("2x", None),
+        ("3 + 4", None),
+        ("1,2", None),
+        (r"2\sqrt{3}", None),
+        ("apples", None),
+        ("", None),
+    ],
+)
+def test_parse_number(text: str, expected: float | None) -> None:
+    assert parse_number(text) == expected
+
+
+def test_gsm8k_gold() -> None:
+    assert gsm8k_gold("She makes 9 * 2 = $<<9*2=18>>18.\n#### 18") == "18"
+    assert gsm8k_gold("a #### b\n#### 1,234 ") == "1,234"
+    assert gsm8k_gold("no marker") is None
+
+
+@pytest.mark.skipif(not GSM8K_TEST.exists(), reason="GSM8K test split not present")
+def test_real_gsm8k_golds_score_one() -> None:
+    with GSM8K_TEST.open() as f:
+        rows = [json.loads(next(f)) for _ in range(20)]
+    for row in rows:
+        gold = gsm8k_gold(row["answer"])
+        assert gold is not None
+        assert math_reward(f"The answer is \\boxed{{{gold}}}", gold) == 1.0
+        assert math_reward("The answer is \\boxed{-123456789}", gold) == 0.0
+
+
+def test_register_as_decorator_and_call() -> None:
+    @register_reward("test_rewards_decorated")
+    def decorated(completions: list[str], **_: object) -> list[float | None]:
+        return [1.0] * len(completions)
+
+    assert get_reward("test_rewards_decorated") is decorated
+
+    def called(completions: list[str], **_: object) -> list[float | None]:
+        return [0.0] * len(completions)
+
+    assert register_reward("test_rewards_called", called) is called
+    assert get_reward("test_rewards_called") is called
+
+
+def test_register_duplicate_name_raises() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_reward("math", math_batch_reward)
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_reward("math")
+        def other(completions: list[str], **_: object) -> list[float | None]:
+            return []
+
+
+def test_unknown_reward_lists_registered_names() -> None:
+    with pytest.raises(KeyError, match="math"):
+        get_reward("no_such_reward")
+
+
+def test_reward_from_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_user_rewards.py").write_text(
+        "def length_reward(completions, **kw):\n    return [float(len(c)) for c in completions]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = get_reward("my_user_rewards:length_reward")
+    assert fn(["ab", "c"]) == [2.0, 1.0]
+    with pytest.raises(AttributeError, match="nope"):
+        get_reward("my_user_rewards:nope")
+    sys.modules.pop("my_user_rewards", None)
+
+
+def test_builtin_math_reward() -> None:
+    fn = get_reward("math")
+    out = fn(["The answer is 3", r"\boxed{4}", "nothing"], gold=["3", "5", ""], question=["q"] * 3)
+    assert out == [1.0, 0.0, None]
+
+
+def test_score_completions_falls_back_per_sample() -> None:
+    def picky(completions: list[str], gold: list[str]) -> list[float | None]:
+        out: list[float | None] = []
+        for c, g in zip(completions, gold):
+            if c == "bad":
+                raise RuntimeError("cannot score this")
+            out.append(float(c == g))
+        return out
+
+    rewards, errors = score_completions(picky, ["a", "bad", "c"], {"gold": ["a", "b", "x"]})
+    assert rewards == [1.0, None, 0.0]
+    assert errors == [None, "RuntimeError: cannot score this", None]
+
+
+def test_score_completions_wrong_length_raises() -> None:
+    def short(completions: list[str], **_: object) -> list[float | None]:
+        return [1.0]
+
+    with pytest.raises(TypeError, match=r"short.*1 rewards for 2"):
+        score_completions(short, ["a", "b"], {})
+
+
+def test_score_completions_wrong_type_raises() -> None:
+    def stringy(completions: list[str], **_: object) -> list[object]:
+        return ["1.0" for _ in completions]
+
+    with pytest.raises(TypeError, match="stringy.*str"):
+        score_completions(stringy, ["a"], {})
+
+
+def test_score_completions_non_finite_is_an_error() -> None:
+    def weird(completions: list[str], **_: object) -> list[float | None]:
+        return [math.nan, math.inf, 1, True, None]
+
+    rewards, errors = score_completions(weird, ["a"] * 5, {})
+    assert rewards == [None, None, 1.0, 1.0, None]
+    assert errors == ["non-finite reward", "non-finite reward", None, None, None]
+
+
+def test_score_completions_with_math() -> None:
+    rewards, errors = score_completions(
+        get_reward("math"), ["#### 4", "#### 5"], {"gold": ["4", "4"]}
+    )
+    assert rewards == [1.0, 0.0]
+    assert errors == [None, None]
