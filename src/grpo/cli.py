@@ -11,8 +11,20 @@ from pathlib import Path
 from grpo.config import ConfigError, TaskConfig, load_config
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (it may be replaced, e.g. under test capture)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def _setup_logging(run_dir: Path | None = None) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers: list[logging.Handler] = [_StderrHandler()]
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(run_dir / "train.log"))

@@ -39,6 +39,8 @@ class ModelConfig:
     name: str = "smollm2-135m-instruct"
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    # auto: eager on CPU (faster than SDPA's CPU kernels for short RL sequences), sdpa on GPU
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     gradient_checkpointing: bool = False
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
@@ -174,8 +176,10 @@ class GuardConfig:
     # grad norm above `threshold` x its moving median (after warm-up)
     grad_norm_spike: BreakerConfig = field(default_factory=lambda: BreakerConfig(50.0, "warn", 1))
     kl_explosion: BreakerConfig = field(default_factory=lambda: BreakerConfig(10.0, "rollback", 2))
-    # every response empty, or every response truncated
-    degenerate_responses: BreakerConfig = field(default_factory=lambda: BreakerConfig(1.0, "rollback", 3))
+    # fraction of responses that came back empty (a dead server looks like this)
+    empty_responses: BreakerConfig = field(default_factory=lambda: BreakerConfig(1.0, "rollback", 2))
+    # fraction of responses cut at max_new_tokens (rambling, or a length budget too small)
+    truncated_responses: BreakerConfig = field(default_factory=lambda: BreakerConfig(1.0, "warn", 10))
     baseline_steps: int = 20
     max_rollbacks: int = 3
     rollback_lr_factor: float = 0.5
@@ -310,6 +314,9 @@ def _coerce(value: Any, hint: Any, path: str, current: Any = None) -> Any:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{path} cannot be {value!r}")
     if origin is Literal:
+        if isinstance(value, bool):  # YAML 1.1 reads off/on/no/yes as booleans
+            spelled = [a for a in args if str(a).lower() in (("on", "true", "yes") if value else ("off", "false", "no"))]
+            value = spelled[0] if spelled else value
         if value not in args:
             raise ConfigError(f"{path} must be one of {', '.join(map(str, args))}; got {value!r}")
         return value
@@ -339,7 +346,7 @@ def _coerce(value: Any, hint: Any, path: str, current: Any = None) -> Any:
                 pass
         raise ConfigError(f"{path} must be a number, got {value!r}")
     if hint is str:
-        if isinstance(value, (dict, list)):
+        if value is None or isinstance(value, (dict, list)):
             raise ConfigError(f"{path} must be a string, got {value!r}")
         return str(value)
     return value

@@ -15,7 +15,7 @@ from typing import Any
 from grpo.config import BreakerConfig, GuardConfig
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
-ROLLOUT_BREAKERS = ("failed_rollouts", "zero_reward", "reward_collapse", "degenerate_responses")
+ROLLOUT_BREAKERS = ("failed_rollouts", "zero_reward", "reward_collapse", "empty_responses", "truncated_responses")
 UPDATE_BREAKERS = ("nonfinite", "zero_loss", "grad_norm_spike", "kl_explosion")
 MIN_HISTORY = 5
 
@@ -69,7 +69,8 @@ class Guard:
 
     @property
     def healthy(self) -> bool:
-        return all(v == 0 for v in self.streaks.values())
+        """No breaker that would pause, roll back or stop is part-way to tripping."""
+        return all(streak == 0 for name, streak in self.streaks.items() if getattr(self.cfg, name).action != "warn")
 
     def state_dict(self) -> dict[str, Any]:
         return {"streaks": dict(self.streaks), "reward_history": list(self.reward_history),
@@ -108,14 +109,18 @@ class Guard:
             f"mean reward {reward:.3f} fell below {b.threshold:g} x its baseline {baseline:.3f}"
         ), {"reward_mean": reward, "baseline": baseline, "recent": self.reward_history[-5:]}
 
-    def _degenerate_responses(self, b: BreakerConfig, m: dict[str, Any]):
-        empty, truncated = m.get("response/empty_frac"), m.get("response/truncated_frac")
-        if empty is None or truncated is None:
+    def _empty_responses(self, b: BreakerConfig, m: dict[str, Any]):
+        frac = m.get("response/empty_frac")
+        if frac is None:
             return None
-        worst = max(empty, truncated)
-        what = "empty" if empty >= truncated else "truncated"
-        return worst >= b.threshold, f"{worst:.0%} of responses {what}", {
-            "empty_frac": empty, "truncated_frac": truncated}
+        return frac >= b.threshold, f"{frac:.0%} of responses empty", {"empty_frac": frac}
+
+    def _truncated_responses(self, b: BreakerConfig, m: dict[str, Any]):
+        frac = m.get("response/truncated_frac")
+        if frac is None:
+            return None
+        return frac >= b.threshold, f"{frac:.0%} of responses truncated at max_new_tokens", {
+            "truncated_frac": frac, "length_mean": m.get("response/length_mean")}
 
     def _nonfinite(self, b: BreakerConfig, m: dict[str, Any]):
         bad = bool(m.get("update/nonfinite"))

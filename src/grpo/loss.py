@@ -72,11 +72,12 @@ def policy_loss(
 
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        is_clipped = (unclipped != clipped).to(mask.dtype) * mask
+        # A clip "binds" when the min picks the clipped term: that token passes no gradient.
+        binds = clipped < unclipped
         metrics = {
-            "clip_frac": (is_clipped.sum() / n).item(),
-            "clip_low_frac": (((ratio < 1.0 - cfg.clip_low) & (adv < 0)).to(mask.dtype) * mask).sum().item() / n.item(),
-            "clip_high_frac": (((ratio > 1.0 + cfg.clip_high) & (adv > 0)).to(mask.dtype) * mask).sum().item() / n.item(),
+            "clip_frac": ((binds.to(mask.dtype) * mask).sum() / n).item(),
+            "clip_low_frac": (((binds & (adv < 0)).to(mask.dtype) * mask).sum() / n).item(),
+            "clip_high_frac": (((binds & (adv > 0)).to(mask.dtype) * mask).sum() / n).item(),
             "ratio_mean": ((ratio * mask).sum() / n).item(),
             "approx_kl_old": ((0.5 * log_ratio.pow(2) * mask).sum() / n).item(),
             "tokens": n.item(),

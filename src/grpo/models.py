@@ -43,13 +43,16 @@ def cache_dir() -> Path:
 
 def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
     dtype = DTYPES[cfg.dtype]
+    attn = cfg.attn_implementation
+    if attn == "auto":
+        attn = "eager" if device.type == "cpu" else "sdpa"
     if cfg.name == "tiny":
         tokenizer = build_char_tokenizer()
-        model = build_tiny_model(cfg.tiny, tokenizer, dtype)
+        model = build_tiny_model(cfg.tiny, tokenizer, dtype, attn)
     else:
         source = resolve_model_source(cfg.name)
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -132,7 +135,9 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def build_tiny_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, dtype: torch.dtype) -> LlamaForCausalLM:
+def build_tiny_model(
+    cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, dtype: torch.dtype, attn_implementation: str = "eager"
+) -> LlamaForCausalLM:
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,
@@ -145,5 +150,6 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, d
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=True,
+        attn_implementation=attn_implementation,
     )
     return LlamaForCausalLM(config).to(dtype)

@@ -348,6 +348,13 @@ def math_batch_reward(
 register_reward("math", math_batch_reward)
 
 
+@register_reward("digits")
+def digit_fraction_reward(completions: list[str], **unused_columns: Any) -> list[float | None]:
+    """A deliberately easy toy reward, the fraction of characters that are digits: a randomly
+    initialised tiny model gets a graded signal from its first step, so smoke tests see learning."""
+    return [sum(c.isdigit() for c in text) / len(text) if text else 0.0 for text in completions]
+
+
 # ---------------------------------------------------------------------------
 # Scoring a batch with any reward function
 # ---------------------------------------------------------------------------

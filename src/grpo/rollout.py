@@ -140,9 +140,10 @@ class RolloutCollector:
             for sample, reward, error in zip(scorable, rewards, errors):
                 sample.reward = reward
                 if reward is None:
+                    batch.attempts[sample.status.value] -= 1
+                    batch.attempts[SampleStatus.UNSCORABLE.value] += 1
                     sample.status = SampleStatus.UNSCORABLE
                     sample.error = error or "reward is None (unscorable gold or answer)"
-                    batch.attempts[SampleStatus.UNSCORABLE.value] += 1
                     if error:
                         batch.reward_errors.append(error)
         batch.reward_s += time.perf_counter() - start
@@ -169,7 +170,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     """Counts of every status over all attempts, group bookkeeping, and reward/response statistics."""
     m: dict[str, float] = {f"rollout/{status.value}": batch.attempts.get(status.value, 0) for status in SampleStatus}
     total = sum(batch.attempts.values())
-    failed = sum(batch.attempts.get(s.value, 0) for s in SampleStatus if s.retryable)
+    failed = sum(batch.attempts.get(s.value, 0) for s in SampleStatus if not s.trainable)
     m.update({
         "rollout/attempts": total,
         "rollout/failed_frac": failed / total if total else 0.0,

@@ -50,7 +50,10 @@ class Trainer:
         random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
         self.task = build_task(cfg.task)
         self.total_steps = self._total_steps()
-        self.reward_fn = get_reward(cfg.task.reward)
+        try:
+            self.reward_fn = get_reward(cfg.task.reward)
+        except (KeyError, AttributeError, TypeError, ImportError) as exc:
+            raise ConfigError(f"task.reward={cfg.task.reward!r}: {exc}") from exc
         self.device = resolve_device(cfg.model.device)
         self.model, self.tokenizer = load_model_and_tokenizer(cfg.model, self.device)
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if cfg.algo.kl_coef > 0 else None
@@ -142,6 +145,7 @@ class Trainer:
                     if result.applied and not self.optimizer.params_finite():
                         result = UpdateResult(False, result.metrics, "non-finite parameters after the update")
             m.update({f"actor/{k}": v for k, v in result.metrics.items()})
+            m["update/applied"] = int(result.applied)
             m["update/nonfinite"] = int(result.skip_reason is not None and "non-finite" in result.skip_reason)
             trips += self.guard.check("update", step, m)
 
@@ -149,10 +153,11 @@ class Trainer:
             self.engine.sync_weights(self.model)
         self.step, self.data_index = step, batch.next_data_index
         self.faults.step_done(step)
-        healthy = not trips and self.guard.healthy
-        if healthy:
-            self.guard.observe({**m, "update/applied": result.applied})
-        if not any(t.action != "warn" for t in trips):
+        blocked = [t for t in trips if t.action != "warn"]
+        healthy = not blocked and self.guard.healthy
+        if not trips:
+            self.guard.observe({**m, "update/applied": int(result.applied)})
+        if not blocked:
             if self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
                 m.update({f"eval/{k}": v for k, v in self._evaluate(f"step {step}").items()})
             with timer.phase("checkpoint"):
@@ -249,7 +254,7 @@ class Trainer:
         cause = message or trip.message
         report = write_stop_report(self.run_dir, f"{trip.breaker}: {cause}", trip.step, trip.evidence,
                                    good.path if good else None)
-        self.events.record("stop", trip.step, cause, **report)
+        self.events.record("stop", trip.step, cause, report=report)
         self.metrics.close()
         raise RunStopped(f"run stopped at step {trip.step} by breaker {trip.breaker}: {cause}\n"
                          f"last good checkpoint: {report['last_good_checkpoint']}\n"

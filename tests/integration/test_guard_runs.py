@@ -1,0 +1,157 @@
+"""Whole tiny runs with injected faults: nothing trains on a failure, breakers trip on time, stops explain themselves."""
+
+import json
+import shlex
+
+import pytest
+
+from grpo.cli import main
+from grpo.config import load_config
+from grpo.recovery import RunStopped
+from grpo.trainer import Trainer
+
+from .helpers import max_param_diff, metric_lines, params, run_tiny
+
+
+class ParamRecorder:
+    """Snapshots the model's parameters after every step, by wrapping the trainer's step method."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.after = {0: params(trainer.model)}
+        inner = trainer._train_step
+
+        def step(n: int) -> None:
+            inner(n)
+            self.after[trainer.step] = params(trainer.model)
+
+        trainer._train_step = step
+
+
+def test_every_metrics_line_says_if_an_update_was_applied_and_counts_statuses(tmp_path):
+    run_tiny([f"run_dir={tmp_path / 'r'}", "train.steps=3"])
+    for line in metric_lines(tmp_path / "r"):
+        assert line["update/applied"] in (0, 1)
+        for status in ("ok", "failed", "timeout", "empty", "truncated", "unscorable"):
+            assert f"rollout/{status}" in line
+
+
+def test_failed_rollouts_are_never_trained_on(tmp_path):
+    # Step 2: half the samples fail and are retried; step 3: every attempt fails.
+    cfg = load_config("tiny", [
+        f"run_dir={tmp_path / 'r'}", "train.steps=4", "faults.fail_rollouts_at_steps=[2,3]",
+        "faults.fail_fraction=1.0", "guard.failed_rollouts.action=warn", "guard.failed_rollouts.patience=1",
+    ])
+    trainer = Trainer(cfg)
+    recorder = ParamRecorder(trainer)
+    trainer.train()
+    lines = {line["step"]: line for line in metric_lines(tmp_path / "r")}
+    for step in (2, 3):
+        assert lines[step]["rollout/failed"] > 0
+        assert lines[step]["groups/trained"] == 0
+        assert lines[step]["update/applied"] == 0
+        assert lines[step]["rollout/retries"] > 0
+        assert "reward/mean" not in lines[step]  # a failed sample is not a reward of 0
+        assert max_param_diff(recorder.after[step - 1], recorder.after[step]) == 0.0
+    assert lines[1]["update/applied"] == 1 or lines[1]["update/no_signal"] == 1
+    trips = [json.loads(e) for e in (tmp_path / "r" / "events.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in trips if e["kind"] == "trip"] == [2, 3]
+
+
+def test_partial_failures_are_retried_and_groups_stay_complete(tmp_path):
+    trainer = Trainer(load_config("tiny", [
+        f"run_dir={tmp_path / 'r'}", "train.steps=2", "faults.fail_rollouts_at_steps=[1]",
+        "faults.fail_fraction=0.3", "rollout.max_retries=6", "guard.failed_rollouts.action=warn",
+    ]))
+    trainer.train()
+    line = metric_lines(tmp_path / "r")[0]
+    assert line["rollout/failed"] > 0 and line["rollout/retries"] > 0
+    assert line["groups/trained"] == 4  # every group completed by retrying its failed members
+
+
+def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_command(tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    overrides = [
+        f"run_dir={run_dir}", "train.steps=8", "checkpoint.every_steps=1",
+        "faults.zero_reward_at_steps=[2,3,4,5]", "guard.zero_reward.patience=4", "guard.zero_reward.action=stop",
+    ]
+    with pytest.raises(RunStopped) as stop:
+        Trainer(load_config("tiny", overrides)).train()
+    report = json.loads((run_dir / "STOPPED.json").read_text())
+    assert report["step"] == 5 and report["cause"].startswith("zero_reward")
+    assert report["evidence"]["consecutive_steps"] == 4
+    # Checkpoints 2..4 were saved while the zero-reward streak was building: not "good".
+    assert report["last_good_checkpoint"].endswith("step_000001")
+    assert "resume with" in str(stop.value)
+    lines = metric_lines(run_dir)
+    assert lines[-1]["step"] == 5 and lines[-1]["update/applied"] == 0
+
+    argv = shlex.split(report["resume_command"])
+    assert argv[:2] == ["grpo", "train"]
+    assert main(argv[1:] + ["train.steps=3", "logging.tensorboard=false"]) == 0
+    assert not (run_dir / "STOPPED.json").exists()
+    events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
+    restart = [e for e in events if e["kind"] == "restart"][-1]
+    assert restart["step"] == 1 and restart["evidence"]["previous_stop"]["step"] == 5
+
+
+def test_zero_reward_rolls_back_when_configured(tmp_path):
+    run_dir = tmp_path / "r"
+    trainer = Trainer(load_config("tiny", [
+        f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=1",
+        "faults.zero_reward_at_steps=[3,4]", "guard.zero_reward.patience=2", "guard.zero_reward.action=rollback",
+    ]))
+    trainer.train()
+    events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
+    rollbacks = [e for e in events if e["kind"] == "rollback"]
+    assert len(rollbacks) == 1 and rollbacks[0]["step"] == 4
+    assert rollbacks[0]["evidence"]["checkpoint"].endswith("step_000002")
+    assert trainer.step == 6 and trainer.lr_scale == 0.5
+
+
+def test_nan_loss_applies_no_update_rolls_back_and_the_run_finishes(tmp_path):
+    run_dir = tmp_path / "r"
+    trainer = Trainer(load_config("tiny", [
+        f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2", "faults.nan_loss_at_steps=[3]",
+        "algo.advantage_norm=none",
+    ]))
+    recorder = ParamRecorder(trainer)
+    trainer.train()
+    lines = metric_lines(run_dir)
+    nan_line = next(line for line in lines if line["update/nonfinite"] == 1)
+    assert nan_line["step"] == 3 and nan_line["update/applied"] == 0
+    events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in events if e["kind"] in ("trip", "rollback")] == ["trip", "rollback"]
+    assert trainer.step == 6
+    assert all(torch_finite(p) for p in recorder.after[6].values())
+    assert lines[-1]["step"] == 6
+
+
+def torch_finite(tensor) -> bool:
+    import torch
+
+    return bool(torch.isfinite(tensor).all())
+
+
+def test_max_rollbacks_then_stop(tmp_path):
+    run_dir = tmp_path / "r"
+    with pytest.raises(RunStopped, match="rollbacks already done"):
+        Trainer(load_config("tiny", [
+            f"run_dir={run_dir}", "train.steps=6", "faults.empty_rollouts_at_steps=[1,2,3,4,5]",
+            "guard.empty_responses.patience=1", "guard.max_rollbacks=0",
+        ])).train()
+    assert json.loads((run_dir / "STOPPED.json").read_text())["last_good_checkpoint"].endswith("step_000000")
+
+
+def test_trip_hook_command_receives_the_event(tmp_path):
+    out = tmp_path / "hook.json"
+    run_tiny([
+        f"run_dir={tmp_path / 'r'}", "train.steps=2", "faults.reward_raises_at_steps=[1]",
+        "guard.failed_rollouts.action=warn", "guard.failed_rollouts.patience=1", f"guard.on_trip_command=cat > {out}",
+    ])
+    line = metric_lines(tmp_path / "r")[0]
+    # 16 samples a round, and two refill rounds that fail the same way
+    assert line["rollout/unscorable"] == 48 and line["rollout/reward_errors"] == 48
+    assert line["groups/trained"] == 0 and line["update/applied"] == 0
+    event = json.loads(out.read_text())
+    assert event["kind"] == "trip" and event["step"] == 1
+    assert event["evidence"]["breaker"] == "failed_rollouts" and event["evidence"]["failed_frac"] == 1.0

@@ -1,0 +1,42 @@
+"""Exact resume: 6 steps straight == 3 steps, crash, resume, 3 more steps."""
+
+import pytest
+
+from grpo.config import load_config
+from grpo.trainer import Trainer
+
+from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny
+
+
+def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
+    straight = run_tiny([f"run_dir={tmp_path / 'straight'}", "train.steps=6"])
+
+    interrupted_dir = tmp_path / "interrupted"
+    with pytest.raises(RuntimeError, match="injected crash after step 3"):
+        run_tiny([f"run_dir={interrupted_dir}", "train.steps=6", "faults.crash_at_step=3"])
+    resumed = run_tiny([f"run_dir={interrupted_dir}", "train.steps=6"])
+
+    assert resumed.step == straight.step == 6
+    assert max_param_diff(params(straight.model), params(resumed.model)) <= 1e-6
+    a = [deterministic(line) for line in metric_lines(tmp_path / "straight")]
+    b = [deterministic(line) for line in metric_lines(interrupted_dir)]
+    assert [line["step"] for line in b] == [1, 2, 3, 4, 5, 6]
+    assert a == b
+    events = (interrupted_dir / "events.jsonl").read_text()
+    assert '"kind": "restart"' in events
+
+
+def test_recover_off_refuses_to_overwrite_a_run(tmp_path):
+    run_tiny([f"run_dir={tmp_path / 'r'}", "train.steps=1"])
+    from grpo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="already has checkpoints"):
+        Trainer(load_config("tiny", [f"run_dir={tmp_path / 'r'}", "recover=off"]))
+
+
+def test_resume_from_a_named_checkpoint(tmp_path):
+    run_dir = tmp_path / "r"
+    run_tiny([f"run_dir={run_dir}", "train.steps=6", "checkpoint.keep_last=5"])
+    trainer = Trainer(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6"]),
+                      resume_from=str(run_dir / "checkpoints" / "step_000003"))
+    assert trainer.step == 3

@@ -1,0 +1,254 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from grpo.config import (
+    PRESET_DIR,
+    BreakerConfig,
+    ConfigError,
+    GuardConfig,
+    RunConfig,
+    load_config,
+    save_config,
+)
+
+PRESETS = sorted(PRESET_DIR.rglob("*.yaml"))
+
+
+def test_there_are_presets():
+    names = {p.stem for p in PRESETS}
+    assert {"tiny", "quickstart"} <= names
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[str(p.relative_to(PRESET_DIR)) for p in PRESETS])
+def test_every_preset_loads_by_path_and_by_name(path):
+    by_path = load_config(path)
+    assert isinstance(by_path, RunConfig)
+    by_name = load_config(str(path.relative_to(PRESET_DIR).with_suffix("")))
+    assert by_name == by_path
+
+
+def test_tiny_preset_values_and_defaults_for_what_it_leaves_out():
+    cfg = load_config("tiny")
+    assert cfg.model.name == "tiny"
+    assert cfg.model.dtype == "float32"
+    assert cfg.actor.lr == 1e-3
+    assert cfg.task.arith.seed == 7
+    assert cfg.task.arith.num_operands == 2  # not in the preset: the dataclass default
+    assert cfg.guard == GuardConfig()
+
+
+def test_no_path_gives_the_defaults():
+    assert load_config() == RunConfig()
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides
+
+
+def test_overrides_of_scalar_types():
+    cfg = load_config(
+        None,
+        [
+            "train.steps=5",
+            "rollout.temperature=0.7",
+            "eval.before_training=true",
+            "name=my-run",
+            "task.max_train_problems=null",
+            "algo.loss_agg=seq_mean",
+        ],
+    )
+    assert cfg.train.steps == 5 and type(cfg.train.steps) is int
+    assert cfg.rollout.temperature == 0.7
+    assert cfg.eval.before_training is True
+    assert cfg.name == "my-run"
+    assert cfg.task.max_train_problems is None
+    assert cfg.algo.loss_agg == "seq_mean"
+
+
+def test_float_written_without_a_dot_is_read_as_a_number():
+    # YAML 1.1 reads `1e-6` as the string "1e-6"; a float field must still accept it
+    cfg = load_config(None, ["actor.lr=1e-6", "actor.eps=1E-8"])
+    assert cfg.actor.lr == 1e-6 and isinstance(cfg.actor.lr, float)
+    assert cfg.actor.eps == 1e-8
+
+
+def test_int_field_accepts_a_whole_float_only():
+    assert load_config(None, ["train.steps=5.0"]).train.steps == 5
+    with pytest.raises(ConfigError, match="train.steps must be an integer"):
+        load_config(None, ["train.steps=5.5"])
+
+
+def test_overrides_of_lists():
+    cfg = load_config(None, ["faults.nan_loss_at_steps=[7]", "rollout.stop=['###', 'Q:']", "actor.betas=[0.9, 0.95]"])
+    assert cfg.faults.nan_loss_at_steps == [7]
+    assert cfg.rollout.stop == ["###", "Q:"]
+    assert cfg.actor.betas == [0.9, 0.95]
+    # a single value becomes a one-element list
+    assert load_config(None, ["faults.zero_reward_at_steps=3"]).faults.zero_reward_at_steps == [3]
+    with pytest.raises(ConfigError, match=r"faults.nan_loss_at_steps\[1\] must be an integer"):
+        load_config(None, ["faults.nan_loss_at_steps=[1, x]"])
+
+
+def test_override_inside_a_nested_breaker_keeps_its_other_keys_and_the_other_breakers():
+    cfg = load_config(None, ["guard.zero_reward.patience=3", "guard.kl_explosion.action=stop"])
+    assert cfg.guard.zero_reward == BreakerConfig(0.0, "rollback", 3)
+    assert cfg.guard.kl_explosion == BreakerConfig(10.0, "stop", 2)
+    assert cfg.guard.failed_rollouts == GuardConfig().failed_rollouts
+    assert cfg.guard.enabled is True
+
+
+def test_overrides_apply_on_top_of_a_preset():
+    cfg = load_config("tiny", ["rollout.max_new_tokens=16", "task.arith.max_digits=3"])
+    assert cfg.rollout.max_new_tokens == 16
+    assert cfg.rollout.problems_per_step == 4  # from the preset
+    assert cfg.task.arith.max_digits == 3
+    assert cfg.task.arith.min_digits == 1  # the preset's value in the same section survives
+    assert cfg.task.arith.seed == 7
+
+
+def test_later_override_wins():
+    assert load_config(None, ["train.steps=5", "train.steps=9"]).train.steps == 9
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_unknown_key_names_valid_keys_and_suggests_the_close_match():
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, ["actor.lrr=1e-6"])
+    message = str(exc.value)
+    assert "unknown key actor.lrr" in message
+    assert "did you mean actor.lr?" in message
+    assert "valid keys in actor:" in message
+    for key in ("lr", "weight_decay", "warmup_steps", "schedule", "fp32_master_weights"):
+        assert key in message
+
+
+def test_unknown_key_in_a_nested_breaker():
+    with pytest.raises(ConfigError, match=r"unknown key guard.zero_reward.patiense \(did you mean guard.zero_reward.patience\?\)"):
+        load_config(None, ["guard.zero_reward.patiense=3"])
+
+
+def test_unknown_top_level_key():
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, ["modle.name=tiny"])
+    message = str(exc.value)
+    assert "unknown key modle" in message
+    assert "did you mean model?" in message
+    assert "valid keys in the top level" in message
+    assert "guard" in message and "faults" in message
+
+
+def test_unknown_key_without_a_close_match_has_no_suggestion():
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, ["actor.zzzzzz=1"])
+    assert "did you mean" not in str(exc.value)
+
+
+def test_literal_violation_lists_the_choices():
+    with pytest.raises(ConfigError, match="algo.loss_agg must be one of token_mean, seq_mean, seq_sum_norm; got 'mean'"):
+        load_config(None, ["algo.loss_agg=mean"])
+    with pytest.raises(ConfigError, match="guard.nonfinite.action must be one of warn, pause, rollback, stop"):
+        load_config(None, ["guard.nonfinite.action=explode"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.steps=abc", "train.steps must be an integer, got 'abc'"),
+        ("actor.lr=fast", "actor.lr must be a number, got 'fast'"),
+        ("eval.before_training=1", "eval.before_training must be true or false, got 1"),
+        ("train.seed=true", "train.seed must be an integer, got True"),
+        ("model.name=[a, b]", "model.name must be a string"),
+        ("actor.betas={a: 1}", "actor.betas must be a list"),
+    ],
+)
+def test_wrong_type(override, message):
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, [override])
+    assert message in str(exc.value)
+
+
+def test_setting_a_section_to_a_scalar():
+    with pytest.raises(ConfigError, match=r"model is a section; set its keys, e\.g\. model\.<key>=\.\.\., got 'tiny'"):
+        load_config(None, ["model=tiny"])
+    with pytest.raises(ConfigError, match="guard.zero_reward is a section"):
+        load_config(None, ["guard.zero_reward=3"])
+
+
+def test_setting_a_key_below_a_value():
+    with pytest.raises(ConfigError, match="'steps' is a value, not a section"):
+        load_config(None, ["train.steps=5", "train.steps.x=1"])
+
+
+@pytest.mark.parametrize("override", ["train.steps", "=5", "  =5"])
+def test_malformed_override(override):
+    with pytest.raises(ConfigError, match="must look like section.key=value"):
+        load_config(None, [override])
+
+
+def test_yaml_file_whose_top_level_is_a_list(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- train\n- steps\n")
+    with pytest.raises(ConfigError, match="the top level must be a mapping of keys, got list"):
+        load_config(path)
+
+
+def test_invalid_yaml_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("train: {steps: 5\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_yaml_file_with_a_float_written_without_a_dot(tmp_path):
+    path = tmp_path / "lr.yaml"
+    path.write_text("actor:\n  lr: 1e-6\n")
+    assert load_config(path).actor.lr == 1e-6
+
+
+def test_empty_yaml_file_gives_the_defaults(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing\n")
+    assert load_config(path) == RunConfig()
+
+
+def test_unknown_preset_lists_the_presets():
+    with pytest.raises(ConfigError) as exc:
+        load_config("no-such-preset")
+    message = str(exc.value)
+    assert "'no-such-preset' is neither a file nor a preset" in message
+    assert "tiny" in message and "quickstart" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving
+
+
+def test_save_then_load_round_trips(tmp_path):
+    cfg = load_config(
+        "tiny",
+        [
+            "actor.lr=1e-6",
+            "guard.zero_reward.patience=3",
+            "faults.nan_loss_at_steps=[7, 9]",
+            "task.system_prompt=You are helpful.",
+            "rollout.stop=['###']",
+            "train.steps=null",
+        ],
+    )
+    path = tmp_path / "config.yaml"
+    save_config(cfg, path)
+    loaded = load_config(path)
+    assert loaded == cfg
+    assert dataclasses.asdict(loaded) == dataclasses.asdict(cfg)
+
+
+def test_save_then_load_round_trips_the_defaults(tmp_path):
+    path = tmp_path / "config.yaml"
+    save_config(RunConfig(), path)
+    assert load_config(path) == RunConfig()

@@ -1,0 +1,110 @@
+"""The embedded engine: batching, KV cache and left padding must not change what a prompt generates,
+and the log-probs it reports must be those a training forward pass computes."""
+
+import torch
+
+from grpo.config import TinyModelConfig
+from grpo.engine import SampleStatus, SamplingParams
+from grpo.engine.embedded import EmbeddedEngine, sample_next
+from grpo.models import build_char_tokenizer, build_tiny_model
+from grpo.update import TrainBatch, collate, completion_logprobs
+
+
+def make_engine(batch_size=8, seed=0):
+    torch.manual_seed(seed)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(TinyModelConfig(), tokenizer, torch.float32)
+    return EmbeddedEngine(model, tokenizer, batch_size), tokenizer
+
+
+def prompts_for(tokenizer, texts):
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def test_greedy_is_independent_of_batching_and_padding():
+    engine, tok = make_engine()
+    prompts = prompts_for(tok, ["1+1=", "what is 23+45? ", "7"])
+    params = SamplingParams(max_new_tokens=12, temperature=0.0)
+    together = engine.generate(prompts, params)
+    alone = [engine.generate([p], params)[0] for p in prompts]
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+    assert all(len(c.token_ids) == len(c.logprobs) for c in together)
+
+
+def test_sampled_logprobs_match_a_training_forward_pass():
+    engine, tok = make_engine()
+    prompts = prompts_for(tok, ["abc", "hello world", "9+9="])
+    temperature = 0.7
+    outs = engine.generate(prompts, SamplingParams(10, temperature), torch.Generator().manual_seed(1))
+    batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(3))
+    mb = collate(batch, [0, 1, 2], tok.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        logprobs, _ = completion_logprobs(engine.model, mb, temperature)
+    torch.testing.assert_close(logprobs * mb.completion_mask, mb.old_logprobs, atol=1e-4, rtol=1e-4)
+
+
+def test_sampling_is_reproducible_with_a_seeded_generator():
+    engine, tok = make_engine()
+    prompts = prompts_for(tok, ["x", "y"]) * 3
+    params = SamplingParams(8, 1.0)
+    a = engine.generate(prompts, params, torch.Generator().manual_seed(5))
+    b = engine.generate(prompts, params, torch.Generator().manual_seed(5))
+    c = engine.generate(prompts, params, torch.Generator().manual_seed(6))
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    assert [o.token_ids for o in a] != [o.token_ids for o in c]
+
+
+def test_finish_reasons_and_statuses():
+    engine, tok = make_engine()
+    eos = tok.eos_token_id
+    # An output layer that always prefers EOS: every completion stops at once and is empty.
+    head = torch.nn.Linear(engine.model.config.hidden_size, len(tok), bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[eos] = 10.0
+    engine.model.lm_head = head
+    out = engine.generate(prompts_for(tok, ["a"]), SamplingParams(5, 0.0))[0]
+    assert out.token_ids == [eos] and out.finish_reason == "stop" and out.status == SampleStatus.EMPTY
+
+
+def test_truncated_when_max_new_tokens_is_reached():
+    engine, tok = make_engine()
+    head = torch.nn.Linear(engine.model.config.hidden_size, len(tok), bias=True)
+    with torch.no_grad():
+        head.bias.zero_()
+        head.bias[tok.eos_token_id] = -100.0  # never stop
+    engine.model.lm_head = head
+    out = engine.generate(prompts_for(tok, ["a"]), SamplingParams(6, 1.0), torch.Generator().manual_seed(0))[0]
+    assert len(out.token_ids) == 6 and out.finish_reason == "length" and out.status == SampleStatus.TRUNCATED
+
+
+def test_stop_strings_cut_the_completion():
+    engine, tok = make_engine()
+    outs = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0), torch.Generator().manual_seed(3))
+    stop = outs[0].text[2:4]
+    cut = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0, stop=(stop,)),
+                          torch.Generator().manual_seed(3))[0]
+    assert cut.text.endswith(stop) and len(cut.text) <= 4 and cut.finish_reason == "stop"
+    assert len(cut.token_ids) == len(cut.logprobs) < len(outs[0].token_ids)
+
+
+def test_top_p_keeps_the_smallest_set_over_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    params = SamplingParams(1, temperature=1.0, top_p=0.7)
+    seen = {int(sample_next(logits, params, torch.Generator().manual_seed(s))[0]) for s in range(200)}
+    assert seen == {0, 1}
+    token, logprob = sample_next(logits, params, torch.Generator().manual_seed(0))
+    assert abs(logprob.exp().item() - (0.5 if token.item() == 0 else 0.3) / 0.8) < 1e-5
+
+
+def test_engine_errors_become_failed_samples():
+    engine, tok = make_engine()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    engine._decode = broken
+    outs = engine.generate(prompts_for(tok, ["a", "b"]), SamplingParams(4, 1.0))
+    assert [o.status for o in outs] == [SampleStatus.FAILED] * 2
+    assert "out of memory" in outs[0].error

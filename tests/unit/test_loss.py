@@ -1,0 +1,280 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from grpo.kl import kl_estimate
+from grpo.loss import BatchTotals, LossConfig, aggregate, policy_loss
+
+# B=2, T=3: the second sequence has one padding token.
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+TOTALS = BatchTotals(num_tokens=5, num_sequences=2)
+ADV = torch.tensor([1.0, -2.0])
+
+
+def logprobs_with_ratios(ratios: list[list[float]], old: float = -1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprobs, old_logprobs) whose exp-difference is `ratios`; logprobs requires grad."""
+    old_lp = torch.full((len(ratios), len(ratios[0])), old)
+    lp = (old_lp + torch.tensor(ratios).log()).requires_grad_(True)
+    return lp, old_lp
+
+
+def single_token_loss(ratio: float, advantage: float, cfg: LossConfig) -> float:
+    lp, old = logprobs_with_ratios([[ratio]])
+    loss, _ = policy_loss(lp, old, torch.tensor([advantage]), torch.ones(1, 1), cfg, BatchTotals(1, 1))
+    return loss.item()
+
+
+# ---------------------------------------------------------------------------------------------
+# ratio = 1: the loss is -advantage, aggregated
+
+
+@pytest.mark.parametrize(
+    ("agg", "expected"),
+    [
+        # token losses -A: row 0 -1,-1,-1 ; row 1 +2,+2 (padding ignored) -> sum 1
+        ("token_mean", 1 / 5),  # sum / 5 tokens
+        ("seq_mean", (-1 + 2) / 2),  # per-sequence means -1 and 2, over 2 sequences
+        ("seq_sum_norm", 1 / (4 * 2)),  # sum / (max_new_tokens 4 * 2 sequences)
+    ],
+)
+def test_ratio_one_gives_minus_advantage_aggregated(agg, expected):
+    lp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -4.0]], requires_grad=True)
+    cfg = LossConfig(loss_agg=agg, max_new_tokens=4)
+    loss, metrics = policy_loss(lp, lp.detach().clone(), ADV, MASK, cfg, TOTALS)
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert metrics["ratio_mean"] == pytest.approx(1.0)
+    assert metrics["clip_frac"] == 0.0
+    assert metrics["approx_kl_old"] == 0.0
+    assert metrics["tokens"] == 5
+
+
+def test_padding_tokens_do_not_count():
+    # a wild ratio (e^5) on the padding position must not change anything
+    lp = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, 4.0]], requires_grad=True)
+    old = torch.full((2, 3), -1.0)
+    loss, metrics = policy_loss(lp, old, ADV, MASK, LossConfig(), TOTALS)
+    assert loss.item() == pytest.approx(1 / 5, abs=1e-6)
+    assert metrics["ratio_mean"] == pytest.approx(1.0)
+    assert metrics["clip_frac"] == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Clipping
+
+
+def test_clip_low_with_negative_advantage_uses_the_clipped_value():
+    # ratio 0.5, A = -1: unclipped -0.5, clipped clamp(0.5, 0.8, 1.2) * -1 = -0.8 -> min -0.8 -> loss 0.8
+    assert single_token_loss(0.5, -1.0, LossConfig(clip_low=0.2)) == pytest.approx(0.8, abs=1e-6)
+    # a wider clip_low (0.6 -> floor 0.4) no longer binds: loss = 0.5
+    assert single_token_loss(0.5, -1.0, LossConfig(clip_low=0.6)) == pytest.approx(0.5, abs=1e-6)
+
+
+def test_clip_low_with_positive_advantage_keeps_the_unclipped_value():
+    # ratio 0.5, A = +1: min(0.5, 0.8) = 0.5 (pessimistic bound) -> loss -0.5
+    assert single_token_loss(0.5, 1.0, LossConfig()) == pytest.approx(-0.5, abs=1e-6)
+
+
+def test_clip_high_dapo_differs_from_clip_low():
+    # ratio 1.5, A = +1: symmetric 0.2 -> min(1.5, 1.2) = 1.2; clip-higher 0.28 -> min(1.5, 1.28) = 1.28
+    assert single_token_loss(1.5, 1.0, LossConfig(clip_low=0.2, clip_high=0.2)) == pytest.approx(-1.2, abs=1e-6)
+    assert single_token_loss(1.5, 1.0, LossConfig(clip_low=0.2, clip_high=0.28)) == pytest.approx(-1.28, abs=1e-6)
+    # ratio 1.25 is inside [0.8, 1.28] with clip-higher but clipped to 1.2 with 0.2
+    assert single_token_loss(1.25, 1.0, LossConfig(clip_high=0.28)) == pytest.approx(-1.25, abs=1e-6)
+    assert single_token_loss(1.25, 1.0, LossConfig(clip_high=0.2)) == pytest.approx(-1.2, abs=1e-6)
+    # clip_high does not move the low bound: ratio 0.5, A=-1 still clips at 0.8
+    assert single_token_loss(0.5, -1.0, LossConfig(clip_low=0.2, clip_high=0.28)) == pytest.approx(0.8, abs=1e-6)
+
+
+def test_clip_metrics_on_a_hand_example():
+    # row 0, A=+1: ratios 1.5 (clipped high), 1.1, 0.9 ; row 1, A=-1: ratios 0.5 (clipped low), 1.0, pad 5.0
+    lp, old = logprobs_with_ratios([[1.5, 1.1, 0.9], [0.5, 1.0, 5.0]])
+    loss, m = policy_loss(lp, old, torch.tensor([1.0, -1.0]), MASK, LossConfig(), TOTALS)
+    # token losses: -1.2, -1.1, -0.9 | 0.8, 1.0 -> sum -1.4 / 5 tokens
+    assert loss.item() == pytest.approx(-1.4 / 5, abs=1e-6)
+    assert m["clip_frac"] == pytest.approx(2 / 5)
+    assert m["clip_low_frac"] == pytest.approx(1 / 5)
+    assert m["clip_high_frac"] == pytest.approx(1 / 5)
+    assert m["ratio_mean"] == pytest.approx((1.5 + 1.1 + 0.9 + 0.5 + 1.0) / 5, abs=1e-6)
+    logs = [math.log(r) for r in (1.5, 1.1, 0.9, 0.5, 1.0)]
+    assert m["approx_kl_old"] == pytest.approx(sum(0.5 * x * x for x in logs) / 5, abs=1e-6)
+    assert m["tokens"] == 5
+    assert "kl" not in m
+
+
+def test_clip_frac_counts_only_clips_that_bind():
+    # Ratio 0.5 with A=+1 is outside [0.8, 1.2], but min(0.5*A, 0.8*A) keeps the unclipped term: the
+    # token still passes gradient, so it is not counted. Ratio 1.5 with A=+1 binds at 1.2.
+    lp, old = logprobs_with_ratios([[0.5, 1.0]])
+    _, m = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), LossConfig(), BatchTotals(2, 1))
+    assert m["clip_frac"] == 0.0 and m["clip_low_frac"] == 0.0 and m["clip_high_frac"] == 0.0
+    lp, old = logprobs_with_ratios([[1.5, 1.0]])
+    _, m = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), LossConfig(), BatchTotals(2, 1))
+    assert m["clip_frac"] == pytest.approx(0.5) and m["clip_high_frac"] == pytest.approx(0.5)
+    assert m["clip_low_frac"] == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation and micro-batches
+
+
+def test_aggregate_modes_by_hand():
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 100.0]])
+    # masked sum 1+2+3+4+5 = 15; per-sequence means 2 and 4.5
+    assert aggregate(values, MASK, "token_mean", TOTALS, 1).item() == pytest.approx(15 / 5)
+    assert aggregate(values, MASK, "seq_mean", TOTALS, 1).item() == pytest.approx((2 + 4.5) / 2)
+    assert aggregate(values, MASK, "seq_sum_norm", TOTALS, 10).item() == pytest.approx(15 / (10 * 2))
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        aggregate(values, MASK, "mean", TOTALS, 1)
+
+
+BATCH_MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # lengths 3,1,2,3
+BATCH_ADV = torch.tensor([1.0, -1.0, 0.5, 2.0])
+BATCH_TOTALS = BatchTotals(num_tokens=9, num_sequences=4)
+
+
+@pytest.mark.parametrize(
+    ("agg", "expected"),
+    [
+        # ratio 1 -> token loss -A: sequence sums -3, +1, -1, -6 = -9; sequence means -1, 1, -0.5, -2
+        ("token_mean", -9 / 9),
+        ("seq_mean", (-1 + 1 - 0.5 - 2) / 4),
+        ("seq_sum_norm", -9 / (3 * 4)),  # max_new_tokens 3
+    ],
+)
+def test_full_batch_values_by_hand(agg, expected):
+    lp = torch.full((4, 3), -0.7, requires_grad=True)
+    cfg = LossConfig(loss_agg=agg, max_new_tokens=3)
+    loss, _ = policy_loss(lp, lp.detach().clone(), BATCH_ADV, BATCH_MASK, cfg, BATCH_TOTALS)
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean", "seq_sum_norm"])
+def test_micro_batch_losses_with_batch_totals_sum_to_the_full_batch_loss(agg):
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 3, generator=gen) * 3
+    lp = (old + torch.randn(4, 3, generator=gen) * 0.3).requires_grad_(True)  # some tokens clip
+    cfg = LossConfig(loss_agg=agg, max_new_tokens=3, clip_high=0.28)
+    full, _ = policy_loss(lp, old, BATCH_ADV, BATCH_MASK, cfg, BATCH_TOTALS)
+    parts = [
+        policy_loss(lp[s], old[s], BATCH_ADV[s], BATCH_MASK[s], cfg, BATCH_TOTALS)[0]
+        for s in (slice(0, 2), slice(2, 4))
+    ]
+    assert (parts[0] + parts[1]).item() == pytest.approx(full.item(), abs=1e-6)
+    # and so do the gradients
+    (g_full,) = torch.autograd.grad(full, lp)
+    (g_parts,) = torch.autograd.grad(parts[0] + parts[1], lp)
+    torch.testing.assert_close(g_parts, g_full)
+
+
+def test_micro_batch_totals_matter_for_token_mean():
+    # With each micro-batch's own totals, token_mean would weigh tokens unequally:
+    # rows 0-1 (4 tokens) sum -2 -> -0.5; rows 2-3 (5 tokens) sum -7 -> -1.4; mean -0.95 != -1
+    lp = torch.full((4, 3), -0.7)
+    own = [
+        policy_loss(lp[s], lp[s], BATCH_ADV[s], BATCH_MASK[s], LossConfig(), BatchTotals(n, 2))[0].item()
+        for s, n in ((slice(0, 2), 4), (slice(2, 4), 5))
+    ]
+    assert own == pytest.approx([-0.5, -1.4], abs=1e-6)
+    assert sum(own) / 2 != pytest.approx(-1.0, abs=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradients
+
+
+@pytest.mark.parametrize(
+    ("agg", "expected_grad"),
+    [
+        # d/d logprob of -A * exp(lp - old) / N at ratio 1 = -A / N
+        ("token_mean", [[-1 / 5, -1 / 5, -1 / 5], [2 / 5, 2 / 5, 0.0]]),  # N = 5 tokens
+        ("seq_mean", [[-1 / 6, -1 / 6, -1 / 6], [2 / 4, 2 / 4, 0.0]]),  # N = length * 2 sequences
+        ("seq_sum_norm", [[-1 / 8, -1 / 8, -1 / 8], [2 / 8, 2 / 8, 0.0]]),  # N = 4 max_new_tokens * 2
+    ],
+)
+def test_gradient_of_an_unclipped_token_is_minus_advantage_over_normaliser(agg, expected_grad):
+    lp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -4.0]], requires_grad=True)
+    loss, _ = policy_loss(lp, lp.detach().clone(), ADV, MASK, LossConfig(loss_agg=agg, max_new_tokens=4), TOTALS)
+    loss.backward()
+    torch.testing.assert_close(lp.grad, torch.tensor(expected_grad), atol=1e-6, rtol=0)
+
+
+def test_binding_clip_has_zero_gradient_and_non_binding_clip_keeps_it():
+    # A=-1: ratio 0.5 clips (grad 0), ratio 1.0 does not (grad -A * 1 / 2 = 0.5)
+    lp, old = logprobs_with_ratios([[0.5, 1.0]])
+    loss, _ = policy_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 2), LossConfig(), BatchTotals(2, 1))
+    loss.backward()
+    torch.testing.assert_close(lp.grad, torch.tensor([[0.0, 0.5]]), atol=1e-6, rtol=0)
+    # A=+1: ratio 0.5 is outside the range but the min keeps the unclipped term -> grad -ratio / 2 = -0.25
+    lp, old = logprobs_with_ratios([[0.5, 1.0]])
+    loss, _ = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), LossConfig(), BatchTotals(2, 1))
+    loss.backward()
+    torch.testing.assert_close(lp.grad, torch.tensor([[-0.25, -0.5]]), atol=1e-6, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL
+
+
+def test_kl_k1_and_k3_by_hand():
+    lp = torch.tensor([[-1.0, -2.0, -0.7]])
+    ref = torch.tensor([[-2.0, -1.0, -0.7]])
+    # k1 = lp - ref ; k3 = exp(ref - lp) - (ref - lp) - 1
+    # token 0: ref - lp = -1 -> k1 = 1, k3 = e^-1 + 1 - 1 = 0.367879
+    # token 1: ref - lp = +1 -> k1 = -1, k3 = e - 1 - 1 = 0.718282
+    # token 2: equal -> 0, 0
+    assert kl_estimate(lp, ref, "k1")[0].tolist() == pytest.approx([1.0, -1.0, 0.0], abs=1e-6)
+    assert kl_estimate(lp, ref, "k3")[0].tolist() == pytest.approx([math.exp(-1), math.e - 2, 0.0], abs=1e-6)
+
+
+def test_k3_is_non_negative_and_finite_while_k1_can_be_negative():
+    gen = torch.Generator().manual_seed(1)
+    lp = -torch.rand(8, 16, generator=gen) * 10
+    ref = -torch.rand(8, 16, generator=gen) * 10
+    ref[0, 0] = lp[0, 0] + 200.0  # far-off token: clamped, not inf
+    k3 = kl_estimate(lp, ref, "k3")
+    assert (k3 >= 0).all()
+    assert torch.isfinite(k3).all()
+    assert (kl_estimate(lp, ref, "k1") < 0).any()
+
+
+def test_unknown_kl_estimator_raises():
+    with pytest.raises(ValueError, match="unknown KL estimator"):
+        kl_estimate(torch.zeros(1, 1), torch.zeros(1, 1), "k2")
+
+
+def test_kl_term_is_added_with_kl_coef():
+    lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    ref = torch.tensor([[-2.0, -1.0]])
+    k3_mean = (math.exp(-1) + math.e - 2) / 2  # 0.543081
+    cfg = LossConfig(kl_coef=0.1, kl_estimator="k3")
+    totals = BatchTotals(2, 1)
+    loss, m = policy_loss(lp, lp.detach().clone(), torch.tensor([0.5]), torch.ones(1, 2), cfg, totals, ref)
+    # ratio 1: policy term -0.5, plus 0.1 * mean k3
+    assert loss.item() == pytest.approx(-0.5 + 0.1 * k3_mean, abs=1e-6)
+    assert m["kl"] == pytest.approx(k3_mean, abs=1e-6)
+    # k1: mean (1 + -1) / 2 = 0 -> only the policy term
+    loss_k1, m_k1 = policy_loss(
+        lp, lp.detach().clone(), torch.tensor([0.5]), torch.ones(1, 2), LossConfig(kl_coef=0.1, kl_estimator="k1"),
+        totals, ref,
+    )
+    assert loss_k1.item() == pytest.approx(-0.5, abs=1e-6)
+    assert m_k1["kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_kl_coef_zero_ignores_the_reference():
+    lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, m = policy_loss(
+        lp, lp.detach().clone(), torch.tensor([0.5]), torch.ones(1, 2), LossConfig(), BatchTotals(2, 1),
+        torch.tensor([[-9.0, -9.0]]),
+    )
+    assert loss.item() == pytest.approx(-0.5, abs=1e-6)
+    assert "kl" not in m
+
+
+def test_kl_coef_without_reference_raises():
+    lp = torch.zeros(1, 2, requires_grad=True)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        policy_loss(lp, lp.detach(), torch.ones(1), torch.ones(1, 2), LossConfig(kl_coef=0.05), BatchTotals(2, 1))

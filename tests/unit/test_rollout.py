@@ -1,0 +1,109 @@
+"""The rollout collector: statuses, retries, whole-group validity, refill and dynamic sampling."""
+
+from collections import deque
+
+import torch
+
+from grpo.config import ArithConfig, FaultsConfig, RolloutConfig, TaskConfig
+from grpo.engine import Completion, RolloutEngine, SampleStatus
+from grpo.faults import FaultInjector
+from grpo.models import build_char_tokenizer
+from grpo.rewards import math_batch_reward
+from grpo.rollout import RolloutCollector, rollout_metrics
+from grpo.tasks.arith import ArithTask
+
+
+class ScriptedEngine(RolloutEngine):
+    """Answers each prompt with the next scripted (text, status); 'GOLD' is replaced by the right answer."""
+
+    def __init__(self, script):
+        self.script = deque(script)
+        self.calls = []
+
+    def generate(self, prompts, params, generator=None):
+        self.calls.append(len(prompts))
+        out = []
+        for _ in prompts:
+            text, status = self.script.popleft() if self.script else ("\\boxed{0}", SampleStatus.OK)
+            tokens = [] if status in (SampleStatus.FAILED, SampleStatus.EMPTY) else [5, 6]
+            out.append(Completion(tokens, [-0.1] * len(tokens), text, "stop", status))
+        return out
+
+
+def collector(engine, **rollout):
+    cfg = RolloutConfig(problems_per_step=2, samples_per_problem=2, retry_backoff_s=0.0, **rollout)
+    delays = []
+    c = RolloutCollector(engine, build_char_tokenizer(), ArithTask(ArithConfig(min_digits=1, max_digits=1)),
+                         TaskConfig(), cfg, math_batch_reward, FaultInjector(FaultsConfig()), 0, sleep=delays.append)
+    return c, delays
+
+
+OK, FAIL, EMPTY = SampleStatus.OK, SampleStatus.FAILED, SampleStatus.EMPTY
+
+
+def test_failed_samples_are_retried_with_backoff_and_never_scored():
+    engine = ScriptedEngine([("a", OK), ("", FAIL), ("b", OK), ("c", OK), ("d", OK)])
+    c, delays = collector(engine, max_retries=2)
+    c.cfg.retry_backoff_s = 1.0
+    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    assert engine.calls == [4, 1]  # one retry of the one failed sample
+    assert len(delays) == 1 and 1.0 <= delays[0] <= 2.0  # backoff with jitter
+    assert len(batch.groups) == 2 and batch.retries == 1
+    assert batch.attempts["failed"] == 1 and batch.attempts["ok"] == 4
+    assert all(s.status == OK and s.reward is not None for g in batch.groups for s in g.samples)
+
+
+def test_a_group_with_a_sample_that_keeps_failing_is_dropped_whole_and_refilled():
+    script = [("", FAIL), ("x", OK), ("y", OK), ("z", OK), ("", FAIL), ("", FAIL)]  # slot 0 fails 3 times
+    engine = ScriptedEngine(script)
+    c, _ = collector(engine, max_retries=2, max_refill_rounds=2)
+    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    assert batch.groups_dropped_invalid == 1
+    assert len(batch.groups) == 2 and batch.rounds == 2  # a second round refilled the lost group
+    assert batch.next_data_index == 3  # three problems consumed
+    m = rollout_metrics(batch)
+    assert m["rollout/failed"] == 3 and m["groups/dropped_invalid"] == 1
+    assert m["rollout/failed_frac"] == 3 / m["rollout/attempts"]
+
+
+def test_refill_is_bounded_when_everything_fails():
+    engine = ScriptedEngine([("", FAIL)] * 1000)
+    c, _ = collector(engine, max_retries=1, max_refill_rounds=2)
+    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    assert batch.groups == [] and batch.rounds == 3
+    assert engine.calls == [4, 4, 4, 4, 4, 4]  # 3 rounds x (first try + 1 retry)
+    assert "reward/mean" not in rollout_metrics(batch)
+    assert rollout_metrics(batch)["rollout/failed_frac"] == 1.0
+
+
+def test_empty_responses_are_failures_not_zero_rewards():
+    engine = ScriptedEngine([("", EMPTY)] * 8)
+    c, _ = collector(engine, max_retries=0, max_refill_rounds=0)
+    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    assert batch.groups == [] and batch.attempts["empty"] == 4
+    assert rollout_metrics(batch)["response/empty_frac"] == 1.0
+
+
+def test_zero_variance_groups_are_counted_and_filtered_when_asked():
+    # Every answer wrong: every group has zero variance.
+    wrong = [("\\boxed{-1}", OK)] * 100
+    c, _ = collector(ScriptedEngine(wrong))
+    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    assert len(batch.groups) == 2 and rollout_metrics(batch)["groups/zero_std_frac"] == 1.0
+
+    c, _ = collector(ScriptedEngine(wrong), filter_zero_variance=True, max_refill_rounds=3)
+    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    assert batch.groups == [] and batch.groups_dropped_zero_variance == 8 and batch.rounds == 4
+
+
+def test_a_raising_reward_makes_samples_unscorable():
+    c, _ = collector(ScriptedEngine([]))
+
+    def bad_reward(completions, **columns):
+        raise ValueError("boom")
+
+    c.reward_fn = bad_reward
+    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    assert batch.groups == [] and batch.attempts["unscorable"] == 4 * 3  # 3 rounds, nothing usable
+    assert batch.attempts["ok"] == 0
+    assert all("boom" in e for e in batch.reward_errors)
