@@ -125,10 +125,22 @@ class CheckpointManager:
                 shutil.rmtree(info.path, ignore_errors=True)
 
     def discard_after(self, step: int) -> None:
-        """After a rollback to `step`, later checkpoints belong to the abandoned branch."""
+        """After a rollback to `step`, later checkpoints were saved unhealthy: delete them."""
         for info in self.list():
             if info.step > step:
                 shutil.rmtree(info.path, ignore_errors=True)
+
+    def set_aside_after(self, step: int) -> list[Path]:
+        """When resuming from an older checkpoint by hand, move later ones to `abandoned/`, where
+        automatic recovery never looks, rather than delete what the user may still want."""
+        moved = []
+        for info in self.list():
+            if info.step > step:
+                target = self.root / "abandoned" / f"{info.path.name}-{int(time.time())}"
+                target.parent.mkdir(exist_ok=True)
+                os.rename(info.path, target)
+                moved.append(target)
+        return moved
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:

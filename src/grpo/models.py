@@ -72,9 +72,13 @@ def resolve_model_source(name: str) -> str:
         if not (path / "config.json").is_file():
             raise ConfigError(f"model.name={name} is a path but has no config.json; point it at a model directory")
         return str(path)
-    if name.count("/") != 1 and not name.startswith(("/", ".")):
+    looks_like_path = name.startswith(("/", ".", "~")) or name.count("/") != 1
+    if looks_like_path:
         known = ", ".join(["tiny", *OFFLINE_MODELS])
-        raise ConfigError(f"model.name={name} is not a local directory, a hub name (org/model), or one of: {known}")
+        raise ConfigError(
+            f"model.name={name} is not a local directory, a hub name (org/model), or one of: {known}"
+            + (" (no such directory)" if "/" in name else "")
+        )
     return name
 
 

@@ -89,9 +89,11 @@ class Trainer:
             source = latest.path
         if source is not None:
             self._restore(source)
+            abandoned = self.checkpoints.set_aside_after(self.step) if resume_from else []
             previous = json.loads(stopped.read_text()) if stopped.is_file() else None
             stopped.unlink(missing_ok=True)
-            self.events.record("restart", self.step, f"resumed from {source}", previous_stop=previous)
+            self.events.record("restart", self.step, f"resumed from {source}", previous_stop=previous,
+                               set_aside=[str(p) for p in abandoned])
             log.info("resumed from %s at step %d", source, self.step)
         elif self.checkpoints.latest() is not None:
             raise ConfigError(f"{self.run_dir} already has checkpoints and recover=off: pick a new run_dir")
@@ -102,6 +104,16 @@ class Trainer:
     # ---------------------------------------------------------------------------------------------
 
     def train(self) -> dict[str, Any]:
+        try:
+            return self._train()
+        except RunStopped:
+            raise
+        except BaseException as exc:  # recorded, then re-raised: a crash is never silent
+            self.events.record("crash", self.step + 1, f"{type(exc).__name__}: {exc}")
+            self.metrics.close()
+            raise
+
+    def _train(self) -> dict[str, Any]:
         summary: dict[str, Any] = {}
         if self.cfg.eval.before_training and self.step == 0:
             summary["before"] = self._evaluate("before")
@@ -124,7 +136,8 @@ class Trainer:
         with timer.phase("rollout"):
             batch = self.collector.collect(step, self.data_index, self.generator)
         m: dict[str, Any] = rollout_metrics(batch)
-        trips = self.guard.check("rollout", step, m)
+        with timer.phase("guard"):
+            trips = self.guard.check("rollout", step, m)
         blocked = [t for t in trips if t.action != "warn"]
 
         result = UpdateResult(False, skip_reason=f"breaker {blocked[0].breaker} tripped" if blocked else None)
@@ -142,12 +155,15 @@ class Trainer:
                         max_grad_norm=self.cfg.actor.max_grad_norm, temperature=self.cfg.rollout.temperature,
                         pad_id=self.tokenizer.pad_token_id, inject_nan=self.faults.nan_loss(step),
                     )
-                    if result.applied and not self.optimizer.params_finite():
-                        result = UpdateResult(False, result.metrics, "non-finite parameters after the update")
+            with timer.phase("guard"):
+                if result.applied and not self.optimizer.params_finite():
+                    # The weights did change: only a rollback (the breaker's default) undoes this.
+                    result.skip_reason = "non-finite parameters after the update"
             m.update({f"actor/{k}": v for k, v in result.metrics.items()})
             m["update/applied"] = int(result.applied)
             m["update/nonfinite"] = int(result.skip_reason is not None and "non-finite" in result.skip_reason)
-            trips += self.guard.check("update", step, m)
+            with timer.phase("guard"):
+                trips += self.guard.check("update", step, m)
 
         with timer.phase("sync"):
             self.engine.sync_weights(self.model)
@@ -165,6 +181,7 @@ class Trainer:
                     self._save(healthy=healthy)
 
         m.update(timer.pop())
+        m.setdefault("update/no_signal", 0)
         m.update({
             "update/applied": int(result.applied), "update/skip_reason": result.skip_reason,
             "actor/lr": self.optimizer.optimizer.param_groups[0]["lr"], "data/index": self.data_index,
@@ -199,7 +216,7 @@ class Trainer:
     @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: TrainBatch) -> list[list[float]]:
         out: list[list[float]] = []
-        for rows in micro_batches(len(batch), self.cfg.algo.micro_batch_size):
+        for rows in micro_batches(batch, self.cfg.algo.micro_batch_size):
             mb = collate(batch, rows, self.tokenizer.pad_token_id, self.device)
             logprobs, _ = completion_logprobs(model, mb, self.cfg.rollout.temperature)
             out.extend(logprobs[i, : len(batch.completion_ids[r])].tolist() for i, r in enumerate(rows))

@@ -77,7 +77,7 @@ def completion_logprobs(
         use_cache=False, logits_to_keep=completion_len + 1,
     ).logits[:, :-1].float()  # [b, T, V]
     if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
+        logits.div_(temperature)  # in place: one fewer [b, T, V] copy
     targets = mb.input_ids[:, -completion_len:]  # [b, T]
     log_norm = torch.logsumexp(logits, dim=-1)  # [b, T]
     logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - log_norm
@@ -96,8 +96,11 @@ class UpdateResult:
     skip_reason: str | None = None
 
 
-def micro_batches(n: int, size: int) -> list[list[int]]:
-    return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
+def micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
+    """Rows grouped by length, so each micro-batch pads little; the loss is normalised over the
+    whole batch, so the grouping does not change it."""
+    order = sorted(range(len(batch)), key=lambda r: (len(batch.prompt_ids[r]) + len(batch.completion_ids[r]), r))
+    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def update_policy(
@@ -125,7 +128,7 @@ def update_policy(
     for update in range(updates):
         optimizer.zero_grad()
         loss_total = 0.0
-        for rows in micro_batches(len(batch), micro_batch_size):
+        for rows in micro_batches(batch, micro_batch_size):
             mb = collate(batch, rows, pad_id, device)
             logprobs, entropy = completion_logprobs(model, mb, temperature, with_entropy=update == 0)
             loss, metrics = policy_loss(

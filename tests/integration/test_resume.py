@@ -40,3 +40,14 @@ def test_resume_from_a_named_checkpoint(tmp_path):
     trainer = Trainer(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6"]),
                       resume_from=str(run_dir / "checkpoints" / "step_000003"))
     assert trainer.step == 3
+    # the abandoned branch is kept, but where automatic recovery never looks
+    assert trainer.checkpoints.latest().step == 3
+    assert len(list((run_dir / "checkpoints" / "abandoned").iterdir())) == 1
+    assert '"kind": "crash"' not in (run_dir / "events.jsonl").read_text()
+
+
+def test_a_crash_is_recorded_in_events(tmp_path):
+    run_dir = tmp_path / "r"
+    with pytest.raises(RuntimeError):
+        run_tiny([f"run_dir={run_dir}", "train.steps=3", "faults.crash_at_step=2"])
+    assert '"kind": "crash"' in (run_dir / "events.jsonl").read_text()

