@@ -128,12 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--output", help="also write the JSON result here")
     ev.add_argument("overrides", nargs="*", help="dotted overrides of the task section, e.g. task.path=...")
 
+    doc = sub.add_parser("doctor", help="explain a run after the fact: status, failures, trips, how to resume")
+    doc.add_argument("run_dir")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
             return _train(args.config, args.overrides, args.run_dir)
         if args.command == "quickstart":
             return _train("quickstart", args.overrides, args.run_dir, quickstart=True)
+        if args.command == "doctor":
+            from grpo.doctor import diagnose
+
+            print("\n".join(diagnose(Path(args.run_dir))))
+            return 0
         return _eval(args)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)

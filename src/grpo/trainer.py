@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from grpo.advantages import group_advantages
 from grpo.checkpoint import CheckpointManager, capture_rng, load_checkpoint, restore_rng
@@ -71,9 +72,20 @@ class Trainer:
                                    cfg.algo.kl_estimator, cfg.rollout.max_new_tokens)
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
         self.last_save = time.monotonic()
-        save_config(cfg, self.run_dir / "config.yaml")
+        self._save_config()
         self.metrics = MetricsLogger(self.run_dir, cfg.logging, self.total_steps, cfg.name, to_dict(cfg))
         self._start(resume_from)
+
+    def _save_config(self) -> None:
+        """Write the resolved config; a resume with a different one records what changed."""
+        path = self.run_dir / "config.yaml"
+        if path.is_file():
+            before, after = _flatten(yaml.safe_load(path.read_text()) or {}), _flatten(to_dict(self.cfg))
+            changed = {k: [before.get(k), after.get(k)] for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+            if changed:
+                self.events.record("config_changed", 0, f"{len(changed)} config keys differ from the saved run",
+                                   changed=changed)
+        save_config(self.cfg, path)
 
     def _total_steps(self) -> int:
         if self.cfg.train.steps is not None:
@@ -121,7 +133,7 @@ class Trainer:
             self._train_step(self.step + 1)
         latest = self.checkpoints.latest()
         if self.cfg.checkpoint.save_final and (latest is None or latest.step != self.step):
-            self._save(healthy=self.guard.healthy)
+            self._save(healthy=self.guard.healthy and self.optimizer.params_finite())
         if self.cfg.eval.after_training:
             summary["after"] = self._evaluate("after")
         self.metrics.close()
@@ -131,6 +143,7 @@ class Trainer:
         timer = PhaseTimer(self.device)
         started = time.perf_counter()
         self.optimizer.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.lr_scale)
+        checkpoint_due = self._checkpoint_due(step)
 
         # Rollout, reward, filter: failed samples retried, invalid groups dropped and refilled.
         with timer.phase("rollout"):
@@ -156,7 +169,11 @@ class Trainer:
                         pad_id=self.tokenizer.pad_token_id, inject_nan=self.faults.nan_loss(step),
                     )
             with timer.phase("guard"):
-                if result.applied and not self.optimizer.params_finite():
+                # With a finite, clipped gradient an AdamW step cannot make a finite fp32/bf16 weight
+                # non-finite, so the full scan (a pass over every weight) runs only where that does
+                # not hold, and before every checkpoint, which must never hold a poisoned model.
+                scan = self.cfg.actor.max_grad_norm <= 0 or self.cfg.model.dtype == "float16"
+                if result.applied and (scan or checkpoint_due) and not self.optimizer.params_finite():
                     # The weights did change: only a rollback (the breaker's default) undoes this.
                     result.skip_reason = "non-finite parameters after the update"
             m.update({f"actor/{k}": v for k, v in result.metrics.items()})
@@ -177,7 +194,7 @@ class Trainer:
             if self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
                 m.update({f"eval/{k}": v for k, v in self._evaluate(f"step {step}").items()})
             with timer.phase("checkpoint"):
-                if self._checkpoint_due(step):
+                if checkpoint_due:
                     self._save(healthy=healthy)
 
         m.update(timer.pop())
@@ -309,3 +326,13 @@ class Trainer:
             f.write(json.dumps({"step": self.step, "label": label, **result}) + "\n")
         print(format_table(result, f"held-out evaluation ({label}, step {self.step})"), flush=True)
         return result
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from transformers import DynamicCache
 
 from grpo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.optim import MasterWeightAdamW
@@ -31,56 +32,100 @@ class TrainBatch:
 
 @dataclass
 class MicroBatch:
-    input_ids: torch.Tensor  # [b, P+T] prompts left-padded, completions right-padded
-    attention_mask: torch.Tensor  # [b, P+T]
-    position_ids: torch.Tensor  # [b, P+T]
-    completion_mask: torch.Tensor  # [b, T]
+    """Rows that share a prompt (the samples of one group) point at one copy of it."""
+
+    prompt_ids: torch.Tensor  # [g, P] the distinct prompts, left-padded
+    prompt_mask: torch.Tensor  # [g, P]
+    prompt_index: torch.Tensor  # [b] which prompt each row continues
+    completion_ids: torch.Tensor  # [b, T] right-padded
+    completion_mask: torch.Tensor  # [b, T] 1 on completion tokens
     old_logprobs: torch.Tensor  # [b, T]
     advantages: torch.Tensor  # [b]
     ref_logprobs: torch.Tensor | None = None  # [b, T]
 
 
 def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.device) -> MicroBatch:
-    prompt_len = max(len(batch.prompt_ids[r]) for r in rows)
+    distinct: dict[tuple[int, ...], int] = {}
+    prompt_index = [distinct.setdefault(tuple(batch.prompt_ids[r]), len(distinct)) for r in rows]
+    prompts = list(distinct)
+    prompt_len = max(len(p) for p in prompts)
     completion_len = max(max(len(batch.completion_ids[r]) for r in rows), 1)
     b = len(rows)
-    input_ids = torch.full((b, prompt_len + completion_len), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
+    prompt_ids = torch.full((len(prompts), prompt_len), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    for i, prompt in enumerate(prompts):
+        prompt_ids[i, prompt_len - len(prompt) :] = torch.tensor(prompt)
+        prompt_mask[i, prompt_len - len(prompt) :] = 1
+    completion_ids = torch.full((b, completion_len), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((b, completion_len))
     old = torch.zeros((b, completion_len))
     ref = torch.zeros((b, completion_len)) if batch.ref_logprobs is not None else None
     for i, r in enumerate(rows):
-        prompt, completion = batch.prompt_ids[r], batch.completion_ids[r]
-        input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt)
-        input_ids[i, prompt_len : prompt_len + len(completion)] = torch.tensor(completion, dtype=torch.long)
-        attention_mask[i, prompt_len - len(prompt) : prompt_len + len(completion)] = 1
+        completion = batch.completion_ids[r]
+        completion_ids[i, : len(completion)] = torch.tensor(completion, dtype=torch.long)
         completion_mask[i, : len(completion)] = 1
         old[i, : len(completion)] = torch.tensor(batch.old_logprobs[r])
         if ref is not None:
             ref[i, : len(completion)] = batch.ref_logprobs[r]
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     to = lambda t: t.to(device) if t is not None else None  # noqa: E731
     return MicroBatch(
-        to(input_ids), to(attention_mask), to(position_ids), to(completion_mask), to(old),
-        to(batch.advantages[rows].float()), to(ref),
+        to(prompt_ids), to(prompt_mask), to(torch.tensor(prompt_index)), to(completion_ids), to(completion_mask),
+        to(old), to(batch.advantages[rows].float()), to(ref),
     )
 
 
+def _logits_full(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
+    """Every row as one sequence, prompt included: -> logits [b, T, V] predicting each completion token."""
+    completion_len = mb.completion_ids.shape[1]
+    input_ids = torch.cat([mb.prompt_ids[mb.prompt_index], mb.completion_ids], dim=1)  # [b, P+T]
+    attention_mask = torch.cat([mb.prompt_mask[mb.prompt_index], mb.completion_mask.long()], dim=1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    # Only the last T+1 positions' logits are needed: skip the lm_head over the prompt.
+    return model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        use_cache=False, logits_to_keep=completion_len + 1,
+    ).logits[:, :-1]
+
+
+def _logits_shared_prompt(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
+    """The same logits, with each distinct prompt run once: its KV cache (with gradient) is expanded
+    to the rows that continue it, then only completion tokens are run. Attention is causal, so this
+    is the full forward computed without repeating the prompt G times."""
+    cache = DynamicCache()
+    prompt_positions = (mb.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [g, P]
+    first = model(
+        input_ids=mb.prompt_ids, attention_mask=mb.prompt_mask, position_ids=prompt_positions,
+        past_key_values=cache, use_cache=True, logits_to_keep=1,
+    ).logits[:, -1:][mb.prompt_index]  # [b, 1, V] predicts the first completion token
+    completion_len = mb.completion_ids.shape[1]
+    if completion_len == 1:
+        return first
+    cache.batch_select_indices(mb.prompt_index)  # indexing keeps the graph: gradients sum per prompt
+    fed = mb.completion_ids[:, :-1]  # [b, T-1] each token predicts the next
+    attention_mask = torch.cat([mb.prompt_mask[mb.prompt_index], mb.completion_mask[:, :-1].long()], dim=1)
+    start = mb.prompt_mask.sum(-1)[mb.prompt_index]  # [b] first position after each prompt
+    positions = start[:, None] + torch.arange(completion_len - 1, device=fed.device)  # [b, T-1]
+    rest = model(
+        input_ids=fed, attention_mask=attention_mask, position_ids=positions,
+        past_key_values=cache, use_cache=True,
+    ).logits  # [b, T-1, V]
+    return torch.cat([first, rest], dim=1)
+
+
 def completion_logprobs(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False, share_prompt: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """-> log-probs [b, T] of the completion tokens (at the sampling temperature), entropy [b, T] or None."""
-    completion_len = mb.completion_mask.shape[1]
-    # Only the last T+1 positions' logits are needed: skip the lm_head over the prompt.
-    logits = model(
-        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
-        use_cache=False, logits_to_keep=completion_len + 1,
-    ).logits[:, :-1].float()  # [b, T, V]
+    # Gradient checkpointing turns the KV cache off in training, which the shared path needs.
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:  # transformers < 5
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    shared = share_prompt and len(mb.prompt_ids) < len(mb.completion_ids) and not checkpointing
+    logits = (_logits_shared_prompt(model, mb) if shared else _logits_full(model, mb)).float()  # [b, T, V]
     if temperature > 0 and temperature != 1.0:
         logits.div_(temperature)  # in place: one fewer [b, T, V] copy
-    targets = mb.input_ids[:, -completion_len:]  # [b, T]
     log_norm = torch.logsumexp(logits, dim=-1)  # [b, T]
-    logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - log_norm
+    logprobs = logits.gather(-1, mb.completion_ids[..., None]).squeeze(-1) - log_norm
     entropy = None
     if with_entropy:
         with torch.no_grad():

@@ -155,3 +155,26 @@ def test_trip_hook_command_receives_the_event(tmp_path):
     event = json.loads(out.read_text())
     assert event["kind"] == "trip" and event["step"] == 1
     assert event["evidence"]["breaker"] == "failed_rollouts" and event["evidence"]["failed_frac"] == 1.0
+
+
+def test_non_finite_parameters_are_caught_and_rolled_back(tmp_path):
+    # Without gradient clipping, finite gradients no longer bound the step: every update is scanned.
+    run_dir = tmp_path / "r"
+    trainer = Trainer(load_config("tiny", [f"run_dir={run_dir}", "train.steps=4", "actor.max_grad_norm=0",
+                                           "checkpoint.every_steps=1"]))
+    original_step = trainer.optimizer.step
+    calls = []
+
+    def poisoned_step():
+        original_step()
+        calls.append(1)
+        if len(calls) == 2:
+            trainer.optimizer.master[0].data.fill_(float("inf"))
+
+    trainer.optimizer.step = poisoned_step
+    trainer.train()
+    poisoned = [line for line in metric_lines(run_dir) if line["update/nonfinite"]]
+    assert len(poisoned) == 1 and poisoned[0]["update/skip_reason"] == "non-finite parameters after the update"
+    events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "rollback" and e["step"] == poisoned[0]["step"] for e in events)
+    assert trainer.optimizer.params_finite() and trainer.step == 4

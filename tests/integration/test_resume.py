@@ -24,6 +24,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     assert a == b
     events = (interrupted_dir / "events.jsonl").read_text()
     assert '"kind": "restart"' in events
+    assert '"config_changed"' in events and "faults.crash_at_step" in events  # the resume dropped the fault
 
 
 def test_recover_off_refuses_to_overwrite_a_run(tmp_path):

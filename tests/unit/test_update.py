@@ -1,0 +1,91 @@
+"""The update phase: shared-prompt log-probs equal the full forward, and updates move the policy the right way."""
+
+import torch
+
+from grpo.config import ActorConfig, TinyModelConfig
+from grpo.loss import LossConfig
+from grpo.models import build_char_tokenizer, build_tiny_model
+from grpo.optim import MasterWeightAdamW
+from grpo.update import TrainBatch, collate, completion_logprobs, micro_batches, update_policy
+
+
+def tiny(seed=0):
+    torch.manual_seed(seed)
+    tok = build_char_tokenizer()
+    return build_tiny_model(TinyModelConfig(), tok, torch.float32), tok
+
+
+def group_batch(tok):
+    # Two groups of three samples; prompts of different lengths, completions of different lengths.
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ("what is 1+2?", "7*8=")]
+    completions = [[20, 21, 22], [23], [24, 25], [30, 31, 32, 33], [34, 35], [36]]
+    prompt_ids = [prompts[0]] * 3 + [prompts[1]] * 3
+    return TrainBatch(prompt_ids, completions, [[-1.0] * len(c) for c in completions],
+                      torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, 0.0]))
+
+
+def test_collate_keeps_one_copy_of_each_prompt():
+    model, tok = tiny()
+    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    assert mb.prompt_ids.shape[0] == 2 and mb.prompt_index.tolist() == [0, 0, 0, 1, 1, 1]
+    assert mb.completion_mask.sum().item() == 13
+
+
+def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward():
+    model, tok = tiny()
+    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    grads = {}
+    values = {}
+    for shared in (True, False):
+        model.zero_grad()
+        logprobs, _ = completion_logprobs(model, mb, temperature=0.7, share_prompt=shared)
+        (logprobs * mb.completion_mask).sum().backward()
+        values[shared] = logprobs * mb.completion_mask
+        grads[shared] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    torch.testing.assert_close(values[True], values[False], atol=1e-5, rtol=1e-5)
+    for name in grads[False]:
+        torch.testing.assert_close(grads[True][name], grads[False][name], atol=1e-5, rtol=1e-4)
+
+
+def test_single_token_completions_use_only_the_prompt_pass():
+    model, tok = tiny()
+    batch = TrainBatch([[5, 6, 7]] * 2, [[9], [10]], [[-1.0], [-1.0]], torch.tensor([1.0, -1.0]))
+    mb = collate(batch, [0, 1], tok.pad_token_id, torch.device("cpu"))
+    a, _ = completion_logprobs(model, mb, 1.0, share_prompt=True)
+    b, _ = completion_logprobs(model, mb, 1.0, share_prompt=False)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_micro_batches_cover_every_row_once_grouped_by_length():
+    _, tok = tiny()
+    batch = group_batch(tok)
+    chunks = micro_batches(batch, 4)
+    assert sorted(r for c in chunks for r in c) == list(range(6)) and [len(c) for c in chunks] == [4, 2]
+
+
+def test_an_update_raises_the_logprob_of_positive_advantage_samples():
+    model, tok = tiny()
+    batch = group_batch(tok)
+    mb = collate(batch, list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        before, _ = completion_logprobs(model, mb, 1.0)
+    batch.old_logprobs = [before[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)]
+    optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
+    result = update_policy(model, optimizer, batch, LossConfig(), updates=1, micro_batch_size=4,
+                           max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
+    assert result.applied and result.metrics["grad_norm"] > 0
+    with torch.no_grad():
+        after, _ = completion_logprobs(model, mb, 1.0)
+    seq_change = ((after - before) * mb.completion_mask).sum(1)  # [6]
+    assert seq_change[0] > 0 and seq_change[4] > 0  # advantage +1
+    assert seq_change[1] < 0 and seq_change[3] < 0  # advantage -1 and -0.5
+
+
+def test_a_nan_loss_is_not_applied():
+    model, tok = tiny()
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
+    result = update_policy(model, optimizer, group_batch(tok), LossConfig(), updates=1, micro_batch_size=4,
+                           max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id, inject_nan=True)
+    assert not result.applied and "non-finite" in result.skip_reason
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
