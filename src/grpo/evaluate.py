@@ -50,14 +50,15 @@ def evaluate(
         sampled = engine.generate([p for p in prompts for _ in range(samples)], params, generator)
         repeated = {k: [v for v in col for _ in range(samples)] for k, col in columns.items()}
         sample_rewards, _ = score_completions(reward_fn, [c.text for c in sampled], repeated)
+        keys = [_answer_key(c.text) for c in sampled]
         pass_k = maj_k = 0
         for i in range(len(problems)):
             rows = range(i * samples, (i + 1) * samples)
             pass_k += any(sample_rewards[r] == 1.0 for r in rows)
-            votes = Counter(k for r in rows if (k := _answer_key(sampled[r].text)) is not None)
+            votes = Counter(keys[r] for r in rows if keys[r] is not None)
             if votes:
                 top = votes.most_common(1)[0][0]
-                maj_k += any(sample_rewards[r] == 1.0 for r in rows if _answer_key(sampled[r].text) == top)
+                maj_k += any(sample_rewards[r] == 1.0 for r in rows if keys[r] == top)
         result[f"pass@{samples}"] = pass_k / len(problems)
         result[f"maj@{samples}"] = maj_k / len(problems)
         result["sample_accuracy"] = sum(r or 0.0 for r in sample_rewards) / len(sample_rewards)

@@ -57,19 +57,6 @@ class MetricsLogger:
             self.wandb = wandb.init(project=cfg.wandb_project, name=run_name, config=config_dict, resume="allow")
         self.started = time.time()
 
-    def truncate_after(self, step: int) -> None:
-        """On resume or rollback, lines past `step` move to metrics_discarded.jsonl: the run will redo them."""
-        if not self.path.is_file():
-            return
-        kept, dropped = [], []
-        for line in self.path.read_text().splitlines():
-            if line.strip():
-                (dropped if json.loads(line).get("step", 0) > step else kept).append(line)
-        if dropped:
-            with (self.path.parent / "metrics_discarded.jsonl").open("a") as f:
-                f.write("\n".join(dropped) + "\n")
-            self.path.write_text("".join(line + "\n" for line in kept))
-
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, "time": time.time(), **metrics}
         with self.path.open("a") as f:
