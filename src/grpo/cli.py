@@ -35,8 +35,8 @@ def _setup_logging(run_dir: Path | None = None) -> None:
 
 
 def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
-    from grpo.recovery import RunStopped
-    from grpo.trainer import Trainer
+    from grpo.guard.recovery import RunStopped
+    from grpo.loop import Trainer
 
     if run_dir:
         overrides = [*overrides, f"run_dir={run_dir}"]
@@ -67,9 +67,9 @@ def _eval(args: argparse.Namespace) -> int:
     import torch
 
     from grpo.config import ModelConfig
-    from grpo.engine.embedded import EmbeddedEngine
+    from grpo.rollout.engines.embedded import EmbeddedEngine
     from grpo.evaluate import evaluate, format_table
-    from grpo.models import load_model_and_tokenizer, resolve_device
+    from grpo.policy.models import load_model_and_tokenizer, resolve_device
     from grpo.rewards import get_reward
     from grpo.tasks import build_task
 

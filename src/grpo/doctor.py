@@ -8,11 +8,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grpo.checkpoint import CheckpointManager
+from grpo.rundir.checkpoints import CheckpointManager
 from grpo.config import load_config
-from grpo.events import EventLog
+from grpo.guard.events import EventLog
 from grpo.metrics import read_metrics
-from grpo.recovery import resume_command
+from grpo.guard.recovery import resume_command
 
 
 def diagnose(run_dir: Path) -> list[str]:

@@ -7,7 +7,7 @@ from collections import Counter
 import torch
 
 from grpo.config import TaskConfig
-from grpo.engine import RolloutEngine, SamplingParams
+from grpo.rollout.engines import RolloutEngine, SamplingParams
 from grpo.prompts import encode_prompt
 from grpo.rewards import RewardFn, extract_answer, parse_number, score_completions
 from grpo.tasks import Problem

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from grpo.config import load_config
-from grpo.trainer import Trainer
+from grpo.loop import Trainer
 
 NOISY = ("time", "time/", "perf/", "memory/")
 

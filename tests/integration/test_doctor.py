@@ -5,8 +5,8 @@ import pytest
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.doctor import diagnose
-from grpo.recovery import RunStopped
-from grpo.trainer import Trainer
+from grpo.guard.recovery import RunStopped
+from grpo.loop import Trainer
 
 from .helpers import run_tiny
 

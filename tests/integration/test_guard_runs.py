@@ -7,8 +7,8 @@ import pytest
 
 from grpo.cli import main
 from grpo.config import load_config
-from grpo.recovery import RunStopped
-from grpo.trainer import Trainer
+from grpo.guard.recovery import RunStopped
+from grpo.loop import Trainer
 
 from .helpers import max_param_diff, metric_lines, params, run_tiny
 

@@ -3,7 +3,7 @@
 import pytest
 
 from grpo.config import load_config
-from grpo.trainer import Trainer
+from grpo.loop import Trainer
 
 from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny
 

@@ -5,11 +5,11 @@ from collections import deque
 import torch
 
 from grpo.config import ArithConfig, FaultsConfig, RolloutConfig, TaskConfig
-from grpo.engine import Completion, RolloutEngine, SampleStatus
-from grpo.faults import FaultInjector
-from grpo.models import build_char_tokenizer
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
+from grpo.guard.faults import FaultInjector
+from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import math_batch_reward
-from grpo.rollout import RolloutCollector, rollout_metrics
+from grpo.rollout.collector import RolloutCollector, rollout_metrics
 from grpo.tasks.arith import ArithTask
 
 

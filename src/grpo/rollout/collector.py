@@ -16,10 +16,10 @@ from typing import Callable
 
 import torch
 
-from grpo.advantages import zero_variance_groups
+from grpo.algo.advantages import zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
-from grpo.engine import Completion, RolloutEngine, SampleStatus, SamplingParams
-from grpo.faults import FaultInjector
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
+from grpo.guard.faults import FaultInjector
 from grpo.prompts import encode_prompt
 from grpo.rewards import RewardFn, score_completions
 from grpo.tasks import Problem, Task

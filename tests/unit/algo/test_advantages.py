@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpo.advantages import group_advantages, zero_variance_groups
+from grpo.algo.advantages import group_advantages, zero_variance_groups
 
 
 def assert_values(actual: torch.Tensor, expected: list, atol: float = 1e-5) -> None:

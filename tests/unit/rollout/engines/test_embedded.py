@@ -4,10 +4,10 @@ and the log-probs it reports must be those a training forward pass computes."""
 import torch
 
 from grpo.config import TinyModelConfig
-from grpo.engine import SampleStatus, SamplingParams
-from grpo.engine.embedded import EmbeddedEngine, sample_next
-from grpo.models import build_char_tokenizer, build_tiny_model
-from grpo.update import TrainBatch, collate, completion_logprobs
+from grpo.rollout.engines import SampleStatus, SamplingParams
+from grpo.rollout.engines.embedded import EmbeddedEngine, sample_next
+from grpo.policy.models import build_char_tokenizer, build_tiny_model
+from grpo.policy.update import TrainBatch, collate, completion_logprobs
 
 
 def make_engine(batch_size=8, seed=0):

@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo.config import ConfigError, ModelConfig
-from grpo.models import build_char_tokenizer, load_model_and_tokenizer, resolve_model_source
+from grpo.policy.models import build_char_tokenizer, load_model_and_tokenizer, resolve_model_source
 
 
 def test_char_tokenizer_round_trips_text_and_has_a_chat_template():
@@ -56,7 +56,7 @@ def test_offline_short_name_without_its_package_says_how_to_install(monkeypatch,
 
 
 def test_cuda_requested_without_cuda_is_a_config_error():
-    from grpo.models import resolve_device
+    from grpo.policy.models import resolve_device
 
     if torch.cuda.is_available():
         pytest.skip("CUDA present")

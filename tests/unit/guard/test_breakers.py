@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from grpo.config import BreakerConfig, GuardConfig
-from grpo.guard import ROLLOUT_BREAKERS, UPDATE_BREAKERS, Guard, Trip, most_severe
+from grpo.guard.breakers import ROLLOUT_BREAKERS, UPDATE_BREAKERS, Guard, Trip, most_severe
 
 HEALTHY_REWARD = 0.5
 HEALTHY_GRAD_NORM = 1.0

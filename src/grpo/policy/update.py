@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from grpo.loss import BatchTotals, LossConfig, policy_loss
-from grpo.optim import MasterWeightAdamW
+from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
+from grpo.policy.optim import MasterWeightAdamW
 
 
 @dataclass

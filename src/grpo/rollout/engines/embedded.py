@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from grpo.engine.base import Completion, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.base import Completion, RolloutEngine, SampleStatus, SamplingParams
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:

@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo.checkpoint import META_FILE, STATE_FILE, CheckpointManager, capture_rng, load_checkpoint, restore_rng
+from grpo.rundir.checkpoints import META_FILE, STATE_FILE, CheckpointManager, capture_rng, load_checkpoint, restore_rng
 from grpo.config import CheckpointConfig, TinyModelConfig
-from grpo.models import build_char_tokenizer, build_tiny_model
+from grpo.policy.models import build_char_tokenizer, build_tiny_model
 
 
 @pytest.fixture(scope="module")

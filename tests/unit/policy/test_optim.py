@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpo.config import ActorConfig
-from grpo.optim import MasterWeightAdamW, lr_at
+from grpo.policy.optim import MasterWeightAdamW, lr_at
 
 
 def bf16_linear(seed: int) -> torch.nn.Linear:

@@ -3,10 +3,10 @@
 import torch
 
 from grpo.config import ActorConfig, TinyModelConfig
-from grpo.loss import LossConfig
-from grpo.models import build_char_tokenizer, build_tiny_model
-from grpo.optim import MasterWeightAdamW
-from grpo.update import TrainBatch, collate, completion_logprobs, micro_batches, update_policy
+from grpo.algo.loss import LossConfig
+from grpo.policy.models import build_char_tokenizer, build_tiny_model
+from grpo.policy.optim import MasterWeightAdamW
+from grpo.policy.update import TrainBatch, collate, completion_logprobs, micro_batches, update_policy
 
 
 def tiny(seed=0):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo.kl import kl_estimate
+from grpo.algo.kl import kl_estimate
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from grpo.kl import kl_estimate
-from grpo.loss import BatchTotals, LossConfig, aggregate, policy_loss
+from grpo.algo.kl import kl_estimate
+from grpo.algo.loss import BatchTotals, LossConfig, aggregate, policy_loss
 
 # B=2, T=3: the second sequence has one padding token.
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from grpo.config import FaultsConfig
-from grpo.engine import Completion, SampleStatus
+from grpo.rollout.engines import Completion, SampleStatus
 from grpo.rewards import RewardFn
 
 

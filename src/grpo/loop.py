@@ -20,24 +20,24 @@ import numpy as np
 import torch
 import yaml
 
-from grpo.advantages import group_advantages
-from grpo.checkpoint import CheckpointManager, capture_rng, load_checkpoint, restore_rng
+from grpo.algo.advantages import group_advantages
+from grpo.rundir.checkpoints import CheckpointManager, capture_rng, load_checkpoint, restore_rng
 from grpo.config import ConfigError, RunConfig, save_config, to_dict
-from grpo.engine.embedded import EmbeddedEngine
+from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.evaluate import evaluate, format_table
-from grpo.events import EventLog
-from grpo.faults import FaultInjector
-from grpo.guard import Guard, Trip, most_severe
-from grpo.loss import LossConfig
+from grpo.guard.events import EventLog
+from grpo.guard.faults import FaultInjector
+from grpo.guard.breakers import Guard, Trip, most_severe
+from grpo.algo.loss import LossConfig
 from grpo.metrics import MetricsLogger
-from grpo.models import load_model_and_tokenizer, resolve_device
-from grpo.optim import MasterWeightAdamW, lr_at
+from grpo.policy.models import load_model_and_tokenizer, resolve_device
+from grpo.policy.optim import MasterWeightAdamW, lr_at
 from grpo.phases import PhaseTimer
-from grpo.recovery import RunStopped, notify, wait_while_paused, write_stop_report
+from grpo.guard.recovery import RunStopped, notify, wait_while_paused, write_stop_report
 from grpo.rewards import get_reward
-from grpo.rollout import RolloutBatch, RolloutCollector, rollout_metrics
+from grpo.rollout.collector import RolloutBatch, RolloutCollector, rollout_metrics
 from grpo.tasks import build_task
-from grpo.update import TrainBatch, UpdateResult, completion_logprobs, collate, micro_batches, update_policy
+from grpo.policy.update import TrainBatch, UpdateResult, completion_logprobs, collate, micro_batches, update_policy
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The run directory: checkpoints and the files a run leaves behind."""
