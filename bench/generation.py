@@ -14,9 +14,9 @@ import time
 import torch
 
 from grpo.config import ArithConfig, ModelConfig, TaskConfig
-from grpo.engine import SamplingParams
-from grpo.engine.embedded import EmbeddedEngine
-from grpo.models import load_model_and_tokenizer, resolve_device
+from grpo.rollout.engines import SamplingParams
+from grpo.rollout.engines.embedded import EmbeddedEngine
+from grpo.policy.models import load_model_and_tokenizer, resolve_device
 from grpo.prompts import encode_prompt
 from grpo.tasks.arith import ArithTask
 

@@ -16,10 +16,10 @@ import time
 import torch
 
 from grpo.config import ArithConfig, ModelConfig, TaskConfig
-from grpo.models import load_model_and_tokenizer, resolve_device
+from grpo.policy.models import load_model_and_tokenizer, resolve_device
 from grpo.prompts import encode_prompt
 from grpo.tasks.arith import ArithTask
-from grpo.update import TrainBatch, collate, completion_logprobs, micro_batches
+from grpo.policy.update import TrainBatch, collate, completion_logprobs, micro_batches
 
 
 def main() -> None:
