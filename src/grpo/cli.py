@@ -36,7 +36,7 @@ def _setup_logging(run_dir: Path | None = None) -> None:
 
 def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
     from grpo.guard.recovery import RunStopped
-    from grpo.loop import Trainer
+    from grpo.loop import TrainingLoop
 
     if run_dir:
         overrides = [*overrides, f"run_dir={run_dir}"]
@@ -50,7 +50,7 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
     cfg = load_config(config, kept)
     _setup_logging(cfg.resolved_run_dir)
     try:
-        trainer = Trainer(cfg, resume_from=resume_from)
+        trainer = TrainingLoop(cfg, resume_from=resume_from)
         summary = trainer.train()
     except RunStopped as stop:
         print(f"\nSTOPPED: {stop}", file=sys.stderr)

@@ -1,13 +1,15 @@
-"""The GRPO training loop. Each step reads top to bottom in named phases:
+"""The GRPO training loop. It drives the roles (policy, rollout, guard, run directory) and each step
+reads top to bottom in named phases:
 
-rollout -> reward -> filter (one phase, in RolloutCollector) -> advantages -> update -> sync -> checkpoint
+    rollout -> check rollouts -> advantages -> update -> check update -> sync -> evaluate -> checkpoint
+    -> record -> act on the guard's verdict
 
-Breakers check the batch before the update (a bad batch is never trained on) and the update after it.
+Rollout breakers run before the update, so a bad batch is never trained on. The guard only decides;
+restoring, pausing and stopping are done here, through the policy and checkpoint APIs.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -21,28 +23,28 @@ import torch
 import yaml
 
 from grpo.algo.advantages import group_advantages
-from grpo.rundir.checkpoints import CheckpointManager, capture_rng, load_checkpoint, restore_rng
 from grpo.config import ConfigError, RunConfig, save_config, to_dict
-from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.evaluate import evaluate, format_table
+from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.guard.events import EventLog
 from grpo.guard.faults import FaultInjector
-from grpo.guard.breakers import Guard, Trip, most_severe
-from grpo.algo.loss import LossConfig
-from grpo.metrics import MetricsLogger
-from grpo.policy.models import load_model_and_tokenizer, resolve_device
-from grpo.policy.optim import MasterWeightAdamW, lr_at
-from grpo.phases import PhaseTimer
 from grpo.guard.recovery import RunStopped, notify, wait_while_paused, write_stop_report
+from grpo.metrics import MetricsLogger
+from grpo.phases import PhaseTimer
+from grpo.policy.models import resolve_device
+from grpo.policy.optim import lr_at
+from grpo.policy.policy import Policy
+from grpo.policy.update import TrainBatch, UpdateResult
 from grpo.rewards import get_reward
 from grpo.rollout.collector import RolloutBatch, RolloutCollector, rollout_metrics
+from grpo.rollout.engines.embedded import EmbeddedEngine
+from grpo.rundir.checkpoints import CheckpointManager, capture_rng, load_state, restore_rng
 from grpo.tasks import build_task
-from grpo.policy.update import TrainBatch, UpdateResult, completion_logprobs, collate, micro_batches, update_policy
 
 log = logging.getLogger(__name__)
 
 
-class Trainer:
+class TrainingLoop:
     def __init__(self, cfg: RunConfig, resume_from: str | None = None) -> None:
         self.cfg = cfg
         self.run_dir = cfg.resolved_run_dir
@@ -56,20 +58,16 @@ class Trainer:
         except (KeyError, AttributeError, TypeError, ImportError) as exc:
             raise ConfigError(f"task.reward={cfg.task.reward!r}: {exc}") from exc
         self.device = resolve_device(cfg.model.device)
-        self.model, self.tokenizer = load_model_and_tokenizer(cfg.model, self.device)
-        self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if cfg.algo.kl_coef > 0 else None
-        self.optimizer = MasterWeightAdamW(self.model, cfg.actor)
+        self.policy = Policy(cfg, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.faults = FaultInjector(cfg.faults, seed)
-        self.engine = EmbeddedEngine(self.model, self.tokenizer, cfg.rollout.generation_batch_size)
+        self.engine = EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size)
         self.collector = RolloutCollector(
-            self.engine, self.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed
+            self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed
         )
         self.guard = Guard(cfg.guard)
         self.events = EventLog(self.run_dir / "events.jsonl")
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint)
-        self.loss_cfg = LossConfig(cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.loss_agg, cfg.algo.kl_coef,
-                                   cfg.algo.kl_estimator, cfg.rollout.max_new_tokens)
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
         self.last_save = time.monotonic()
         self._save_config()
@@ -111,7 +109,7 @@ class Trainer:
             raise ConfigError(f"{self.run_dir} already has checkpoints and recover=off: pick a new run_dir")
         else:
             # A step-0 checkpoint gives a rollback target before the first periodic save.
-            self.checkpoints.save(0, self.model, self.tokenizer, self._state(), healthy=True, score=None)
+            self._save(healthy=True)
 
     # ---------------------------------------------------------------------------------------------
 
@@ -133,7 +131,7 @@ class Trainer:
             self._train_step(self.step + 1)
         latest = self.checkpoints.latest()
         if self.cfg.checkpoint.save_final and (latest is None or latest.step != self.step):
-            self._save(healthy=self.guard.healthy and self.optimizer.params_finite())
+            self._save(healthy=self.guard.healthy and self.policy.params_finite())
         if self.cfg.eval.after_training:
             summary["after"] = self._evaluate("after")
         self.metrics.close()
@@ -142,52 +140,37 @@ class Trainer:
     def _train_step(self, step: int) -> None:
         timer = PhaseTimer(self.device)
         started = time.perf_counter()
-        self.optimizer.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.lr_scale)
+        self.policy.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.lr_scale)
         checkpoint_due = self._checkpoint_due(step)
 
-        # Rollout, reward, filter: failed samples retried, invalid groups dropped and refilled.
-        with timer.phase("rollout"):
+        with timer.phase("rollout"):  # generate, score, filter: failed samples retried, bad groups refilled
             batch = self.collector.collect(step, self.data_index, self.generator)
         m: dict[str, Any] = rollout_metrics(batch)
         with timer.phase("guard"):
             trips = self.guard.check("rollout", step, m)
-        blocked = [t for t in trips if t.action != "warn"]
 
-        result = UpdateResult(False, skip_reason=f"breaker {blocked[0].breaker} tripped" if blocked else None)
-        if not blocked:
+        result = UpdateResult(False, skip_reason=_blocking_reason(trips))
+        if result.skip_reason is None:
             with timer.phase("advantages"):
                 train_batch, no_signal = self._advantages(batch)
+            m["update/no_signal"] = int(no_signal)
             if train_batch is None:
-                result.skip_reason = "no trainable groups" if not batch.groups else "no learning signal"
-                m["update/no_signal"] = int(no_signal)
+                result.skip_reason = "no learning signal" if no_signal else "no trainable groups"
             else:
                 with timer.phase("update"):
-                    result = update_policy(
-                        self.model, self.optimizer, train_batch, self.loss_cfg,
-                        updates=self.cfg.algo.updates_per_batch, micro_batch_size=self.cfg.algo.micro_batch_size,
-                        max_grad_norm=self.cfg.actor.max_grad_norm, temperature=self.cfg.rollout.temperature,
-                        pad_id=self.tokenizer.pad_token_id, inject_nan=self.faults.nan_loss(step),
-                    )
+                    result = self.policy.update(train_batch, inject_nan=self.faults.nan_loss(step))
             with timer.phase("guard"):
-                # With a finite, clipped gradient an AdamW step cannot make a finite fp32/bf16 weight
-                # non-finite, so the full scan (a pass over every weight) runs only where that does
-                # not hold, and before every checkpoint, which must never hold a poisoned model.
-                scan = self.cfg.actor.max_grad_norm <= 0 or self.cfg.model.dtype == "float16"
-                if result.applied and (scan or checkpoint_due) and not self.optimizer.params_finite():
-                    # The weights did change: only a rollback (the breaker's default) undoes this.
-                    result.skip_reason = "non-finite parameters after the update"
-            m.update({f"actor/{k}": v for k, v in result.metrics.items()})
-            m["update/applied"] = int(result.applied)
-            m["update/nonfinite"] = int(result.skip_reason is not None and "non-finite" in result.skip_reason)
-            with timer.phase("guard"):
+                self._check_params(result, checkpoint_due)
+                m.update({f"actor/{k}": v for k, v in result.metrics.items()})
+                m["update/applied"] = int(result.applied)
+                m["update/nonfinite"] = int(result.skip_reason is not None and "non-finite" in result.skip_reason)
                 trips += self.guard.check("update", step, m)
 
         with timer.phase("sync"):
-            self.engine.sync_weights(self.model)
+            self.engine.sync_weights(self.policy.model)
         self.step, self.data_index = step, batch.next_data_index
         self.faults.step_done(step)
-        blocked = [t for t in trips if t.action != "warn"]
-        healthy = not blocked and self.guard.healthy
+        blocked = _blocking_reason(trips) is not None
         if not trips:
             self.guard.observe({**m, "update/applied": int(result.applied)})
         if not blocked:
@@ -195,27 +178,29 @@ class Trainer:
                 m.update({f"eval/{k}": v for k, v in self._evaluate(f"step {step}").items()})
             with timer.phase("checkpoint"):
                 if checkpoint_due:
-                    self._save(healthy=healthy)
+                    self._save(healthy=self.guard.healthy)
 
         m.update(timer.pop())
         m.setdefault("update/no_signal", 0)
         m.update({
             "update/applied": int(result.applied), "update/skip_reason": result.skip_reason,
-            "actor/lr": self.optimizer.optimizer.param_groups[0]["lr"], "data/index": self.data_index,
+            "actor/lr": self.policy.lr, "data/index": self.data_index,
             "guard/trips": [t.breaker for t in trips], "guard/rollbacks": self.guard.rollbacks,
             "time/step_s": time.perf_counter() - started,
         })
         m["perf/tokens_per_s"] = m["perf/generated_tokens"] / m["time/step_s"]
         self.metrics.log(step, m)
-        self._respond(trips, step)
+        self._record_trips(trips, step)
+        self._act(self.guard.decide(trips, self.checkpoints.last_good()))
         if self.cfg.faults.crash_at_step == step:
             raise RuntimeError(f"injected crash after step {step} (faults.crash_at_step)")
 
     def _advantages(self, batch: RolloutBatch) -> tuple[TrainBatch | None, bool]:
+        """-> (the batch to train on, or None; whether it was dropped for having no learning signal)."""
         if not batch.groups:
             return None, False
         advantages = group_advantages(batch.rewards(), self.cfg.algo.advantage_norm).flatten()  # [N*G]
-        if self.ref_model is None and bool((advantages == 0).all()):
+        if self.policy.ref_model is None and bool((advantages == 0).all()):
             return None, True  # a zero-gradient step would still move AdamW by its momentum
         samples = [s for g in batch.groups for s in g.samples]
         train_batch = TrainBatch(
@@ -224,68 +209,62 @@ class Trainer:
             old_logprobs=[s.completion.logprobs for s in samples],
             advantages=advantages,
         )
-        if self.cfg.algo.recompute_old_logprobs:
-            train_batch.old_logprobs = self._logprobs(self.model, train_batch)
-        if self.ref_model is not None:
-            train_batch.ref_logprobs = [torch.tensor(lp) for lp in self._logprobs(self.ref_model, train_batch)]
-        return train_batch, False
+        return self.policy.prepare(train_batch), False
 
-    @torch.no_grad()
-    def _logprobs(self, model: torch.nn.Module, batch: TrainBatch) -> list[list[float]]:
-        out: list[list[float]] = []
-        for rows in micro_batches(batch, self.cfg.algo.micro_batch_size):
-            mb = collate(batch, rows, self.tokenizer.pad_token_id, self.device)
-            logprobs, _ = completion_logprobs(model, mb, self.cfg.rollout.temperature)
-            out.extend(logprobs[i, : len(batch.completion_ids[r])].tolist() for i, r in enumerate(rows))
-        return out
+    def _check_params(self, result: UpdateResult, checkpoint_due: bool) -> None:
+        # With a finite, clipped gradient an AdamW step cannot make a finite fp32/bf16 weight
+        # non-finite, so the full scan (a pass over every weight) runs only where that does not
+        # hold, and before every checkpoint, which must never hold a poisoned model.
+        scan = self.cfg.actor.max_grad_norm <= 0 or self.cfg.model.dtype == "float16"
+        if result.applied and (scan or checkpoint_due) and not self.policy.params_finite():
+            # The weights did change: only a rollback (the breaker's default) undoes this.
+            result.skip_reason = "non-finite parameters after the update"
 
-    # --- breakers -----------------------------------------------------------------------------
+    # --- acting on the guard's verdict ---------------------------------------------------------
 
-    def _respond(self, trips: list[Trip], step: int) -> None:
+    def _record_trips(self, trips: list[Trip], step: int) -> None:
         for trip in trips:
             event = self.events.record("trip", step, trip.message, breaker=trip.breaker, action=trip.action,
                                        **trip.evidence)
             log.warning("step %d: breaker %s tripped (%s): %s", step, trip.breaker, trip.action, trip.message)
             for error in notify(event, self.cfg.guard.on_trip_command, self.cfg.guard.on_trip_webhook):
                 self.events.record("notify_failed", step, error)
-        worst = most_severe(trips)
-        if worst is None or worst.action == "warn":
-            return
-        if worst.action == "stop":
-            self._stop(worst)
-        if worst.action == "pause":
-            self._pause(worst)
-        if worst.action == "rollback":
-            self._rollback(worst)
 
-    def _rollback(self, trip: Trip) -> None:
-        self.guard.rollbacks += 1
-        good = self.checkpoints.last_good()
-        if self.guard.rollbacks > self.cfg.guard.max_rollbacks or good is None:
-            why = "no healthy checkpoint to roll back to" if good is None else (
-                f"{self.cfg.guard.max_rollbacks} rollbacks already done")
-            self._stop(trip, f"{trip.message}; not rolling back: {why}")
-        rollbacks = self.guard.rollbacks
+    def _act(self, verdict: Verdict) -> None:
+        if verdict.action == "stop":
+            self._stop(verdict)
+        elif verdict.action == "pause":
+            self._pause(verdict)
+        elif verdict.action == "rollback":
+            self._rollback(verdict)
+
+    def _rollback(self, verdict: Verdict) -> None:
+        trip, good = verdict.trip, verdict.rollback_to
+        assert trip is not None and good is not None
         self._restore(good.path)
-        self.guard.rollbacks = rollbacks
         self.lr_scale *= self.cfg.guard.rollback_lr_factor
         self.checkpoints.discard_after(good.step)
         self.events.record("rollback", trip.step, f"rolled back to step {good.step} after {trip.breaker}",
-                           checkpoint=str(good.path), lr_scale=self.lr_scale, rollbacks=rollbacks)
+                           checkpoint=str(good.path), lr_scale=self.lr_scale, rollbacks=self.guard.rollbacks)
         log.warning("rolled back to %s (lr x%g)", good.path, self.lr_scale)
 
-    def _pause(self, trip: Trip) -> None:
+    def _pause(self, verdict: Verdict) -> None:
+        trip = verdict.trip
+        assert trip is not None
         pause_file = self.run_dir / "PAUSED"
         pause_file.write_text(f"{trip.message}\nDelete this file to continue the run.\n")
         self.events.record("pause", trip.step, f"paused: delete {pause_file} to continue", breaker=trip.breaker)
         log.warning("paused after %s: delete %s to continue", trip.breaker, pause_file)
         if not wait_while_paused(pause_file, self.cfg.guard.pause_poll_s, self.cfg.guard.pause_timeout_s):
-            self._stop(trip, f"{trip.message}; paused {self.cfg.guard.pause_timeout_s:g}s with no one resuming")
+            reason = f"{trip.message}; paused {self.cfg.guard.pause_timeout_s:g}s with no one resuming"
+            self._stop(Verdict("stop", trip, reason))
         self.events.record("unpause", trip.step, "resumed after pause")
 
-    def _stop(self, trip: Trip, message: str | None = None) -> None:
+    def _stop(self, verdict: Verdict) -> None:
+        trip = verdict.trip
+        assert trip is not None
         good = self.checkpoints.last_good()
-        cause = message or trip.message
+        cause = verdict.reason or trip.message
         report = write_stop_report(self.run_dir, f"{trip.breaker}: {cause}", trip.step, trip.evidence,
                                    good.path if good else None)
         self.events.record("stop", trip.step, cause, report=report)
@@ -294,16 +273,17 @@ class Trainer:
                          f"last good checkpoint: {report['last_good_checkpoint']}\n"
                          f"resume with: {report['resume_command']}", report)
 
-    # --- state --------------------------------------------------------------------------------
+    # --- state ---------------------------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
         return {"step": self.step, "data_index": self.data_index, "lr_scale": self.lr_scale, "score": self.score,
-                "optimizer": self.optimizer.state_dict(), "rng": capture_rng(self.generator),
+                "policy": self.policy.state_dict(), "rng": capture_rng(self.generator),
                 "guard": self.guard.state_dict()}
 
     def _restore(self, path: Path) -> None:
-        state = load_checkpoint(path, self.model)
-        self.optimizer.load_state_dict(state["optimizer"])
+        state = load_state(path)
+        self.policy.load_model(Path(path) / "model")
+        self.policy.load_state_dict(state["policy"])
         self.step, self.data_index, self.lr_scale, self.score = (
             state["step"], state["data_index"], state["lr_scale"], state["score"])
         restore_rng(state["rng"], self.generator)
@@ -314,18 +294,24 @@ class Trainer:
         return bool((every and step % every == 0) or (minutes and time.monotonic() - self.last_save > minutes * 60))
 
     def _save(self, healthy: bool = True) -> None:
-        self.checkpoints.save(self.step, self.model, self.tokenizer, self._state(), healthy=healthy, score=self.score)
+        self.checkpoints.save(self.step, self.policy.save_model, self._state(), healthy=healthy, score=self.score)
         self.last_save = time.monotonic()
 
     def _evaluate(self, label: str) -> dict[str, float]:
         problems = self.task.eval_problems(self.cfg.eval.max_samples)
-        result = evaluate(self.engine, self.tokenizer, problems, self.cfg.task, self.reward_fn,
+        result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.reward_fn,
                           max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
         self.score = result["accuracy"]
         with (self.run_dir / "eval.jsonl").open("a") as f:
             f.write(json.dumps({"step": self.step, "label": label, **result}) + "\n")
         print(format_table(result, f"held-out evaluation ({label}, step {self.step})"), flush=True)
         return result
+
+
+def _blocking_reason(trips: list[Trip]) -> str | None:
+    """Why the update must not run: a tripped breaker that does more than warn."""
+    blocking = [t for t in trips if t.action != "warn"]
+    return f"breaker {blocking[0].breaker} tripped" if blocking else None
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -6,13 +6,13 @@ from pathlib import Path
 import torch
 
 from grpo.config import load_config
-from grpo.loop import Trainer
+from grpo.loop import TrainingLoop
 
 NOISY = ("time", "time/", "perf/", "memory/")
 
 
-def run_tiny(overrides: list[str]) -> Trainer:
-    trainer = Trainer(load_config("tiny", overrides))
+def run_tiny(overrides: list[str]) -> TrainingLoop:
+    trainer = TrainingLoop(load_config("tiny", overrides))
     trainer.train()
     return trainer
 

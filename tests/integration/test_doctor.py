@@ -6,7 +6,7 @@ from grpo.cli import main
 from grpo.config import load_config
 from grpo.doctor import diagnose
 from grpo.guard.recovery import RunStopped
-from grpo.loop import Trainer
+from grpo.loop import TrainingLoop
 
 from .helpers import run_tiny
 
@@ -21,7 +21,7 @@ def test_a_healthy_run_is_reported_finished_with_no_trips(tmp_path, capsys):
 def test_a_stopped_run_names_cause_failures_and_the_resume_command(tmp_path):
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped):
-        Trainer(load_config("tiny", [
+        TrainingLoop(load_config("tiny", [
             f"run_dir={run_dir}", "train.steps=6", "faults.fail_rollouts_at_steps=[2,3]",
             "guard.failed_rollouts.patience=2", "guard.failed_rollouts.action=stop",
         ])).train()

@@ -8,7 +8,7 @@ import pytest
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.guard.recovery import RunStopped
-from grpo.loop import Trainer
+from grpo.loop import TrainingLoop
 
 from .helpers import max_param_diff, metric_lines, params, run_tiny
 
@@ -16,13 +16,13 @@ from .helpers import max_param_diff, metric_lines, params, run_tiny
 class ParamRecorder:
     """Snapshots the model's parameters after every step, by wrapping the trainer's step method."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.after = {0: params(trainer.model)}
+    def __init__(self, trainer: TrainingLoop) -> None:
+        self.after = {0: params(trainer.policy.model)}
         inner = trainer._train_step
 
         def step(n: int) -> None:
             inner(n)
-            self.after[trainer.step] = params(trainer.model)
+            self.after[trainer.step] = params(trainer.policy.model)
 
         trainer._train_step = step
 
@@ -41,7 +41,7 @@ def test_failed_rollouts_are_never_trained_on(tmp_path):
         f"run_dir={tmp_path / 'r'}", "train.steps=4", "faults.fail_rollouts_at_steps=[2,3]",
         "faults.fail_fraction=1.0", "guard.failed_rollouts.action=warn", "guard.failed_rollouts.patience=1",
     ])
-    trainer = Trainer(cfg)
+    trainer = TrainingLoop(cfg)
     recorder = ParamRecorder(trainer)
     trainer.train()
     lines = {line["step"]: line for line in metric_lines(tmp_path / "r")}
@@ -58,7 +58,7 @@ def test_failed_rollouts_are_never_trained_on(tmp_path):
 
 
 def test_partial_failures_are_retried_and_groups_stay_complete(tmp_path):
-    trainer = Trainer(load_config("tiny", [
+    trainer = TrainingLoop(load_config("tiny", [
         f"run_dir={tmp_path / 'r'}", "train.steps=2", "faults.fail_rollouts_at_steps=[1]",
         "faults.fail_fraction=0.3", "rollout.max_retries=6", "guard.failed_rollouts.action=warn",
     ]))
@@ -75,7 +75,7 @@ def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_com
         "faults.zero_reward_at_steps=[2,3,4,5]", "guard.zero_reward.patience=4", "guard.zero_reward.action=stop",
     ]
     with pytest.raises(RunStopped) as stop:
-        Trainer(load_config("tiny", overrides)).train()
+        TrainingLoop(load_config("tiny", overrides)).train()
     report = json.loads((run_dir / "STOPPED.json").read_text())
     assert report["step"] == 5 and report["cause"].startswith("zero_reward")
     assert report["evidence"]["consecutive_steps"] == 4
@@ -96,7 +96,7 @@ def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_com
 
 def test_zero_reward_rolls_back_when_configured(tmp_path):
     run_dir = tmp_path / "r"
-    trainer = Trainer(load_config("tiny", [
+    trainer = TrainingLoop(load_config("tiny", [
         f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=1",
         "faults.zero_reward_at_steps=[3,4]", "guard.zero_reward.patience=2", "guard.zero_reward.action=rollback",
     ]))
@@ -110,7 +110,7 @@ def test_zero_reward_rolls_back_when_configured(tmp_path):
 
 def test_nan_loss_applies_no_update_rolls_back_and_the_run_finishes(tmp_path):
     run_dir = tmp_path / "r"
-    trainer = Trainer(load_config("tiny", [
+    trainer = TrainingLoop(load_config("tiny", [
         f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2", "faults.nan_loss_at_steps=[3]",
         "algo.advantage_norm=none",
     ]))
@@ -135,7 +135,7 @@ def torch_finite(tensor) -> bool:
 def test_max_rollbacks_then_stop(tmp_path):
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped, match="rollbacks already done"):
-        Trainer(load_config("tiny", [
+        TrainingLoop(load_config("tiny", [
             f"run_dir={run_dir}", "train.steps=6", "faults.empty_rollouts_at_steps=[1,2,3,4,5]",
             "guard.empty_responses.patience=1", "guard.max_rollbacks=0",
         ])).train()
@@ -160,21 +160,21 @@ def test_trip_hook_command_receives_the_event(tmp_path):
 def test_non_finite_parameters_are_caught_and_rolled_back(tmp_path):
     # Without gradient clipping, finite gradients no longer bound the step: every update is scanned.
     run_dir = tmp_path / "r"
-    trainer = Trainer(load_config("tiny", [f"run_dir={run_dir}", "train.steps=4", "actor.max_grad_norm=0",
+    trainer = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=4", "actor.max_grad_norm=0",
                                            "checkpoint.every_steps=1"]))
-    original_step = trainer.optimizer.step
+    original_step = trainer.policy.optimizer.step
     calls = []
 
     def poisoned_step():
         original_step()
         calls.append(1)
         if len(calls) == 2:
-            trainer.optimizer.master[0].data.fill_(float("inf"))
+            trainer.policy.optimizer.master[0].data.fill_(float("inf"))
 
-    trainer.optimizer.step = poisoned_step
+    trainer.policy.optimizer.step = poisoned_step
     trainer.train()
     poisoned = [line for line in metric_lines(run_dir) if line["update/nonfinite"]]
     assert len(poisoned) == 1 and poisoned[0]["update/skip_reason"] == "non-finite parameters after the update"
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "rollback" and e["step"] == poisoned[0]["step"] for e in events)
-    assert trainer.optimizer.params_finite() and trainer.step == 4
+    assert trainer.policy.optimizer.params_finite() and trainer.step == 4

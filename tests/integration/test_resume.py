@@ -3,7 +3,7 @@
 import pytest
 
 from grpo.config import load_config
-from grpo.loop import Trainer
+from grpo.loop import TrainingLoop
 
 from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny
 
@@ -17,7 +17,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     resumed = run_tiny([f"run_dir={interrupted_dir}", "train.steps=6"])
 
     assert resumed.step == straight.step == 6
-    assert max_param_diff(params(straight.model), params(resumed.model)) <= 1e-6
+    assert max_param_diff(params(straight.policy.model), params(resumed.policy.model)) <= 1e-6
     a = [deterministic(line) for line in metric_lines(tmp_path / "straight")]
     b = [deterministic(line) for line in metric_lines(interrupted_dir)]
     assert [line["step"] for line in b] == [1, 2, 3, 4, 5, 6]
@@ -32,13 +32,13 @@ def test_recover_off_refuses_to_overwrite_a_run(tmp_path):
     from grpo.config import ConfigError
 
     with pytest.raises(ConfigError, match="already has checkpoints"):
-        Trainer(load_config("tiny", [f"run_dir={tmp_path / 'r'}", "recover=off"]))
+        TrainingLoop(load_config("tiny", [f"run_dir={tmp_path / 'r'}", "recover=off"]))
 
 
 def test_resume_from_a_named_checkpoint(tmp_path):
     run_dir = tmp_path / "r"
     run_tiny([f"run_dir={run_dir}", "train.steps=6", "checkpoint.keep_last=5"])
-    trainer = Trainer(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6"]),
+    trainer = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6"]),
                       resume_from=str(run_dir / "checkpoints" / "step_000003"))
     assert trainer.step == 3
     # the abandoned branch is kept, but where automatic recovery never looks

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from grpo.config import BreakerConfig, GuardConfig
+from grpo.rundir.checkpoints import CheckpointInfo
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
 ROLLOUT_BREAKERS = ("failed_rollouts", "zero_reward", "reward_collapse", "empty_responses", "truncated_responses")
@@ -31,6 +32,16 @@ class Trip:
 
 def most_severe(trips: list[Trip]) -> Trip | None:
     return max(trips, key=lambda t: SEVERITY[t.action]) if trips else None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the loop must do after a step's trips: the guard decides, the loop acts."""
+
+    action: Literal["continue", "warn", "pause", "rollback", "stop"]
+    trip: Trip | None = None  # the most severe trip behind the action
+    reason: str = ""
+    rollback_to: CheckpointInfo | None = None
 
 
 class Guard:
@@ -59,6 +70,22 @@ class Guard:
                 trips.append(Trip(name, breaker.action, step, message, evidence))
                 self.streaks[name] = 0
         return trips
+
+    def decide(self, trips: list[Trip], last_good: CheckpointInfo | None) -> Verdict:
+        """The action for this step's trips. A rollback needs a healthy checkpoint and rollbacks left;
+        without them it becomes a stop that says why."""
+        worst = most_severe(trips)
+        if worst is None:
+            return Verdict("continue")
+        if worst.action != "rollback":
+            return Verdict(worst.action, worst, worst.message)  # type: ignore[arg-type]
+        self.rollbacks += 1
+        if last_good is None:
+            return Verdict("stop", worst, f"{worst.message}; not rolling back: no healthy checkpoint to roll back to")
+        if self.rollbacks > self.cfg.max_rollbacks:
+            return Verdict("stop", worst,
+                           f"{worst.message}; not rolling back: {self.cfg.max_rollbacks} rollbacks already done")
+        return Verdict("rollback", worst, worst.message, rollback_to=last_good)
 
     def observe(self, m: dict[str, Any]) -> None:
         """Feed a step that tripped nothing into the moving baselines."""

@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -68,14 +68,15 @@ class CheckpointManager:
             shutil.rmtree(stale, ignore_errors=True)
 
     def save(
-        self, step: int, model: torch.nn.Module, tokenizer, state: dict[str, Any], *, healthy: bool, score: float | None
+        self, step: int, write_model: Callable[[Path], None], state: dict[str, Any], *, healthy: bool,
+        score: float | None,
     ) -> CheckpointInfo:
+        """`write_model(dir)` writes the loadable model directory; `state` is everything else needed to resume."""
         final = self.root / f"step_{step:06d}"
         tmp = self.root / f".tmp-step_{step:06d}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
+        write_model(tmp / "model")
         torch.save(state, tmp / STATE_FILE)
         meta = {"step": step, "healthy": healthy, "score": score, "saved_at": time.time()}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
@@ -143,24 +144,29 @@ class CheckpointManager:
         return moved
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
-    """Load model weights from `path/model` into `model` and return the trainer state."""
+def load_state(path: Path) -> dict[str, Any]:
+    """The trainer state saved beside a checkpoint's model."""
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a checkpoint: it has no {STATE_FILE}")
+    return torch.load(path / STATE_FILE, weights_only=False)
+
+
+def load_weights(model_dir: Path, model: torch.nn.Module) -> None:
+    """Load a model directory's safetensors into `model`, which must have the same architecture."""
+    model_dir = Path(model_dir)
     weights: dict[str, torch.Tensor] = {}
-    for file in sorted((path / "model").glob("*.safetensors")):
+    for file in sorted(model_dir.glob("*.safetensors")):
         weights.update(load_file(file))
     if not weights:
-        raise FileNotFoundError(f"{path / 'model'} has no *.safetensors weights")
+        raise FileNotFoundError(f"{model_dir} has no *.safetensors weights")
     result = model.load_state_dict(weights, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
     if missing or result.unexpected_keys:
         raise ValueError(
-            f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}"
+            f"{model_dir} does not match the model: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}"
         )
-    return torch.load(path / STATE_FILE, weights_only=False)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -275,3 +275,32 @@ def test_a_healthy_run_trips_nothing_with_the_defaults():
         guard.observe({**rollout, **update})
     assert len(guard.reward_history) == GuardConfig().baseline_steps
     assert len(guard.grad_norm_history) == GuardConfig().baseline_steps
+
+
+def _trip(action: str, breaker: str = "zero_reward") -> Trip:
+    return Trip(breaker, action, 4, f"{breaker} tripped")
+
+
+def test_decide_continues_without_trips_and_passes_warn_pause_stop_through():
+    guard = Guard(GuardConfig())
+    assert guard.decide([], None).action == "continue"
+    for action in ("warn", "pause", "stop"):
+        verdict = guard.decide([_trip("warn"), _trip(action, "nonfinite")], None)
+        assert verdict.action == action and verdict.trip.breaker == ("nonfinite" if action != "warn" else "zero_reward")
+    assert guard.rollbacks == 0
+
+
+def test_decide_rolls_back_to_the_last_good_checkpoint_until_the_budget_is_spent(tmp_path):
+    from grpo.rundir.checkpoints import CheckpointInfo
+
+    good = CheckpointInfo(2, tmp_path / "step_000002", True, None)
+    guard = Guard(GuardConfig(max_rollbacks=2))
+    assert [guard.decide([_trip("rollback")], good).action for _ in range(3)] == ["rollback", "rollback", "stop"]
+    assert guard.decide([_trip("rollback")], good).reason.endswith("2 rollbacks already done")
+    first = Guard(GuardConfig()).decide([_trip("rollback")], good)
+    assert first.rollback_to == good
+
+
+def test_decide_stops_when_there_is_no_healthy_checkpoint():
+    verdict = Guard(GuardConfig()).decide([_trip("rollback")], None)
+    assert verdict.action == "stop" and "no healthy checkpoint" in verdict.reason

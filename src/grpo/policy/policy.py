@@ -1,0 +1,90 @@
+"""The policy: the model being trained, its optimizer and frozen reference, the update, and their state.
+
+The loop talks to the policy only through this class, so a sharded policy (FSDP2) can take its place
+without the loop knowing: log-probs, one update, finiteness checks, saving and loading.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpo.algo.loss import LossConfig
+from grpo.config import RunConfig
+from grpo.policy.models import load_model_and_tokenizer
+from grpo.policy.optim import MasterWeightAdamW
+from grpo.policy.update import TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy
+from grpo.rundir.checkpoints import load_weights
+
+
+class Policy:
+    def __init__(self, cfg: RunConfig, device: torch.device) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.model, self.tokenizer = load_model_and_tokenizer(cfg.model, device)
+        # The reference is a frozen copy of the starting weights; it costs memory only when KL is on.
+        self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if cfg.algo.kl_coef > 0 else None
+        self.optimizer = MasterWeightAdamW(self.model, cfg.actor)
+        self.loss_cfg = LossConfig(cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.loss_agg, cfg.algo.kl_coef,
+                                   cfg.algo.kl_estimator, cfg.rollout.max_new_tokens)
+        # How many updates the weights have taken; rollouts carry the version that produced them.
+        self.version = 0
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.optimizer.param_groups[0]["lr"]
+
+    def set_lr(self, lr: float) -> None:
+        self.optimizer.set_lr(lr)
+
+    def prepare(self, batch: TrainBatch) -> TrainBatch:
+        """Fill in what the loss needs beyond the sampler's output: recomputed old log-probs when
+        asked for, and the reference model's log-probs when a KL term is used."""
+        if self.cfg.algo.recompute_old_logprobs:
+            batch.old_logprobs = self.logprobs(batch)
+        if self.ref_model is not None:
+            batch.ref_logprobs = [torch.tensor(lp) for lp in self.logprobs(batch, self.ref_model)]
+        return batch
+
+    @torch.no_grad()
+    def logprobs(self, batch: TrainBatch, model: torch.nn.Module | None = None) -> list[list[float]]:
+        """Per-token log-probs [B][T_i] of the batch's completions under `model` (the policy by default)."""
+        model = model if model is not None else self.model
+        out: list[list[float]] = []
+        for rows in micro_batches(batch, self.cfg.algo.micro_batch_size):
+            mb = collate(batch, rows, self.tokenizer.pad_token_id, self.device)
+            logprobs, _ = completion_logprobs(model, mb, self.cfg.rollout.temperature)  # [b, T]
+            out.extend(logprobs[i, : len(batch.completion_ids[r])].tolist() for i, r in enumerate(rows))
+        return out
+
+    def update(self, batch: TrainBatch, inject_nan: bool = False) -> UpdateResult:
+        result = update_policy(
+            self.model, self.optimizer, batch, self.loss_cfg,
+            updates=self.cfg.algo.updates_per_batch, micro_batch_size=self.cfg.algo.micro_batch_size,
+            max_grad_norm=self.cfg.actor.max_grad_norm, temperature=self.cfg.rollout.temperature,
+            pad_id=self.tokenizer.pad_token_id, inject_nan=inject_nan,
+        )
+        if result.applied:
+            self.version += 1
+        return result
+
+    def params_finite(self) -> bool:
+        return self.optimizer.params_finite()
+
+    def save_model(self, directory: Path) -> None:
+        """A directory that `AutoModelForCausalLM.from_pretrained` loads."""
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+
+    def load_model(self, directory: Path) -> None:
+        load_weights(directory, self.model)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = state.get("version", 0)
