@@ -8,7 +8,17 @@ import logging
 import sys
 from pathlib import Path
 
+from grpo.rundir.files import DiskError
+from grpo.rundir.lock import RunDirLocked
+
 from grpo.config import ConfigError, TaskConfig, load_config
+
+# Exit statuses: each outcome its own, so a scheduler or script can tell them apart.
+EXIT_CRASH = 1  # an unexpected error (Python's own status for an uncaught exception)
+EXIT_BAD_INPUT = 2  # config, data, model path or run directory refused before any work
+EXIT_STOPPED = 3  # the guard stopped the run: STOPPED.json says why and how to resume
+EXIT_INTERRUPTED = 4  # SIGTERM/SIGINT: state saved; the same command resumes
+EXIT_DISK = 5  # the disk refused a write (full, read-only): free space, then the same command resumes
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -36,7 +46,8 @@ def _setup_logging(run_dir: Path | None = None) -> None:
 
 def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
     from grpo.guard.recovery import RunStopped
-    from grpo.loop import TrainingLoop
+    from grpo.loop import RunInterrupted, TrainingLoop
+    from grpo.rundir.run import RunDir
 
     if run_dir:
         overrides = [*overrides, f"run_dir={run_dir}"]
@@ -48,17 +59,22 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
         else:
             kept.append(override)
     cfg = load_config(config, kept)
-    _setup_logging(cfg.resolved_run_dir)
+    # The lock comes first: a second trainer on this directory must not even open its log.
+    run = RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()
+    _setup_logging(run.path)
     try:
-        trainer = TrainingLoop(cfg, resume_from=resume_from)
-        summary = trainer.train()
+        summary = TrainingLoop(cfg, resume_from=resume_from, run=run).train()
     except RunStopped as stop:
         print(f"\nSTOPPED: {stop}", file=sys.stderr)
-        return 3
-    if quickstart and "before" in summary and "after" in summary:
-        before, after = summary["before"]["accuracy"], summary["after"]["accuracy"]
-        print(f"\nheld-out greedy accuracy on {summary['after']['n']} problems: "
-              f"{before:.1%} before -> {after:.1%} after ({100 * (after - before):+.1f} points)")
+        return EXIT_STOPPED
+    except RunInterrupted as interrupted:
+        print(f"\n{interrupted}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    before, after = summary.get("before"), summary.get("after")
+    if quickstart and before and after:
+        print(f"\nheld-out greedy accuracy on {after['n']} problems: "
+              f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
+              f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
     print(f"run directory: {cfg.resolved_run_dir}")
     return 0
 
@@ -73,18 +89,26 @@ def _eval(args: argparse.Namespace) -> int:
     from grpo.rewards import get_reward
     from grpo.tasks import build_task
 
+    for flag in ("max_samples", "samples", "max_new_tokens", "batch_size"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be at least 1; got {value}")
+    if args.temperature < 0:
+        raise ConfigError(f"--temperature must be 0 or more; got {args.temperature}")
     cfg = load_config(args.config, args.overrides)
     task_cfg: TaskConfig = cfg.task
     task_cfg.name = args.task or task_cfg.name
-    model_cfg = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
-    _setup_logging()
-    device = resolve_device(model_cfg.device)
-    model, tokenizer = load_model_and_tokenizer(model_cfg, device)
-    task = build_task(task_cfg)
+    task = build_task(task_cfg)  # data errors before the model is loaded
     if args.split == "train":
         problems = [task.train_problem(i, cfg.train.seed) for i in range(args.max_samples or task.num_train or 500)]
     else:
         problems = task.eval_problems(args.max_samples)
+    if not problems:
+        raise ConfigError(f"task {task_cfg.name} has no {args.split} problems to evaluate")
+    model_cfg = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
+    _setup_logging()
+    device = resolve_device(model_cfg.device)
+    model, tokenizer = load_model_and_tokenizer(model_cfg, device)
     engine = EmbeddedEngine(model, tokenizer, args.batch_size)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(task_cfg.reward),
@@ -145,10 +169,17 @@ def main(argv: list[str] | None = None) -> int:
         return _eval(args)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except RunDirLocked as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except DiskError as exc:
+        print(f"disk error: {exc}. Checkpoints already saved are intact: free space, then run the same "
+              "command again to resume.", file=sys.stderr)
+        return EXIT_DISK
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -164,8 +165,11 @@ class GuardConfig:
     """Circuit breakers. Defaults are loose enough that a healthy run never trips them."""
 
     enabled: bool = True
-    # fraction of samples in a step that failed after retries
+    # fraction of generation attempts in a step that failed, timed out or came back empty
     failed_rollouts: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.5, "rollback", 2))
+    # fraction of generated answers the reward could not score: bad gold answers or a broken reward
+    # function; a stop, because rolling back cannot fix data
+    unscorable_rewards: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.5, "stop", 2))
     # mean reward exactly 0 for `patience` steps in a row
     zero_reward: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.0, "rollback", 10))
     # mean reward below `threshold` x its moving baseline, for `patience` steps
@@ -200,6 +204,9 @@ class FaultsConfig:
     reward_raises_at_steps: list[int] = field(default_factory=list)
     nan_loss_at_steps: list[int] = field(default_factory=list)
     crash_at_step: int | None = None  # raise after this step's checkpoint (tests exact resume)
+    # SIGSTOP the trainer just before it records this step (metrics line, checkpoint), so a tool such
+    # as strace can be attached to inject kills or disk errors into those writes; SIGCONT resumes it.
+    stop_before_record_at_step: int | None = None
 
 
 @dataclass
@@ -252,7 +259,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"{resolved}: the top level must be a mapping of keys, got {type(data).__name__}")
     for override in overrides or []:
         apply_override(data, override)
-    return from_dict(RunConfig, data)
+    cfg = from_dict(RunConfig, data)
+    validate(cfg)
+    return cfg
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:
@@ -352,9 +361,72 @@ def _coerce(value: Any, hint: Any, path: str, current: Any = None) -> Any:
     return value
 
 
+def validate(cfg: RunConfig) -> None:
+    """Refuse values that cannot train, before any work, in one line that says what to change."""
+    r, a, act, g = cfg.rollout, cfg.algo, cfg.actor, cfg.guard
+    rules: list[tuple[bool, str, Any]] = [
+        (cfg.train.steps is None or cfg.train.steps >= 1,
+         "train.steps must be at least 1 (or null to run train.epochs over the data)", cfg.train.steps),
+        (cfg.train.epochs >= 1, "train.epochs must be at least 1", cfg.train.epochs),
+        (r.problems_per_step >= 1, "rollout.problems_per_step must be at least 1", r.problems_per_step),
+        (r.samples_per_problem >= 2, "rollout.samples_per_problem must be at least 2: GRPO learns by comparing "
+         "answers to the same problem, and a group of one has no advantage", r.samples_per_problem),
+        (r.max_new_tokens >= 1, "rollout.max_new_tokens must be at least 1", r.max_new_tokens),
+        (r.temperature > 0, "rollout.temperature must be above 0: greedy answers to one problem are all the same, "
+         "so no group would carry a learning signal", r.temperature),
+        (0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]", r.top_p),
+        (r.generation_batch_size >= 1, "rollout.generation_batch_size must be at least 1", r.generation_batch_size),
+        (r.max_retries >= 0, "rollout.max_retries must be 0 or more", r.max_retries),
+        (r.retry_backoff_s >= 0, "rollout.retry_backoff_s must be 0 or more", r.retry_backoff_s),
+        (r.max_refill_rounds >= 0, "rollout.max_refill_rounds must be 0 or more", r.max_refill_rounds),
+        (a.updates_per_batch >= 1, "algo.updates_per_batch must be at least 1", a.updates_per_batch),
+        (a.micro_batch_size >= 1, "algo.micro_batch_size must be at least 1", a.micro_batch_size),
+        (0 <= a.clip_low < 1, "algo.clip_low must be in [0, 1)", a.clip_low),
+        (a.clip_high >= 0, "algo.clip_high must be 0 or more", a.clip_high),
+        (a.kl_coef >= 0, "algo.kl_coef must be 0 or more", a.kl_coef),
+        (act.lr > 0 and math.isfinite(act.lr), "actor.lr must be a positive number", act.lr),
+        (act.weight_decay >= 0, "actor.weight_decay must be 0 or more", act.weight_decay),
+        (len(act.betas) == 2 and all(0 <= b < 1 for b in act.betas), "actor.betas must be two numbers in [0, 1)",
+         act.betas),
+        (act.eps > 0, "actor.eps must be above 0", act.eps),
+        (act.warmup_steps >= 0, "actor.warmup_steps must be 0 or more", act.warmup_steps),
+        (0 <= act.min_lr_ratio <= 1, "actor.min_lr_ratio must be in [0, 1]", act.min_lr_ratio),
+        (cfg.eval.every_steps >= 0, "eval.every_steps must be 0 (off) or more", cfg.eval.every_steps),
+        (cfg.eval.max_samples >= 1, "eval.max_samples must be at least 1", cfg.eval.max_samples),
+        (cfg.eval.batch_size >= 1, "eval.batch_size must be at least 1", cfg.eval.batch_size),
+        (cfg.eval.max_new_tokens is None or cfg.eval.max_new_tokens >= 1, "eval.max_new_tokens must be at least 1",
+         cfg.eval.max_new_tokens),
+        (cfg.checkpoint.every_steps >= 0, "checkpoint.every_steps must be 0 (off) or more", cfg.checkpoint.every_steps),
+        (cfg.checkpoint.every_minutes >= 0, "checkpoint.every_minutes must be 0 (off) or more",
+         cfg.checkpoint.every_minutes),
+        (cfg.checkpoint.keep_last >= 1, "checkpoint.keep_last must be at least 1", cfg.checkpoint.keep_last),
+        (cfg.task.max_train_problems is None or cfg.task.max_train_problems >= 1,
+         "task.max_train_problems must be at least 1 (or null for all)", cfg.task.max_train_problems),
+        (g.max_rollbacks >= 0, "guard.max_rollbacks must be 0 or more", g.max_rollbacks),
+        (0 < g.rollback_lr_factor <= 1, "guard.rollback_lr_factor must be in (0, 1]", g.rollback_lr_factor),
+        (g.baseline_steps >= 1, "guard.baseline_steps must be at least 1", g.baseline_steps),
+        (g.pause_poll_s > 0, "guard.pause_poll_s must be above 0", g.pause_poll_s),
+        (g.pause_timeout_s >= 0, "guard.pause_timeout_s must be 0 or more", g.pause_timeout_s),
+        (0 <= cfg.faults.fail_fraction <= 1, "faults.fail_fraction must be in [0, 1]", cfg.faults.fail_fraction),
+    ]
+    for field_ in dataclasses.fields(GuardConfig):
+        breaker = getattr(g, field_.name)
+        if isinstance(breaker, BreakerConfig):
+            rules.append((breaker.patience >= 1, f"guard.{field_.name}.patience must be at least 1", breaker.patience))
+            rules.append((math.isfinite(breaker.threshold), f"guard.{field_.name}.threshold must be a finite number",
+                          breaker.threshold))
+    tiny = cfg.model.tiny
+    rules.append((min(tiny.hidden_size, tiny.num_layers, tiny.num_heads, tiny.intermediate_size) >= 1
+                  and tiny.hidden_size % tiny.num_heads == 0,
+                  "model.tiny needs positive sizes and hidden_size divisible by num_heads", dataclasses.asdict(tiny)))
+    for ok, message, value in rules:
+        if not ok:
+            raise ConfigError(f"{message}; got {value!r}")
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def save_config(config: RunConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+def config_yaml(config: RunConfig) -> str:
+    return yaml.safe_dump(to_dict(config), sort_keys=False)

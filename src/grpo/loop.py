@@ -1,34 +1,36 @@
 """The GRPO training loop. It drives the roles (policy, rollout, guard, run directory) and each step
 reads top to bottom in named phases:
 
-    rollout -> check rollouts -> advantages -> update -> check update -> sync -> evaluate -> checkpoint
-    -> record -> act on the guard's verdict
+    rollout -> check rollouts -> advantages -> update -> check update -> sync -> evaluate -> record
+    -> checkpoint -> act on the guard's verdict
 
 Rollout breakers run before the update, so a bad batch is never trained on. The guard only decides;
-restoring, pausing and stopping are done here, through the policy and checkpoint APIs.
+restoring, pausing and stopping are done here, through the policy and checkpoint APIs. A stop signal
+abandons a step before its update is applied (or lets an applied one finish), saves, and exits.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import os
 import random
+import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 import yaml
 
 from grpo.algo.advantages import group_advantages
-from grpo.config import ConfigError, RunConfig, save_config, to_dict
+from grpo.config import ConfigError, RunConfig, config_yaml, to_dict
 from grpo.evaluate import evaluate, format_table
 from grpo.guard.breakers import Guard, Trip, Verdict
-from grpo.guard.events import EventLog
 from grpo.guard.faults import FaultInjector
-from grpo.guard.recovery import RunStopped, notify, wait_while_paused, write_stop_report
+from grpo.guard.recovery import RunStopped, notify, resume_command, wait_while_paused, write_stop_report
+from grpo.guard.signals import SignalWatch, StopRequested
 from grpo.metrics import MetricsLogger
 from grpo.phases import PhaseTimer
 from grpo.policy.models import resolve_device
@@ -37,21 +39,49 @@ from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch, UpdateResult
 from grpo.rewards import get_reward
 from grpo.rollout.collector import RolloutBatch, RolloutCollector, rollout_metrics
+from grpo.rollout.engines import GenerationCancelled
 from grpo.rollout.engines.embedded import EmbeddedEngine
-from grpo.rundir.checkpoints import CheckpointManager, capture_rng, load_state, restore_rng
+from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
+from grpo.rundir.files import DiskError, atomic_write, atomic_write_json, is_disk_error, read_json
+from grpo.rundir.run import RunDir
 from grpo.tasks import build_task
 
 log = logging.getLogger(__name__)
 
 
+class RunInterrupted(Exception):
+    """A signal stopped the run after its state was saved; the message says how to resume."""
+
+
 class TrainingLoop:
-    def __init__(self, cfg: RunConfig, resume_from: str | None = None) -> None:
+    def __init__(self, cfg: RunConfig, resume_from: str | None = None, run: RunDir | None = None) -> None:
         self.cfg = cfg
-        self.run_dir = cfg.resolved_run_dir
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        seed = cfg.train.seed
+        self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()
+        self.metrics: MetricsLogger | None = None
+        self.signals = SignalWatch()
+        try:
+            self._build()
+            self._start(resume_from)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def checkpoints(self):
+        return self.run.checkpoints
+
+    @property
+    def events(self):
+        return self.run.events
+
+    def _build(self) -> None:
+        cfg, seed = self.cfg, self.cfg.train.seed
         random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
-        self.task = build_task(cfg.task)
+        self.task = build_task(cfg.task)  # data errors surface here, before the model is loaded
         self.total_steps = self._total_steps()
         try:
             self.reward_fn = get_reward(cfg.task.reward)
@@ -61,29 +91,14 @@ class TrainingLoop:
         self.policy = Policy(cfg, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.faults = FaultInjector(cfg.faults, seed)
-        self.engine = EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size)
+        self.engine = EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size,
+                                     cancel=self.signals.event)
         self.collector = RolloutCollector(
             self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed
         )
         self.guard = Guard(cfg.guard)
-        self.events = EventLog(self.run_dir / "events.jsonl")
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint)
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
         self.last_save = time.monotonic()
-        self._save_config()
-        self.metrics = MetricsLogger(self.run_dir, cfg.logging, self.total_steps, cfg.name, to_dict(cfg))
-        self._start(resume_from)
-
-    def _save_config(self) -> None:
-        """Write the resolved config; a resume with a different one records what changed."""
-        path = self.run_dir / "config.yaml"
-        if path.is_file():
-            before, after = _flatten(yaml.safe_load(path.read_text()) or {}), _flatten(to_dict(self.cfg))
-            changed = {k: [before.get(k), after.get(k)] for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-            if changed:
-                self.events.record("config_changed", 0, f"{len(changed)} config keys differ from the saved run",
-                                   changed=changed)
-        save_config(self.cfg, path)
 
     def _total_steps(self) -> int:
         if self.cfg.train.steps is not None:
@@ -93,48 +108,101 @@ class TrainingLoop:
         return math.ceil(self.task.num_train * self.cfg.train.epochs / self.cfg.rollout.problems_per_step)
 
     def _start(self, resume_from: str | None) -> None:
-        stopped = self.run_dir / "STOPPED.json"
-        source = Path(resume_from) if resume_from else None
-        if source is None and self.cfg.recover == "auto" and (latest := self.checkpoints.latest()) is not None:
-            source = latest.path
-        if source is not None:
-            self._restore(source)
-            abandoned = self.checkpoints.set_aside_after(self.step) if resume_from else []
-            previous = json.loads(stopped.read_text()) if stopped.is_file() else None
-            stopped.unlink(missing_ok=True)
-            self.events.record("restart", self.step, f"resumed from {source}", previous_stop=previous,
-                               set_aside=[str(p) for p in abandoned])
-            log.info("resumed from %s at step %d", source, self.step)
-        elif self.checkpoints.latest() is not None:
+        for note in self.run.open():
+            self.events.record("repaired", 0, note)
+            log.warning("run directory repaired: %s", note)
+        if resume_from:
+            try:
+                info = self.checkpoints.open(Path(resume_from))
+            except CheckpointInvalid as exc:
+                valid = ", ".join(str(i.path) for i in self.checkpoints.list()) or "none"
+                raise ConfigError(f"resume_from={resume_from} is not a usable checkpoint: {exc.reason}; "
+                                  f"valid checkpoints here: {valid}") from None
+            self._restore(info)
+        elif self.cfg.recover == "auto" and (candidates := self.checkpoints.list()):
+            info = self._restore_newest(candidates)
+            if info is None:
+                raise ConfigError(f"no checkpoint in {self.checkpoints.root} loads: all {len(candidates)} were "
+                                  f"invalid and are now in {self.checkpoints.root / 'invalid'} (see events.jsonl); "
+                                  "start over with a new run_dir")
+        elif self.checkpoints.list():
             raise ConfigError(f"{self.run_dir} already has checkpoints and recover=off: pick a new run_dir")
         else:
+            info = None
+        previous_stop, _ = read_json(self.run.stopped_path)
+        if info is not None:
+            set_aside = self.checkpoints.set_aside_after(self.step) if resume_from else []
+            cut = self.run.rewind_logs(info.log_offsets)
+            self.run.stopped_path.unlink(missing_ok=True)
+            self.events.record("restart", self.step, f"resumed from {info.path}", previous_stop=previous_stop,
+                               set_aside=[str(p) for p in set_aside], log_lines_replayed=cut)
+            log.info("resumed from %s at step %d", info.path, self.step)
+        else:
+            self.run.rewind_logs({})  # lines from a start that never saved a checkpoint
             # A step-0 checkpoint gives a rollback target before the first periodic save.
             self._save(healthy=True)
+        # Only now, with the start done, does the config on disk change: a failed resume leaves the
+        # run's config (and the resume command that names it) as it was.
+        self._write_config()
+        self.metrics = MetricsLogger(self.run_dir, self.cfg.logging, self.total_steps, self.cfg.name,
+                                     to_dict(self.cfg), start_step=self.step)
+
+    def _write_config(self) -> None:
+        text = config_yaml(self.cfg)
+        if self.run.config_path.is_file():
+            try:
+                before = _flatten(yaml.safe_load(self.run.config_path.read_text()) or {})
+            except (yaml.YAMLError, OSError, UnicodeDecodeError):
+                before = {}
+            after = _flatten(to_dict(self.cfg))
+            changed = {k: [before.get(k), after.get(k)] for k in before.keys() | after.keys()
+                       if before.get(k) != after.get(k)}
+            if changed:
+                self.events.record("config_changed", self.step,
+                                   f"{len(changed)} config keys differ from the saved run", changed=changed)
+        atomic_write(self.run.config_path, text)
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        self.signals.uninstall()
+        self.run.close()
 
     # ---------------------------------------------------------------------------------------------
 
     def train(self) -> dict[str, Any]:
+        self.signals.install()
         try:
             return self._train()
         except RunStopped:
             raise
+        except StopRequested as stop:
+            raise self._interrupted(stop) from None
         except BaseException as exc:  # recorded, then re-raised: a crash is never silent
-            self.events.record("crash", self.step + 1, f"{type(exc).__name__}: {exc}")
-            self.metrics.close()
-            raise
+            raise self._crashed(exc) from exc
+        finally:
+            self.close()
 
     def _train(self) -> dict[str, Any]:
+        started = time.time()
         summary: dict[str, Any] = {}
         if self.cfg.eval.before_training and self.step == 0:
             summary["before"] = self._evaluate("before")
         while self.step < self.total_steps:
+            self.signals.check()
             self._train_step(self.step + 1)
+            self.signals.check()
         latest = self.checkpoints.latest()
         if self.cfg.checkpoint.save_final and (latest is None or latest.step != self.step):
             self._save(healthy=self.guard.healthy and self.policy.params_finite())
         if self.cfg.eval.after_training:
             summary["after"] = self._evaluate("after")
-        self.metrics.close()
+        final = self.checkpoints.latest()
+        atomic_write_json(self.run.summary_path, {
+            "status": "finished", "steps": self.step, "wall_s": time.time() - started,
+            "final_checkpoint": str(final.path) if final else None,
+            "final_model": str(final.model_dir) if final else None, **summary,
+        })
         return summary
 
     def _train_step(self, step: int) -> None:
@@ -142,29 +210,14 @@ class TrainingLoop:
         started = time.perf_counter()
         self.policy.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.lr_scale)
         checkpoint_due = self._checkpoint_due(step)
-
-        with timer.phase("rollout"):  # generate, score, filter: failed samples retried, bad groups refilled
-            batch = self.collector.collect(step, self.data_index, self.generator)
-        m: dict[str, Any] = rollout_metrics(batch)
-        with timer.phase("guard"):
-            trips = self.guard.check("rollout", step, m)
-
-        result = UpdateResult(False, skip_reason=_blocking_reason(trips))
-        if result.skip_reason is None:
-            with timer.phase("advantages"):
-                train_batch, no_signal = self._advantages(batch)
-            m["update/no_signal"] = int(no_signal)
-            if train_batch is None:
-                result.skip_reason = "no learning signal" if no_signal else "no trainable groups"
-            else:
-                with timer.phase("update"):
-                    result = self.policy.update(train_batch, inject_nan=self.faults.nan_loss(step))
-            with timer.phase("guard"):
-                self._check_params(result, checkpoint_due)
-                m.update({f"actor/{k}": v for k, v in result.metrics.items()})
-                m["update/applied"] = int(result.applied)
-                m["update/nonfinite"] = int(result.skip_reason is not None and "non-finite" in result.skip_reason)
-                trips += self.guard.check("update", step, m)
+        at_start = self._loop_state()
+        try:
+            batch, m, trips, result = self._rollout_and_update(step, timer, checkpoint_due)
+        except (StopRequested, GenerationCancelled):
+            # Nothing of this step reached the weights: put back what it consumed (RNG, streaks) so
+            # the saved state resumes exactly as if the step had never begun.
+            self._load_loop_state(at_start)
+            raise StopRequested(self.signals.signum or signal.SIGTERM) from None
 
         with timer.phase("sync"):
             self.engine.sync_weights(self.policy.model)
@@ -173,27 +226,57 @@ class TrainingLoop:
         blocked = _blocking_reason(trips) is not None
         if not trips:
             self.guard.observe({**m, "update/applied": int(result.applied)})
-        if not blocked:
-            if self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
-                m.update({f"eval/{k}": v for k, v in self._evaluate(f"step {step}").items()})
-            with timer.phase("checkpoint"):
-                if checkpoint_due:
-                    self._save(healthy=self.guard.healthy)
+        if not blocked and self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
+            if (evaluation := self._evaluate(f"step {step}")) is not None:
+                m.update({f"eval/{k}": v for k, v in evaluation.items()})
 
         m.update(timer.pop())
         m.setdefault("update/no_signal", 0)
         m.update({
             "update/applied": int(result.applied), "update/skip_reason": result.skip_reason,
-            "actor/lr": self.policy.lr, "data/index": self.data_index,
+            "actor/lr": self.policy.lr, "data/index": self.data_index, "policy/version": self.policy.version,
             "guard/trips": [t.breaker for t in trips], "guard/rollbacks": self.guard.rollbacks,
             "time/step_s": time.perf_counter() - started,
         })
         m["perf/tokens_per_s"] = m["perf/generated_tokens"] / m["time/step_s"]
+        if self.cfg.faults.stop_before_record_at_step == step:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        # The line is written before the checkpoint, whose manifest records the log's size: a resume
+        # from it keeps this line, and a resume from an older one moves it aside, never duplicates it.
         self.metrics.log(step, m)
+        if not blocked and checkpoint_due:
+            self._save(healthy=self.guard.healthy)
         self._record_trips(trips, step)
         self._act(self.guard.decide(trips, self.checkpoints.last_good()))
         if self.cfg.faults.crash_at_step == step:
             raise RuntimeError(f"injected crash after step {step} (faults.crash_at_step)")
+
+    def _rollout_and_update(self, step: int, timer: PhaseTimer, checkpoint_due: bool):
+        with timer.phase("rollout"):  # generate, score, filter: failed samples retried, bad groups refilled
+            batch = self.collector.collect(step, self.data_index, self.generator)
+        m: dict[str, Any] = rollout_metrics(batch)
+        with timer.phase("guard"):
+            trips = self.guard.check("rollout", step, m)
+        result = UpdateResult(False, skip_reason=_blocking_reason(trips))
+        if result.skip_reason is not None:
+            return batch, m, trips, result
+        with timer.phase("advantages"):
+            train_batch, no_signal = self._advantages(batch)
+        m["update/no_signal"] = int(no_signal)
+        if train_batch is None:
+            result.skip_reason = "no learning signal" if no_signal else "no trainable groups"
+        else:
+            self.signals.check()
+            with timer.phase("update"):
+                result = self.policy.update(train_batch, inject_nan=self.faults.nan_loss(step),
+                                            check_stop=self.signals.check)
+        with timer.phase("guard"):
+            self._check_params(result, checkpoint_due)
+            m.update({f"actor/{k}": v for k, v in result.metrics.items()})
+            m["update/applied"] = int(result.applied)
+            m["update/nonfinite"] = int(result.skip_reason is not None and "non-finite" in result.skip_reason)
+            trips += self.guard.check("update", step, m)
+        return batch, m, trips, result
 
     def _advantages(self, batch: RolloutBatch) -> tuple[TrainBatch | None, bool]:
         """-> (the batch to train on, or None; whether it was dropped for having no learning signal)."""
@@ -239,9 +322,12 @@ class TrainingLoop:
             self._rollback(verdict)
 
     def _rollback(self, verdict: Verdict) -> None:
-        trip, good = verdict.trip, verdict.rollback_to
-        assert trip is not None and good is not None
-        self._restore(good.path)
+        trip, target = verdict.trip, verdict.rollback_to
+        assert trip is not None and target is not None
+        candidates = [i for i in self.checkpoints.list() if i.healthy and i.step <= target.step]
+        good = self._restore_newest(candidates)
+        if good is None:
+            self._stop(Verdict("stop", trip, f"{trip.message}; not rolling back: no healthy checkpoint loads"))
         self.lr_scale *= self.cfg.guard.rollback_lr_factor
         self.checkpoints.discard_after(good.step)
         self.events.record("rollback", trip.step, f"rolled back to step {good.step} after {trip.breaker}",
@@ -251,16 +337,18 @@ class TrainingLoop:
     def _pause(self, verdict: Verdict) -> None:
         trip = verdict.trip
         assert trip is not None
-        pause_file = self.run_dir / "PAUSED"
-        pause_file.write_text(f"{trip.message}\nDelete this file to continue the run.\n")
+        pause_file = self.run.paused_path
+        atomic_write(pause_file, f"{trip.message}\nDelete this file to continue the run.\n")
         self.events.record("pause", trip.step, f"paused: delete {pause_file} to continue", breaker=trip.breaker)
         log.warning("paused after %s: delete %s to continue", trip.breaker, pause_file)
-        if not wait_while_paused(pause_file, self.cfg.guard.pause_poll_s, self.cfg.guard.pause_timeout_s):
+        if not wait_while_paused(pause_file, self.cfg.guard.pause_poll_s, self.cfg.guard.pause_timeout_s,
+                                 self.signals.event):
+            self.signals.check()
             reason = f"{trip.message}; paused {self.cfg.guard.pause_timeout_s:g}s with no one resuming"
             self._stop(Verdict("stop", trip, reason))
         self.events.record("unpause", trip.step, "resumed after pause")
 
-    def _stop(self, verdict: Verdict) -> None:
+    def _stop(self, verdict: Verdict) -> NoReturn:
         trip = verdict.trip
         assert trip is not None
         good = self.checkpoints.last_good()
@@ -268,42 +356,91 @@ class TrainingLoop:
         report = write_stop_report(self.run_dir, f"{trip.breaker}: {cause}", trip.step, trip.evidence,
                                    good.path if good else None)
         self.events.record("stop", trip.step, cause, report=report)
-        self.metrics.close()
         raise RunStopped(f"run stopped at step {trip.step} by breaker {trip.breaker}: {cause}\n"
                          f"last good checkpoint: {report['last_good_checkpoint']}\n"
                          f"resume with: {report['resume_command']}", report)
 
+    def _interrupted(self, stop: StopRequested) -> RunInterrupted:
+        """Save where the run stands (the last whole step) and say how to go on."""
+        name = signal.Signals(stop.signum).name
+        latest = self.checkpoints.latest()
+        if latest is None or latest.step != self.step:
+            self._save(healthy=self.guard.healthy and self.policy.params_finite())
+        command = resume_command(self.run_dir, None)
+        self.events.record("interrupted", self.step, f"{name}: state saved at step {self.step}", signal=name,
+                           resume_command=command)
+        log.warning("%s: saved step %d; resume with: %s", name, self.step, command)
+        return RunInterrupted(f"interrupted by {name}: state saved at step {self.step}; resume with: {command}")
+
+    def _crashed(self, exc: BaseException) -> BaseException:
+        """Record a crash without letting the record hide it; a disk error becomes one that names the disk."""
+        if is_disk_error(exc):
+            self.run.release_reserve()  # room for the event below
+            exc = exc if isinstance(exc, DiskError) else DiskError(self.run_dir, exc)
+        try:
+            self.events.record("crash", self.step + 1, f"{type(exc).__name__}: {exc}")
+        except OSError as record_error:
+            log.error("could not record the crash in %s: %s", self.events.path, record_error)
+        return exc
+
     # --- state ---------------------------------------------------------------------------------
 
-    def _state(self) -> dict[str, Any]:
+    def _loop_state(self) -> dict[str, Any]:
         return {"step": self.step, "data_index": self.data_index, "lr_scale": self.lr_scale, "score": self.score,
-                "policy": self.policy.state_dict(), "rng": capture_rng(self.generator),
-                "guard": self.guard.state_dict()}
+                "rng": capture_rng(self.generator), "guard": self.guard.state_dict()}
 
-    def _restore(self, path: Path) -> None:
-        state = load_state(path)
-        self.policy.load_model(Path(path) / "model")
-        self.policy.load_state_dict(state["policy"])
+    def _load_loop_state(self, state: dict[str, Any]) -> None:
         self.step, self.data_index, self.lr_scale, self.score = (
             state["step"], state["data_index"], state["lr_scale"], state["score"])
         restore_rng(state["rng"], self.generator)
         self.guard.load_state_dict(state["guard"])
+
+    def _restore(self, info: CheckpointInfo) -> None:
+        state = self.checkpoints.load_state(info)
+        try:
+            self.policy.load_model(info.model_dir)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ConfigError(f"checkpoint {info.path} does not fit model.name={self.cfg.model.name}: {exc}") from None
+        self.policy.load_state_dict(state["policy"])
+        self._load_loop_state(state)
+
+    def _restore_newest(self, candidates: list[CheckpointInfo]) -> CheckpointInfo | None:
+        """Restore the newest checkpoint that verifies; invalid ones are moved aside and recorded."""
+        for info in reversed(candidates):
+            try:
+                self.checkpoints.verify(info)
+                self._restore(info)
+                return info
+            except CheckpointInvalid as exc:
+                moved = self.checkpoints.quarantine(info.path, exc.reason)
+                self.events.record("checkpoint_invalid", info.step, str(exc), moved_to=str(moved))
+                log.warning("%s; moved to %s, trying an older one", exc, moved)
+        return None
 
     def _checkpoint_due(self, step: int) -> bool:
         every, minutes = self.cfg.checkpoint.every_steps, self.cfg.checkpoint.every_minutes
         return bool((every and step % every == 0) or (minutes and time.monotonic() - self.last_save > minutes * 60))
 
     def _save(self, healthy: bool = True) -> None:
-        self.checkpoints.save(self.step, self.policy.save_model, self._state(), healthy=healthy, score=self.score)
+        started = time.perf_counter()
+        state = {**self._loop_state(), "policy": self.policy.state_dict()}
+        info = self.checkpoints.save(self.step, self.policy.save_model, state, healthy=healthy, score=self.score,
+                                     logs=self.run.log_offsets())
         self.last_save = time.monotonic()
+        size = sum(f["size"] for f in info.meta["files"].values())
+        self.events.record("checkpoint", self.step, f"saved {info.path.name}", healthy=healthy, bytes=size,
+                           seconds=round(time.perf_counter() - started, 3))
 
-    def _evaluate(self, label: str) -> dict[str, float]:
+    def _evaluate(self, label: str) -> dict[str, float] | None:
+        """Held-out accuracy; None when a stop signal cut it short (the step itself stands)."""
         problems = self.task.eval_problems(self.cfg.eval.max_samples)
-        result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.reward_fn,
-                          max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
+        try:
+            result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.reward_fn,
+                              max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
+        except GenerationCancelled:
+            return None
         self.score = result["accuracy"]
-        with (self.run_dir / "eval.jsonl").open("a") as f:
-            f.write(json.dumps({"step": self.step, "label": label, **result}) + "\n")
+        self.run.logs["eval.jsonl"].append({"step": self.step, "label": label, **result})
         print(format_table(result, f"held-out evaluation ({label}, step {self.step})"), flush=True)
         return result
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import LoggingConfig
+from grpo.rundir.files import JsonlLog, atomic_write
 
 CONSOLE_COLUMNS = [
     ("step", "step", "{:>5d}"),
@@ -40,8 +40,9 @@ def _fmt(fmt: str, value: Any) -> str:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, cfg: LoggingConfig, total_steps: int, run_name: str, config_dict: dict) -> None:
-        self.path = run_dir / "metrics.jsonl"
+    def __init__(self, run_dir: Path, cfg: LoggingConfig, total_steps: int, run_name: str, config_dict: dict,
+                 start_step: int = 0) -> None:
+        self.log_file = JsonlLog(run_dir / "metrics.jsonl")
         self.total_steps = total_steps
         self.cfg = cfg
         self.lines = 0
@@ -50,17 +51,22 @@ class MetricsLogger:
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            # purge_step drops scalars a resumed run will write again, so curves never fold back.
+            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
         if cfg.wandb_project:
             import wandb
 
-            self.wandb = wandb.init(project=cfg.wandb_project, name=run_name, config=config_dict, resume="allow")
+            # The run id lives in the run directory, so a resume continues the same W&B run.
+            id_file = run_dir / "wandb_id"
+            run_id = id_file.read_text().strip() if id_file.is_file() else wandb.util.generate_id()
+            atomic_write(id_file, run_id)
+            self.wandb = wandb.init(project=cfg.wandb_project, name=run_name, config=config_dict, id=run_id,
+                                    resume="allow")
         self.started = time.time()
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, "time": time.time(), **metrics}
-        with self.path.open("a") as f:
-            f.write(json.dumps(record, default=_jsonable) + "\n")
+        self.log_file.append(record)
         numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.tb is not None:
             for key, value in numeric.items():
@@ -95,12 +101,6 @@ def _width(fmt: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def _jsonable(value: Any) -> Any:
-    return str(value)
-
-
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Every readable metrics line (a torn or garbled line is skipped: `grpo doctor` counts them)."""
+    return JsonlLog(Path(run_dir) / "metrics.jsonl").read()[0]

@@ -146,7 +146,8 @@ def test_trip_hook_command_receives_the_event(tmp_path):
     out = tmp_path / "hook.json"
     run_tiny([
         f"run_dir={tmp_path / 'r'}", "train.steps=2", "faults.reward_raises_at_steps=[1]",
-        "guard.failed_rollouts.action=warn", "guard.failed_rollouts.patience=1", f"guard.on_trip_command=cat > {out}",
+        "guard.unscorable_rewards.action=warn", "guard.unscorable_rewards.patience=1",
+        f"guard.on_trip_command=cat > {out}",
     ])
     line = metric_lines(tmp_path / "r")[0]
     # 16 samples a round, and two refill rounds that fail the same way
@@ -154,7 +155,8 @@ def test_trip_hook_command_receives_the_event(tmp_path):
     assert line["groups/trained"] == 0 and line["update/applied"] == 0
     event = json.loads(out.read_text())
     assert event["kind"] == "trip" and event["step"] == 1
-    assert event["evidence"]["breaker"] == "failed_rollouts" and event["evidence"]["failed_frac"] == 1.0
+    assert event["evidence"]["breaker"] == "unscorable_rewards" and event["evidence"]["unscorable_frac"] == 1.0
+    assert line["rollout/failed_frac"] == 0.0  # the engine did its job: this is the reward's failure
 
 
 def test_non_finite_parameters_are_caught_and_rolled_back(tmp_path):

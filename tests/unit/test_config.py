@@ -11,7 +11,7 @@ from grpo.config import (
     GuardConfig,
     RunConfig,
     load_config,
-    save_config,
+    config_yaml,
 )
 
 PRESETS = sorted(PRESET_DIR.rglob("*.yaml"))
@@ -242,7 +242,7 @@ def test_save_then_load_round_trips(tmp_path):
         ],
     )
     path = tmp_path / "config.yaml"
-    save_config(cfg, path)
+    path.write_text(config_yaml(cfg))
     loaded = load_config(path)
     assert loaded == cfg
     assert dataclasses.asdict(loaded) == dataclasses.asdict(cfg)
@@ -250,5 +250,5 @@ def test_save_then_load_round_trips(tmp_path):
 
 def test_save_then_load_round_trips_the_defaults(tmp_path):
     path = tmp_path / "config.yaml"
-    save_config(RunConfig(), path)
+    path.write_text(config_yaml(RunConfig()))
     assert load_config(path) == RunConfig()

@@ -16,7 +16,7 @@ from grpo.config import BreakerConfig, GuardConfig
 from grpo.rundir.checkpoints import CheckpointInfo
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
-ROLLOUT_BREAKERS = ("failed_rollouts", "zero_reward", "reward_collapse", "empty_responses", "truncated_responses")
+ROLLOUT_BREAKERS = ("failed_rollouts", "unscorable_rewards", "zero_reward", "reward_collapse", "empty_responses", "truncated_responses")
 UPDATE_BREAKERS = ("nonfinite", "zero_loss", "grad_norm_spike", "kl_explosion")
 MIN_HISTORY = 5
 
@@ -117,6 +117,17 @@ class Guard:
         counts = {k: v for k, v in m.items() if k.startswith("rollout/") and not k.endswith("_frac")}
         return frac >= b.threshold, f"{frac:.0%} of rollout attempts failed (threshold {b.threshold:.0%})", {
             "failed_frac": frac, **counts}
+
+    def _unscorable_rewards(self, b: BreakerConfig, m: dict[str, Any]):
+        frac = m.get("rollout/unscorable_frac")
+        if frac is None or not m.get("rollout/unscorable"):
+            return None
+        return frac >= b.threshold, (
+            f"{frac:.0%} of generated answers could not be scored: the task's gold answers or the reward "
+            f"function are at fault, not the model, and rolling back cannot fix them; check the data "
+            f"(task.path) and task.reward (reward errors this step: {m.get('rollout/reward_errors', 0)})"
+        ), {"unscorable_frac": frac, "unscorable": m.get("rollout/unscorable"),
+            "reward_errors": m.get("rollout/reward_errors")}
 
     def _zero_reward(self, b: BreakerConfig, m: dict[str, Any]):
         reward = m.get("reward/mean")

@@ -1,4 +1,4 @@
-"""What the trainer does when a breaker trips: notify, pause, and write the stop report."""
+"""What the loop uses to carry out the guard's verdicts: notify, pause, and write the stop report."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import json
 import logging
 import shlex
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from grpo.rundir.files import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +60,17 @@ def write_stop_report(run_dir: Path, cause: str, step: int, evidence: dict[str, 
         "last_good_checkpoint": str(last_good) if last_good else None,
         "resume_command": resume_command(run_dir, last_good),
     }
-    tmp = run_dir / ".STOPPED.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2, default=str))
-    tmp.rename(run_dir / "STOPPED.json")
+    atomic_write_json(run_dir / "STOPPED.json", report)
     return report
 
 
-def wait_while_paused(pause_file: Path, poll_s: float, timeout_s: float) -> bool:
-    """Block until the user deletes `pause_file` (True) or the timeout passes (False)."""
+def wait_while_paused(pause_file: Path, poll_s: float, timeout_s: float,
+                      stop: threading.Event | None = None) -> bool:
+    """Block until the user deletes `pause_file` (True), or the timeout passes or `stop` is set (False)."""
+    stop = stop or threading.Event()
     deadline = time.monotonic() + timeout_s
     while pause_file.exists():
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or stop.is_set():
             return False
-        time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
+        stop.wait(min(poll_s, max(deadline - time.monotonic(), 0.0)))
     return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -60,12 +60,13 @@ class Policy:
             out.extend(logprobs[i, : len(batch.completion_ids[r])].tolist() for i, r in enumerate(rows))
         return out
 
-    def update(self, batch: TrainBatch, inject_nan: bool = False) -> UpdateResult:
+    def update(self, batch: TrainBatch, inject_nan: bool = False,
+               check_stop: Callable[[], None] = lambda: None) -> UpdateResult:
         result = update_policy(
             self.model, self.optimizer, batch, self.loss_cfg,
             updates=self.cfg.algo.updates_per_batch, micro_batch_size=self.cfg.algo.micro_batch_size,
             max_grad_norm=self.cfg.actor.max_grad_norm, temperature=self.cfg.rollout.temperature,
-            pad_id=self.tokenizer.pad_token_id, inject_nan=inject_nan,
+            pad_id=self.tokenizer.pad_token_id, inject_nan=inject_nan, check_stop=check_stop,
         )
         if result.applied:
             self.version += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from transformers import DynamicCache
@@ -160,10 +161,13 @@ def update_policy(
     temperature: float,
     pad_id: int,
     inject_nan: bool = False,
+    check_stop: Callable[[], None] = lambda: None,
 ) -> UpdateResult:
     """`updates` optimizer steps over the batch, each accumulating gradients over micro-batches.
 
     A step whose loss or gradient norm is not finite is not applied; its gradients are discarded.
+    `check_stop` runs after every micro-batch and may raise to abandon the update before the next
+    optimizer step (the weights then hold the last applied step, never a partial one).
     """
     device = next(model.parameters()).device
     totals = BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
@@ -183,6 +187,11 @@ def update_policy(
                 loss = loss * float("nan")
             loss.backward()
             optimizer.accumulate_grads()
+            try:
+                check_stop()
+            except BaseException:
+                optimizer.zero_grad()
+                raise
             loss_total += loss.item()
             weight = metrics.pop("tokens") / totals.num_tokens
             for key, value in metrics.items():

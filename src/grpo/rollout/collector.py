@@ -170,10 +170,15 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     """Counts of every status over all attempts, group bookkeeping, and reward/response statistics."""
     m: dict[str, float] = {f"rollout/{status.value}": batch.attempts.get(status.value, 0) for status in SampleStatus}
     total = sum(batch.attempts.values())
-    failed = sum(batch.attempts.get(s.value, 0) for s in SampleStatus if not s.trainable)
+    # A failed generation and an answer the reward cannot score have different causes (the engine vs
+    # the data or reward function), different remedies, and different breakers.
+    failed = sum(batch.attempts.get(s.value, 0) for s in SampleStatus if s.retryable)
+    generated = total - failed
+    unscorable = batch.attempts.get(SampleStatus.UNSCORABLE.value, 0)
     m.update({
         "rollout/attempts": total,
         "rollout/failed_frac": failed / total if total else 0.0,
+        "rollout/unscorable_frac": unscorable / generated if generated else 0.0,
         "rollout/retries": batch.retries,
         "rollout/rounds": batch.rounds,
         "rollout/reward_errors": len(batch.reward_errors),

@@ -1,8 +1,11 @@
-"""Atomic checkpoints: a loadable model directory plus the trainer state needed to resume exactly.
+"""Checkpoints: a loadable model directory plus the trainer state needed to resume exactly.
 
-A checkpoint is written under a temporary name and renamed into place, so a crash mid-write never
-leaves a torn `step_NNNNNN`. Each carries `meta.json` saying whether the run was healthy when it was
-saved; retention always keeps the newest healthy one, the newest K and the best.
+A checkpoint is written under `.tmp-step_NNNNNN`, fsynced, and renamed into place, so a crash never
+leaves a torn `step_NNNNNN`. Its `meta.json`, written last, holds a manifest (every file's size and
+CRC32), whether the run was healthy, and the sizes of the run's logs at that moment (so a resume can
+cut the lines of steps it will replay). A checkpoint whose files do not match its manifest is
+invalid: it is moved to `invalid/` with the reason, and the newest valid one is used instead.
+Deletion renames to `.trash-*` first, so a kill mid-delete never leaves a half-deleted checkpoint.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import time
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,9 +26,20 @@ import torch
 from safetensors.torch import load_file
 
 from grpo.config import CheckpointConfig
+from grpo.rundir.files import DiskError, fsync_dir, is_disk_error
 
 STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"
+FORMAT = 1
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+class CheckpointInvalid(Exception):
+    """A checkpoint's files are torn, missing or corrupt."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"checkpoint {path} is invalid: {reason}")
+        self.path, self.reason = Path(path), reason
 
 
 @dataclass(frozen=True)
@@ -32,10 +48,15 @@ class CheckpointInfo:
     path: Path
     healthy: bool
     score: float | None
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def model_dir(self) -> Path:
         return self.path / "model"
+
+    @property
+    def log_offsets(self) -> dict[str, int]:
+        return dict(self.meta.get("logs") or {})
 
 
 def capture_rng(generator: torch.Generator) -> dict[str, Any]:
@@ -59,49 +80,98 @@ def restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-class CheckpointManager:
+def file_crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+class CheckpointStore:
     def __init__(self, root: Path, cfg: CheckpointConfig) -> None:
-        self.root = root
+        self.root = Path(root)
         self.cfg = cfg
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def recover(self) -> list[str]:
+        """Tidy what a killed writer left (run with the run directory locked): unfinished writes
+        are removed, a replacement cut short is undone, and invalid checkpoints are moved to
+        `invalid/`. -> one line per thing done, for the event log."""
         self.root.mkdir(parents=True, exist_ok=True)
-        for stale in self.root.glob(".tmp-*"):  # left by a crash mid-write: never a valid checkpoint
-            shutil.rmtree(stale, ignore_errors=True)
+        notes = []
+        for trash in sorted(self.root.glob(".trash-*")):
+            original = self.root / trash.name.removeprefix(".trash-")
+            if _STEP_DIR.match(original.name) and not original.exists():
+                os.rename(trash, original)  # killed mid-replacement: the old checkpoint comes back
+                notes.append(f"restored {original.name} from an interrupted replacement")
+            else:
+                shutil.rmtree(trash, ignore_errors=True)
+        for tmp in sorted(self.root.glob(".tmp-*")):
+            shutil.rmtree(tmp, ignore_errors=True)
+            notes.append(f"removed the unfinished checkpoint write {tmp.name}")
+        for path, reason in self.scan()[1]:
+            moved = self.quarantine(path, reason)
+            notes.append(f"moved invalid checkpoint {path.name} to {moved} ({reason})")
+        return notes
 
     def save(
         self, step: int, write_model: Callable[[Path], None], state: dict[str, Any], *, healthy: bool,
-        score: float | None,
+        score: float | None, logs: dict[str, int] | None = None,
     ) -> CheckpointInfo:
-        """`write_model(dir)` writes the loadable model directory; `state` is everything else needed to resume."""
+        """`write_model(dir)` writes the loadable model directory; `state` is everything else needed
+        to resume; `logs` maps each append-only log to its size now."""
         final = self.root / f"step_{step:06d}"
-        tmp = self.root / f".tmp-step_{step:06d}-{os.getpid()}"
+        tmp = self.root / f".tmp-{final.name}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        write_model(tmp / "model")
-        torch.save(state, tmp / STATE_FILE)
-        meta = {"step": step, "healthy": healthy, "score": score, "saved_at": time.time()}
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-        _fsync_tree(tmp)
+        try:
+            tmp.mkdir(parents=True)
+            write_model(tmp / "model")
+            torch.save(state, tmp / STATE_FILE)
+            files = {
+                str(p.relative_to(tmp)): {"size": p.stat().st_size, "crc32": file_crc32(p)}
+                for p in sorted(tmp.rglob("*")) if p.is_file()
+            }
+            meta = {"format": FORMAT, "step": step, "healthy": healthy, "score": score, "saved_at": time.time(),
+                    "logs": logs or {}, "files": files}
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+            _fsync_tree(tmp)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed write must not hold on to disk space
+            if is_disk_error(exc):
+                raise DiskError(tmp, exc) from exc
+            raise
         if final.exists():  # same step saved again (e.g. after a rollback): replace it atomically
-            old = self.root / f".tmp-old-{final.name}-{os.getpid()}"
-            os.rename(final, old)
+            trash = self.root / f".trash-{final.name}"
+            os.rename(final, trash)
             os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+            fsync_dir(self.root)
+            shutil.rmtree(trash, ignore_errors=True)
         else:
             os.rename(tmp, final)
-        _fsync_dir(self.root)
-        info = CheckpointInfo(step, final, healthy, score)
+        fsync_dir(self.root)
+        info = CheckpointInfo(step, final, healthy, score, meta)
         self.prune()
         return info
 
+    # --- reading ----------------------------------------------------------------------------
+
+    def scan(self) -> tuple[list[CheckpointInfo], list[tuple[Path, str]]]:
+        """-> (valid checkpoints by step, [(invalid checkpoint, why)]), checking the manifest's
+        files and sizes (not their checksums: `verify` does that before a load)."""
+        valid, invalid = [], []
+        if not self.root.is_dir():
+            return [], []
+        for path in sorted(p for p in self.root.iterdir() if _STEP_DIR.match(p.name) and p.is_dir()):
+            try:
+                valid.append(self._read(path))
+            except CheckpointInvalid as exc:
+                invalid.append((path, exc.reason))
+        return sorted(valid, key=lambda i: i.step), invalid
+
     def list(self) -> list[CheckpointInfo]:
-        infos = []
-        for path in sorted(self.root.glob("step_*")):
-            meta_path = path / META_FILE
-            if not meta_path.is_file() or not (path / STATE_FILE).is_file():
-                continue
-            meta = json.loads(meta_path.read_text())
-            infos.append(CheckpointInfo(meta["step"], path, bool(meta.get("healthy", True)), meta.get("score")))
-        return sorted(infos, key=lambda i: i.step)
+        return self.scan()[0]
 
     def latest(self) -> CheckpointInfo | None:
         infos = self.list()
@@ -115,6 +185,70 @@ class CheckpointManager:
         scored = [i for i in self.list() if i.score is not None and i.healthy]
         return max(scored, key=lambda i: (i.score, i.step)) if scored else None
 
+    def open(self, path: Path) -> CheckpointInfo:
+        """A checkpoint at any path (e.g. `resume_from`), fully verified."""
+        info = self._read(Path(path))
+        self.verify(info)
+        return info
+
+    def verify(self, info: CheckpointInfo) -> None:
+        """Raise CheckpointInvalid unless every file matches the manifest's size and CRC32."""
+        for name, expected in info.meta["files"].items():
+            file = info.path / name
+            if not file.is_file():
+                raise CheckpointInvalid(info.path, f"{name} is missing")
+            if file.stat().st_size != expected["size"]:
+                raise CheckpointInvalid(info.path, f"{name} has {file.stat().st_size} bytes, expected {expected['size']}")
+            if file_crc32(file) != expected["crc32"]:
+                raise CheckpointInvalid(info.path, f"{name} fails its checksum (corrupt)")
+
+    def load_state(self, info: CheckpointInfo) -> dict[str, Any]:
+        try:
+            return torch.load(info.path / STATE_FILE, weights_only=False)
+        except Exception as exc:  # a file that matched its checksum but still does not load
+            raise CheckpointInvalid(info.path, f"{STATE_FILE} does not load ({type(exc).__name__}: {exc})") from exc
+
+    def _read(self, path: Path) -> CheckpointInfo:
+        meta_path = path / META_FILE
+        if not path.is_dir():
+            raise CheckpointInvalid(path, "no such directory")
+        if not meta_path.is_file():
+            raise CheckpointInvalid(path, f"{META_FILE} is missing")
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointInvalid(path, f"{META_FILE} is unreadable ({type(exc).__name__})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
+            raise CheckpointInvalid(path, f"{META_FILE} is not a grpo checkpoint manifest (format {FORMAT})")
+        if not isinstance(meta.get("step"), int):
+            raise CheckpointInvalid(path, f"{META_FILE} has no step")
+        for required in (STATE_FILE, "model/config.json"):
+            if required not in meta["files"]:
+                raise CheckpointInvalid(path, f"the manifest lists no {required}")
+        for name, expected in meta["files"].items():
+            file = path / name
+            if not file.is_file():
+                raise CheckpointInvalid(path, f"{name} is missing")
+            if file.stat().st_size != expected.get("size"):
+                raise CheckpointInvalid(path, f"{name} has {file.stat().st_size} bytes, expected {expected.get('size')}")
+        return CheckpointInfo(meta["step"], path, bool(meta.get("healthy", False)), meta.get("score"), meta)
+
+    # --- removing ---------------------------------------------------------------------------
+
+    def quarantine(self, path: Path, reason: str) -> Path:
+        """Move an invalid checkpoint to `invalid/`, with the reason beside it; nothing is deleted."""
+        target = self.root / "invalid" / f"{path.name}-{int(time.time() * 1000)}"
+        target.parent.mkdir(exist_ok=True)
+        os.rename(path, target)
+        (target / "INVALID.txt").write_text(reason + "\n")
+        fsync_dir(self.root)
+        return target
+
+    def _delete(self, path: Path) -> None:
+        trash = self.root / f".trash-{path.name}"
+        os.rename(path, trash)  # atomic: the checkpoint is either whole or gone
+        shutil.rmtree(trash, ignore_errors=True)
+
     def prune(self) -> None:
         infos = self.list()
         keep = {i.path for i in infos[-max(self.cfg.keep_last, 1) :]}
@@ -123,13 +257,13 @@ class CheckpointManager:
                 keep.add(special.path)
         for info in infos:
             if info.path not in keep:
-                shutil.rmtree(info.path, ignore_errors=True)
+                self._delete(info.path)
 
     def discard_after(self, step: int) -> None:
         """After a rollback to `step`, later checkpoints were saved unhealthy: delete them."""
         for info in self.list():
             if info.step > step:
-                shutil.rmtree(info.path, ignore_errors=True)
+                self._delete(info.path)
 
     def set_aside_after(self, step: int) -> list[Path]:
         """When resuming from an older checkpoint by hand, move later ones to `abandoned/`, where
@@ -144,14 +278,6 @@ class CheckpointManager:
         return moved
 
 
-def load_state(path: Path) -> dict[str, Any]:
-    """The trainer state saved beside a checkpoint's model."""
-    path = Path(path)
-    if not (path / STATE_FILE).is_file():
-        raise FileNotFoundError(f"{path} is not a checkpoint: it has no {STATE_FILE}")
-    return torch.load(path / STATE_FILE, weights_only=False)
-
-
 def load_weights(model_dir: Path, model: torch.nn.Module) -> None:
     """Load a model directory's safetensors into `model`, which must have the same architecture."""
     model_dir = Path(model_dir)
@@ -160,6 +286,12 @@ def load_weights(model_dir: Path, model: torch.nn.Module) -> None:
         weights.update(load_file(file))
     if not weights:
         raise FileNotFoundError(f"{model_dir} has no *.safetensors weights")
+    expected = model.state_dict()
+    wrong_shape = [k for k, v in weights.items() if k in expected and expected[k].shape != v.shape]
+    if wrong_shape:
+        k = wrong_shape[0]
+        raise ValueError(f"{model_dir} does not match the model: {k} has shape {tuple(weights[k].shape)}, "
+                         f"the model's is {tuple(expected[k].shape)}")
     result = model.load_state_dict(weights, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
@@ -174,12 +306,4 @@ def _fsync_tree(root: Path) -> None:
         for name in files:
             with open(Path(dirpath) / name, "rb") as f:
                 os.fsync(f.fileno())
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(Path(dirpath))

@@ -43,7 +43,10 @@ def load_gsm8k_split(source: str, split: str) -> list[Problem]:
     path = Path(source).expanduser() / f"{split}.jsonl"
     if not path.is_file():
         raise ConfigError(f"GSM8K split not found at {path}; set task.path to a directory with {split}.jsonl, or hub")
-    return read_gsm8k_jsonl(path, split)
+    problems = read_gsm8k_jsonl(path, split)
+    if not problems:
+        raise ConfigError(f"{path} has no problems: each line must be JSON with 'question' and 'answer' keys")
+    return problems
 
 
 class GSM8KTask(ListTask):

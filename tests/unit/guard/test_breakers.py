@@ -29,6 +29,10 @@ def guard_for(name: str, cfg: GuardConfig) -> Guard:
 # breaker -> (phase, a bad step under the default threshold, a healthy step)
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "failed_rollouts": ("rollout", {"rollout/failed_frac": 0.5}, {"rollout/failed_frac": 0.1}),  # bad: >= 0.5
+    "unscorable_rewards": (
+        "rollout", {"rollout/unscorable_frac": 0.9, "rollout/unscorable": 58},
+        {"rollout/unscorable_frac": 0.1, "rollout/unscorable": 6},
+    ),
     "zero_reward": ("rollout", {"reward/mean": 0.0, "reward/max": 0.0}, {"reward/mean": 0.4, "reward/max": 1.0}),
     # baseline 0.5, threshold 0.2 -> bad below 0.1 (0.05 is not zero, so zero_reward stays quiet)
     "reward_collapse": ("rollout", {"reward/mean": 0.05}, {"reward/mean": 0.45}),

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo.rundir.checkpoints import (
-    META_FILE, STATE_FILE, CheckpointManager, capture_rng, load_state, load_weights, restore_rng,
+    META_FILE, STATE_FILE, CheckpointInvalid, CheckpointStore, capture_rng, load_weights, restore_rng,
 )
 from grpo.config import CheckpointConfig, TinyModelConfig
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
@@ -38,20 +38,22 @@ def writer(model, tokenizer):
 
 
 def load_checkpoint(path, model):
-    state = load_state(path)
-    load_weights(path / "model", model)
+    store = CheckpointStore(path.parent, CheckpointConfig())
+    info = store.open(path)
+    state = store.load_state(info)
+    load_weights(info.model_dir, model)
     return state
 
 
-def manager(tmp_path, **cfg) -> CheckpointManager:
-    return CheckpointManager(tmp_path / "checkpoints", CheckpointConfig(**cfg))
+def manager(tmp_path, **cfg) -> CheckpointStore:
+    return CheckpointStore(tmp_path / "checkpoints", CheckpointConfig(**cfg))
 
 
-def steps(mgr: CheckpointManager) -> list[int]:
+def steps(mgr: CheckpointStore) -> list[int]:
     return [info.step for info in mgr.list()]
 
 
-def on_disk(mgr: CheckpointManager) -> list[str]:
+def on_disk(mgr: CheckpointStore) -> list[str]:
     return sorted(p.name for p in mgr.root.iterdir())
 
 
@@ -92,47 +94,113 @@ def test_the_model_dir_loads_with_transformers(tmp_path, model, tokenizer):
         torch.testing.assert_close(hf(ids).logits, model(ids).logits)
 
 
-def test_load_checkpoint_rejects_a_non_checkpoint_and_a_mismatched_model(tmp_path, model, tokenizer):
-    with pytest.raises(FileNotFoundError, match=STATE_FILE):
+def test_open_rejects_a_non_checkpoint_and_load_weights_a_mismatched_model(tmp_path, model, tokenizer):
+    with pytest.raises(CheckpointInvalid, match=META_FILE):
         load_checkpoint(tmp_path, model)
     info = manager(tmp_path).save(1, writer(model, tokenizer), {}, healthy=True, score=None)
     with pytest.raises(ValueError, match="does not match the model"):
         load_checkpoint(info.path, tiny_model(tokenizer, seed=0, num_layers=3))
+    with pytest.raises(ValueError, match="has shape"):
+        load_checkpoint(info.path, tiny_model(tokenizer, seed=0, hidden_size=32))
+
+
+def test_the_manifest_lists_every_file_with_size_and_checksum(tmp_path, model, tokenizer):
+    info = manager(tmp_path).save(1, writer(model, tokenizer), {"x": 1}, healthy=True, score=None,
+                                  logs={"metrics.jsonl": 123})
+    files = info.meta["files"]
+    assert STATE_FILE in files and "model/config.json" in files and "model/model.safetensors" in files
+    for name, entry in files.items():
+        assert (info.path / name).stat().st_size == entry["size"]
+    assert info.log_offsets == {"metrics.jsonl": 123}
 
 
 # ---------------------------------------------------------------------------------------------
 # What counts as a checkpoint
 
 
-def test_stale_tmp_dirs_are_removed_on_init_and_never_listed(tmp_path, model, tokenizer):
-    root = tmp_path / "checkpoints"
-    for name in (".tmp-step_000005-4242", ".tmp-old-step_000004-4242"):
-        (root / name / "model").mkdir(parents=True)
-        (root / name / STATE_FILE).write_bytes(b"torn")
-        (root / name / META_FILE).write_text('{"step": 5, "healthy": true}')
-    mgr = CheckpointManager(root, CheckpointConfig())
-    assert on_disk(mgr) == []
-    # one appearing later (a save in flight) is not a checkpoint either
-    (root / ".tmp-step_000007-1").mkdir()
-    (root / ".tmp-step_000007-1" / STATE_FILE).write_bytes(b"")
-    (root / ".tmp-step_000007-1" / META_FILE).write_text('{"step": 7, "healthy": true}')
-    assert mgr.list() == []
-    assert mgr.latest() is None
-    mgr.save(2, writer(model, tokenizer), {}, healthy=True, score=None)
-    assert steps(mgr) == [2]
+def tear(path, how: str) -> None:
+    """Damage a file the ways a kill, a full disk or bit rot do."""
+    if how == "truncate":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "flip":
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    elif how == "garbage":
+        path.write_bytes(b"\x00\x01not json")
+    elif how == "delete":
+        path.unlink()
 
 
-def test_a_dir_without_trainer_state_or_meta_is_not_listed(tmp_path, model, tokenizer):
+@pytest.mark.parametrize("target,how,reason", [
+    (STATE_FILE, "truncate", "bytes, expected"),
+    (STATE_FILE, "empty", "bytes, expected"),
+    (STATE_FILE, "delete", "is missing"),
+    ("model/model.safetensors", "truncate", "bytes, expected"),
+    (META_FILE, "garbage", "unreadable"),
+    (META_FILE, "delete", "meta.json is missing"),
+])
+def test_a_torn_checkpoint_is_invalid_and_says_why(tmp_path, model, tokenizer, target, how, reason):
+    mgr = manager(tmp_path, keep_last=5)
+    older = mgr.save(1, writer(model, tokenizer), {}, healthy=True, score=None)
+    newest = mgr.save(2, writer(model, tokenizer), {}, healthy=True, score=None)
+    tear(newest.path / target, how)
+    valid, invalid = mgr.scan()
+    assert valid == [older] and mgr.latest() == older and mgr.last_good() == older
+    assert [(p.name, reason in why) for p, why in invalid] == [("step_000002", True)]
+
+
+def test_verify_catches_a_flipped_byte_that_keeps_the_size(tmp_path, model, tokenizer):
     mgr = manager(tmp_path)
     info = mgr.save(1, writer(model, tokenizer), {}, healthy=True, score=None)
-    no_state = mgr.root / "step_000009"
-    no_state.mkdir()
-    (no_state / META_FILE).write_text('{"step": 9, "healthy": true}')
-    no_meta = mgr.root / "step_000010"
-    no_meta.mkdir()
-    (no_meta / STATE_FILE).write_bytes(b"")
-    assert steps(mgr) == [1]
-    assert mgr.latest() == info
+    tear(info.path / "model" / "model.safetensors", "flip")
+    assert mgr.list() == [info]  # the cheap scan cannot see it...
+    with pytest.raises(CheckpointInvalid, match="checksum"):
+        mgr.verify(info)  # ...the verify before every load does
+
+
+def test_recover_removes_unfinished_writes_and_moves_invalid_checkpoints_aside(tmp_path, model, tokenizer):
+    mgr = manager(tmp_path, keep_last=5)
+    good = mgr.save(1, writer(model, tokenizer), {}, healthy=True, score=None)
+    torn = mgr.save(2, writer(model, tokenizer), {}, healthy=True, score=None)
+    tear(torn.path / STATE_FILE, "truncate")
+    unfinished = mgr.root / ".tmp-step_000003"
+    (unfinished / "model").mkdir(parents=True)
+    (unfinished / STATE_FILE).write_bytes(b"torn")
+    notes = mgr.recover()
+    assert on_disk(mgr) == ["invalid", "step_000001"]
+    assert mgr.list() == [good]
+    quarantined = list((mgr.root / "invalid").iterdir())
+    assert len(quarantined) == 1 and "bytes, expected" in (quarantined[0] / "INVALID.txt").read_text()
+    assert any("unfinished" in n for n in notes) and any("invalid" in n for n in notes)
+
+
+def test_recover_undoes_a_replacement_cut_short(tmp_path, model, tokenizer):
+    mgr = manager(tmp_path, keep_last=5)
+    info = mgr.save(2, writer(model, tokenizer), {"version": 1}, healthy=True, score=None)
+    # killed between renaming the old copy aside and renaming the new one in
+    info.path.rename(mgr.root / ".trash-step_000002")
+    (mgr.root / ".tmp-step_000002").mkdir()
+    notes = mgr.recover()
+    assert steps(mgr) == [2] and on_disk(mgr) == ["step_000002"]
+    assert any("restored step_000002" in n for n in notes)
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, model, tokenizer):
+    mgr = manager(tmp_path)
+
+    def failing(directory):
+        directory.mkdir(parents=True)
+        (directory / "partial").write_bytes(b"x" * 100)
+        raise OSError(28, "No space left on device")
+
+    from grpo.rundir.files import DiskError
+
+    with pytest.raises(DiskError, match="No space left on device while writing .*step_000001"):
+        mgr.save(1, failing, {}, healthy=True, score=None)
+    assert on_disk(mgr) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +249,7 @@ def test_discard_after(tmp_path, model, tokenizer):
         mgr.save(step, writer(model, tokenizer), {}, healthy=True, score=None)
     mgr.discard_after(2)
     assert steps(mgr) == [1, 2]
-    assert on_disk(mgr) == ["step_000001", "step_000002"]
+    assert on_disk(mgr) == ["step_000001", "step_000002"]  # deleted through .trash-*, which is gone too
 
 
 def test_saving_the_same_step_twice_replaces_it(tmp_path, model, tokenizer):

@@ -1,5 +1,5 @@
 """Rollout engines: the seam between the trainer and whatever generates completions."""
 
-from grpo.rollout.engines.base import Completion, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 
-__all__ = ["Completion", "RolloutEngine", "SampleStatus", "SamplingParams"]
+__all__ = ["Completion", "GenerationCancelled", "RolloutEngine", "SampleStatus", "SamplingParams"]

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 import torch
 
 
+class GenerationCancelled(Exception):
+    """Generation was cancelled from outside (a stop signal): nothing it produced may be used."""
+
+
 class SampleStatus(str, enum.Enum):
     OK = "ok"
     TRUNCATED = "truncated"  # hit max_new_tokens: a valid (if long) answer

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from grpo.rollout.engines.base import Completion, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
@@ -26,10 +28,14 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
 
 
 class EmbeddedEngine(RolloutEngine):
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64) -> None:
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64,
+        cancel: threading.Event | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.cancel = cancel or threading.Event()  # set from outside to abandon generation at the next token
         self.eos_ids = self._eos_ids(model, tokenizer)
 
     @staticmethod
@@ -114,6 +120,8 @@ class EmbeddedEngine(RolloutEngine):
         ).logits[:, -1].float()  # [A, V]
         next_pos = position_ids[:, -1]  # [A]
         for _ in range(params.max_new_tokens):
+            if self.cancel.is_set():
+                raise GenerationCancelled("generation cancelled")
             tokens, token_logprobs = sample_next(logits, params, generator)  # [A], [A]
             is_eos = torch.isin(tokens, eos)
             for row, token, lp, done in zip(active.tolist(), tokens.tolist(), token_logprobs.tolist(), is_eos.tolist()):

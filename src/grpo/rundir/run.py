@@ -1,0 +1,94 @@
+"""The run directory as a small database: one writer, files that are whole or repaired, and a record
+of what it did to get there.
+
+    RUN_DIR/
+      .lock              held by the one process writing this directory
+      config.yaml        resolved config, written (atomically) only once a start has succeeded
+      metrics.jsonl      one line per step; eval.jsonl every evaluation; samples.jsonl sample texts
+      *.abandoned.jsonl  log lines of steps a resume replays (cut from the logs above, kept here)
+      events.jsonl       what happened: trips, rollbacks, restarts, interruptions, repairs, stops
+      STOPPED.json       why the guard stopped the run, and how to resume
+      summary.json       the result of a finished run
+      checkpoints/       see grpo.rundir.checkpoints
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from grpo.config import CheckpointConfig
+from grpo.guard.events import EventLog
+from grpo.rundir.checkpoints import CheckpointStore
+from grpo.rundir.files import JsonlLog
+from grpo.rundir.lock import RunLock
+
+RESERVE_FILE = ".reserve"
+RESERVE_BYTES = 1 << 20  # freed on a full disk, so the crash event and stop report can still be written
+LOGS = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
+
+
+class RunDir:
+    def __init__(self, path: Path, checkpoint_cfg: CheckpointConfig) -> None:
+        self.path = Path(path)
+        self.lock = RunLock(self.path)
+        self.checkpoints = CheckpointStore(self.path / "checkpoints", checkpoint_cfg)
+        self.events = EventLog(self.path / "events.jsonl")
+        self.logs = {name: JsonlLog(self.path / name) for name in LOGS}
+        self.config_path = self.path / "config.yaml"
+        self.stopped_path = self.path / "STOPPED.json"
+        self.paused_path = self.path / "PAUSED"
+        self.summary_path = self.path / "summary.json"
+
+    @property
+    def metrics(self) -> JsonlLog:
+        return self.logs["metrics.jsonl"]
+
+    def acquire(self) -> "RunDir":
+        """Take the lock; raises RunDirLocked when another process writes this directory."""
+        self.lock.acquire()
+        return self
+
+    def open(self) -> list[str]:
+        """Repair what a killed or starved writer left behind: torn log lines, unfinished atomic
+        writes, unfinished or invalid checkpoints. -> one line per repair, for the event log."""
+        notes = []
+        for name, log in [*self.logs.items(), ("events.jsonl", self.events.log)]:
+            if cut := log.repair():
+                notes.append(f"cut a torn last line ({cut} bytes) from {name}")
+        for stale in self.path.glob(".*.tmp-*"):
+            stale.unlink(missing_ok=True)
+        notes += self.checkpoints.recover()
+        self._reserve()
+        return notes
+
+    def close(self) -> None:
+        self.lock.release()
+
+    def log_offsets(self) -> dict[str, int]:
+        return {name: log.size() for name, log in self.logs.items()}
+
+    def rewind_logs(self, offsets: dict[str, int]) -> dict[str, int]:
+        """Cut each log back to its size at a checkpoint; the cut lines go to `NAME.abandoned.jsonl`.
+        -> lines moved per log."""
+        moved = {}
+        for name, log in self.logs.items():
+            keep_in = self.path / name.replace(".jsonl", ".abandoned.jsonl")
+            if n := log.rewind(offsets.get(name, 0), keep_in):
+                moved[name] = n
+        return moved
+
+    def _reserve(self) -> None:
+        path = self.path / RESERVE_FILE
+        if path.is_file() and path.stat().st_size == RESERVE_BYTES:
+            return
+        try:
+            with open(path, "wb") as f:
+                f.write(b"\0" * RESERVE_BYTES)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            path.unlink(missing_ok=True)  # a disk too full for the reserve: the run will say so soon enough
+
+    def release_reserve(self) -> None:
+        (self.path / RESERVE_FILE).unlink(missing_ok=True)
