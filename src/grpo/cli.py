@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -42,10 +43,15 @@ def _setup_logging(run_dir: Path | None = None) -> None:
                         handlers=handlers, force=True)
     for noisy in ("transformers", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The libraries' own progress bars ("Writing model shards", downloads) only interleave with ours.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
-    from grpo.guard.recovery import RunStopped
+    from grpo.guard.recovery import RunStopped, resume_command
     from grpo.loop import RunInterrupted, TrainingLoop
     from grpo.rundir.run import RunDir
 
@@ -70,6 +76,13 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
     except RunInterrupted as interrupted:
         print(f"\n{interrupted}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (ConfigError, DiskError, FileNotFoundError):
+        raise
+    except Exception as exc:  # a bug or an unexpected failure: the traceback goes to train.log too
+        logging.getLogger("grpo").exception("the run crashed")
+        print(f"\ncrashed: {type(exc).__name__}: {exc}\nthe traceback is in {run.path / 'train.log'}; "
+              f"resume from the newest checkpoint with: {resume_command(run.path, None)}", file=sys.stderr)
+        return EXIT_CRASH
     before, after = summary.get("before"), summary.get("after")
     if quickstart and before and after:
         print(f"\nheld-out greedy accuracy on {after['n']} problems: "

@@ -108,16 +108,17 @@ class TrainingLoop:
         return math.ceil(self.task.num_train * self.cfg.train.epochs / self.cfg.rollout.problems_per_step)
 
     def _start(self, resume_from: str | None) -> None:
-        for note in self.run.open():
-            self.events.record("repaired", 0, note)
-            log.warning("run directory repaired: %s", note)
-        if resume_from:
+        if resume_from:  # checked before anything in the directory is touched
             try:
                 info = self.checkpoints.open(Path(resume_from))
             except CheckpointInvalid as exc:
                 valid = ", ".join(str(i.path) for i in self.checkpoints.list()) or "none"
                 raise ConfigError(f"resume_from={resume_from} is not a usable checkpoint: {exc.reason}; "
                                   f"valid checkpoints here: {valid}") from None
+        for note in self.run.open():
+            self.events.record("repaired", 0, note)
+            log.warning("run directory repaired: %s", note)
+        if resume_from:
             self._restore(info)
         elif self.cfg.recover == "auto" and (candidates := self.checkpoints.list()):
             info = self._restore_newest(candidates)
@@ -376,7 +377,7 @@ class TrainingLoop:
         """Record a crash without letting the record hide it; a disk error becomes one that names the disk."""
         if is_disk_error(exc):
             self.run.release_reserve()  # room for the event below
-            exc = exc if isinstance(exc, DiskError) else DiskError(self.run_dir, exc)
+            exc = exc if isinstance(exc, DiskError) else DiskError(getattr(exc, "filename", None) or self.run_dir, exc)
         try:
             self.events.record("crash", self.step + 1, f"{type(exc).__name__}: {exc}")
         except OSError as record_error:

@@ -252,3 +252,36 @@ def test_save_then_load_round_trips_the_defaults(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(config_yaml(RunConfig()))
     assert load_config(path) == RunConfig()
+
+
+@pytest.mark.parametrize("override,message", [
+    ("train.steps=-1", "train.steps must be at least 1"),
+    ("train.steps=0", "train.steps must be at least 1"),
+    ("rollout.samples_per_problem=1", "a group of one has no advantage"),
+    ("rollout.samples_per_problem=0", "rollout.samples_per_problem must be at least 2"),
+    ("rollout.problems_per_step=0", "rollout.problems_per_step must be at least 1"),
+    ("rollout.temperature=0", "greedy answers to one problem are all the same"),
+    ("rollout.top_p=1.5", "rollout.top_p must be in (0, 1]"),
+    ("rollout.max_new_tokens=0", "rollout.max_new_tokens must be at least 1"),
+    ("actor.lr=0", "actor.lr must be a positive number"),
+    ("actor.betas=[0.9]", "actor.betas must be two numbers"),
+    ("algo.micro_batch_size=0", "algo.micro_batch_size must be at least 1"),
+    ("eval.max_samples=-3", "eval.max_samples must be at least 1"),
+    ("checkpoint.keep_last=0", "checkpoint.keep_last must be at least 1"),
+    ("guard.zero_reward.patience=0", "guard.zero_reward.patience must be at least 1"),
+    ("guard.rollback_lr_factor=0", "guard.rollback_lr_factor must be in (0, 1]"),
+    ("faults.fail_fraction=2", "faults.fail_fraction must be in [0, 1]"),
+    ("model.tiny.num_heads=3", "hidden_size divisible by num_heads"),
+])
+def test_values_that_cannot_train_are_refused_in_one_line(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny", [override])
+    text = str(info.value)
+    assert message in text and "got" in text and "\n" not in text
+
+
+def test_every_preset_passes_validation():
+    from grpo.config import PRESET_DIR
+
+    for preset in PRESET_DIR.rglob("*.yaml"):
+        load_config(preset)

@@ -6,8 +6,10 @@ import importlib.util
 import logging
 import os
 import shutil
+import socket
 import string
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -51,8 +53,12 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
         model = build_tiny_model(cfg.tiny, tokenizer, dtype, attn)
     else:
         source = resolve_model_source(cfg.name)
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
+        except OSError as exc:  # hub errors (missing repo, gated, network) are OSErrors with a long text
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"model.name={cfg.name} could not be loaded: {first}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -79,7 +85,26 @@ def resolve_model_source(name: str) -> str:
             f"model.name={name} is not a local directory, a hub name (org/model), or one of: {known}"
             + (" (no such directory)" if "/" in name else "")
         )
+    _check_hub_reachable(name)
     return name
+
+
+def _check_hub_reachable(name: str) -> None:
+    """Fail in a second, in one line, where the hub cannot be reached, instead of after a minute
+    of retries and a long traceback."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return  # in the local cache: from_pretrained works offline
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ConfigError(f"model.name={name} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+                          "download it where there is network, or point model.name at a local model directory")
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"model.name={name} is not a local directory and the hub ({host}) cannot be reached "
+                          f"({exc.strerror or exc}): point model.name at a local model directory") from None
 
 
 def _materialise_offline_model(name: str) -> Path:

@@ -5,7 +5,8 @@ leaves a torn `step_NNNNNN`. Its `meta.json`, written last, holds a manifest (ev
 CRC32), whether the run was healthy, and the sizes of the run's logs at that moment (so a resume can
 cut the lines of steps it will replay). A checkpoint whose files do not match its manifest is
 invalid: it is moved to `invalid/` with the reason, and the newest valid one is used instead.
-Deletion renames to `.trash-*` first, so a kill mid-delete never leaves a half-deleted checkpoint.
+Deletion renames to `.trash-*` first, so a kill mid-delete never leaves a half-deleted checkpoint, and
+a replacement moves the old copy to `.replaced-*` until the new one is in place.
 """
 
 from __future__ import annotations
@@ -101,13 +102,15 @@ class CheckpointStore:
         `invalid/`. -> one line per thing done, for the event log."""
         self.root.mkdir(parents=True, exist_ok=True)
         notes = []
-        for trash in sorted(self.root.glob(".trash-*")):
-            original = self.root / trash.name.removeprefix(".trash-")
-            if _STEP_DIR.match(original.name) and not original.exists():
-                os.rename(trash, original)  # killed mid-replacement: the old checkpoint comes back
+        for trash in sorted(self.root.glob(".trash-*")):  # deletions cut short: finish them
+            shutil.rmtree(trash, ignore_errors=True)
+        for old in sorted(self.root.glob(".replaced-*")):
+            original = self.root / old.name.removeprefix(".replaced-")
+            if not original.exists():
+                os.rename(old, original)  # killed mid-replacement: the old, whole checkpoint comes back
                 notes.append(f"restored {original.name} from an interrupted replacement")
             else:
-                shutil.rmtree(trash, ignore_errors=True)
+                shutil.rmtree(old, ignore_errors=True)
         for tmp in sorted(self.root.glob(".tmp-*")):
             shutil.rmtree(tmp, ignore_errors=True)
             notes.append(f"removed the unfinished checkpoint write {tmp.name}")
@@ -143,11 +146,11 @@ class CheckpointStore:
                 raise DiskError(tmp, exc) from exc
             raise
         if final.exists():  # same step saved again (e.g. after a rollback): replace it atomically
-            trash = self.root / f".trash-{final.name}"
-            os.rename(final, trash)
+            replaced = self.root / f".replaced-{final.name}"
+            os.rename(final, replaced)
             os.rename(tmp, final)
             fsync_dir(self.root)
-            shutil.rmtree(trash, ignore_errors=True)
+            shutil.rmtree(replaced, ignore_errors=True)
         else:
             os.rename(tmp, final)
         fsync_dir(self.root)

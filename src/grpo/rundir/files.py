@@ -25,9 +25,28 @@ class DiskError(OSError):
     def __init__(self, path: Path | str, cause: BaseException) -> None:
         self.path = Path(path)
         self.cause = cause
-        code = getattr(cause, "errno", None) or errno.EIO
-        reason = os.strerror(code) if isinstance(cause, OSError) and cause.errno else str(cause)
-        super().__init__(code, f"{reason} while writing {self.path} ({describe_filesystem(self.path)})")
+        code = getattr(cause, "errno", None) or _errno_in_text(str(cause))
+        if code == errno.EIO and _free_bytes(self.path) < NEARLY_FULL:
+            code = errno.ENOSPC  # a write cut short on a full disk, by a library that dropped the errno
+        reason = os.strerror(code)
+        self.message = f"{reason} while writing {self.path} ({describe_filesystem(self.path)})"
+        super().__init__(code, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# torch.save reports a failed write as "file write failed" or, when a write came up short, as the
+# zip writer's "unexpected pos"; safetensors passes the OS text through.
+_TEXT_ERRNOS = {"no space left": errno.ENOSPC, "os error 28": errno.ENOSPC, "disk quota": errno.EDQUOT,
+                "read-only file system": errno.EROFS, "file write failed": errno.EIO, "unexpected pos": errno.EIO}
+NEARLY_FULL = 16 << 20
+
+
+def _errno_in_text(text: str) -> int:
+    """torch.save and safetensors report a failed write as RuntimeError/SafetensorError with text only."""
+    lowered = text.lower()
+    return next((code for phrase, code in _TEXT_ERRNOS.items() if phrase in lowered), errno.EIO)
 
 
 def is_disk_error(exc: BaseException) -> bool:
@@ -35,16 +54,26 @@ def is_disk_error(exc: BaseException) -> bool:
         return True
     if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
         return True
-    # torch.save and safetensors report a failed write as RuntimeError/SafetensorError with the text only.
-    text = str(exc).lower()
-    return any(s in text for s in ("no space left", "file write failed", "disk quota", "read-only file system"))
+    return any(phrase in str(exc).lower() for phrase in _TEXT_ERRNOS)
+
+
+def _existing_parent(path: Path) -> Path:
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(_existing_parent(path)).free
+    except OSError:
+        return 0
 
 
 def describe_filesystem(path: Path) -> str:
     """`filesystem of /x: 12.0 MiB free of 1.0 GiB` for the nearest existing parent of `path`."""
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    probe = _existing_parent(path)
     try:
         usage = shutil.disk_usage(probe)
     except OSError:
@@ -127,19 +156,21 @@ class JsonlLog:
 
     def append(self, record: dict[str, Any]) -> None:
         line = (json.dumps(record, default=str) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DiskError(self.path, exc) if exc.errno in DISK_ERRNOS else exc
         try:
             before = os.fstat(fd).st_size
+            written = os.write(fd, line)
+            if written != len(line):  # a short write is a torn line
+                raise OSError(errno.ENOSPC, "No space left on device (short write)")
+        except OSError as exc:
             try:
-                written = os.write(fd, line)
-                if written != len(line):  # a short write is a torn line: take it back
-                    raise OSError(errno.ENOSPC, "short write")
-            except OSError as exc:
-                try:
-                    os.ftruncate(fd, before)
-                except OSError:
-                    pass  # the torn tail is cut when the log is next opened
-                raise DiskError(self.path, exc) if exc.errno in DISK_ERRNOS else exc
+                os.ftruncate(fd, before)  # take the torn line back
+            except OSError:
+                pass  # then it is cut when the log is next opened
+            raise DiskError(self.path, exc) if exc.errno in DISK_ERRNOS else exc
         finally:
             os.close(fd)
 

@@ -181,11 +181,22 @@ def test_recover_undoes_a_replacement_cut_short(tmp_path, model, tokenizer):
     mgr = manager(tmp_path, keep_last=5)
     info = mgr.save(2, writer(model, tokenizer), {"version": 1}, healthy=True, score=None)
     # killed between renaming the old copy aside and renaming the new one in
-    info.path.rename(mgr.root / ".trash-step_000002")
+    info.path.rename(mgr.root / ".replaced-step_000002")
     (mgr.root / ".tmp-step_000002").mkdir()
     notes = mgr.recover()
     assert steps(mgr) == [2] and on_disk(mgr) == ["step_000002"]
     assert any("restored step_000002" in n for n in notes)
+
+
+def test_recover_finishes_a_deletion_cut_short(tmp_path, model, tokenizer):
+    mgr = manager(tmp_path, keep_last=5)
+    mgr.save(1, writer(model, tokenizer), {}, healthy=True, score=None)
+    info = mgr.save(2, writer(model, tokenizer), {}, healthy=True, score=None)
+    trash = mgr.root / ".trash-step_000002"
+    info.path.rename(trash)  # killed while pruning: half of it already unlinked
+    (trash / "meta.json").unlink()
+    mgr.recover()
+    assert on_disk(mgr) == ["step_000001"] and steps(mgr) == [1]
 
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path, model, tokenizer):

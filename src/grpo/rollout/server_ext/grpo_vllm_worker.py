@@ -29,12 +29,15 @@ Imports only torch and vllm.
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import os
 import time
 from typing import Any
 
 import torch
 
-_PROBE_ROWS = 4  # rows of the fixed probe input used to compare the head with the embedding
+_PROBE_COLUMNS = 8  # embedding columns read back through the head by the one-hot probe
 
 
 def _find_embed_and_head(model: torch.nn.Module) -> tuple[Any, Any]:
@@ -65,16 +68,20 @@ def _ties_embeddings(vllm_config: Any) -> bool:
 
 @torch.inference_mode()
 def _head_vs_embed_maxdiff(embed: Any, head: Any) -> float:
-    """Max |head(x) - x @ E^T| on a fixed input: ~0 when the (packed) head matches the embedding.
-
-    The head is applied through its quant method, i.e. the same (CPU-packed) path the sampler uses.
+    """Max |head(e_k) - E[:, k]| over a few one-hot inputs e_k, through the head's own (CPU-packed)
+    GEMM, i.e. the path the sampler uses. A one-hot input reads column k of the weight back exactly
+    (one product, the rest zeros), so this is 0.0 when the head computes with the current embedding,
+    in any dtype, and > 0 when it still holds older values.
     """
     weight = embed.weight
-    gen = torch.Generator(device="cpu").manual_seed(1234)
-    x = torch.randn(_PROBE_ROWS, weight.shape[1], generator=gen).to(weight.dtype).to(weight.device)
+    hidden = weight.shape[1]
+    cols = torch.linspace(0, hidden - 1, min(_PROBE_COLUMNS, hidden)).long().unique()
+    x = torch.zeros(len(cols), hidden, dtype=weight.dtype, device=weight.device)
+    x[torch.arange(len(cols)), cols.to(weight.device)] = 1
     got = head.quant_method.apply(head, x).float()
-    want = x.float() @ weight.float().t()
-    return float((got[:, : want.shape[1]] - want).abs().max())
+    want = weight[:, cols.to(weight.device)].t().float()
+    n = min(got.shape[1], want.shape[1])
+    return float((got[:, :n] - want[:, :n]).abs().max())
 
 
 @torch.inference_mode()
@@ -84,12 +91,16 @@ def _fingerprint(vllm_config: Any, model: torch.nn.Module) -> dict[str, Any]:
     if embed is None:
         return out
     e = embed.weight.detach()
+    # vLLM may pad the vocabulary (e.g. to a multiple of 64): hash/sum only the real rows, so the
+    # trainer can compute the same numbers from its own embedding cast to the served dtype.
+    e = e[: getattr(embed, "org_vocab_size", e.shape[0])].contiguous()
+    out["vocab_rows"] = int(e.shape[0])
+    out["embed_sha256"] = hashlib.sha256(e.cpu().view(-1).view(torch.uint8).numpy()).hexdigest()
     out["embed_sum"] = float(e.double().sum())
     out["embed_abs_sum"] = float(e.double().abs().sum())
     out["embed_dtype"] = str(e.dtype).replace("torch.", "")
     if head is not None and head.weight.numel() > 0:
-        out["head_shares_embed"] = head.weight.data_ptr() == e.data_ptr()
-        out["head_sum"] = float(head.weight.detach().double().sum())
+        out["head_shares_embed"] = head.weight.data_ptr() == embed.weight.data_ptr()
         out["head_vs_embed_maxdiff"] = _head_vs_embed_maxdiff(embed, head)
     return out
 
@@ -110,25 +121,39 @@ class GrpoWorkerExtension:
 
         Returns a dict: ``seconds`` (whole call), ``reload_seconds`` (vLLM's reload), ``retied``
         (whether the head was re-tied and re-packed), ``stale_head_maxdiff`` (head vs new embedding
-        *before* the fix: > 0 means the stock reload left the head stale) and the fingerprint
-        (``embed_sum``, ``head_sum``, ``head_vs_embed_maxdiff``: ~0 after a good sync, ...).
+        *before* the fix: > 0 means the stock reload had left the head stale), and the fingerprint
+        of :meth:`grpo_weight_fingerprint` (``head_vs_embed_maxdiff`` must be 0.0 after a sync).
+
+        Raises (HTTP 500 from ``/collective_rpc``) when the directory is missing or holds no
+        ``*.safetensors``, *before* touching the model. A failure while loading (e.g. a truncated
+        file) leaves vLLM's model half-loaded (parameters on the meta device: the next request kills
+        the engine); when ``weights_path`` was given, the previous model path is then reloaded to
+        recover, and the error says whether that worked. Otherwise restart the server.
         """
         t0 = time.perf_counter()
-        self.reload_weights(weights_path=weights_path or None, is_checkpoint_format=True)
+        model_config = self.vllm_config.model_config
+        if weights_path is not None and not isinstance(weights_path, str):
+            raise TypeError(f"weights_path must be a string, got {type(weights_path).__name__}")
+        target = weights_path or model_config.model
+        if not os.path.isdir(target) or not glob.glob(os.path.join(target, "*.safetensors")):
+            raise FileNotFoundError(f"no *.safetensors in model directory {target!r}; weights unchanged")
+        previous = (model_config.model, model_config.model_weights, model_config.revision)
+        try:
+            self.reload_weights(weights_path=weights_path or None, is_checkpoint_format=True)
+        except Exception as exc:
+            note = "the served model is unusable now: restart the server"
+            if weights_path and os.path.realpath(weights_path) != os.path.realpath(previous[0]):
+                model_config.model, model_config.model_weights, model_config.revision = previous
+                try:
+                    self.reload_weights(weights_path=None, is_checkpoint_format=True)
+                    self._grpo_retie_head()
+                    note = f"weights reloaded from the previous path {previous[0]!r}"
+                except Exception:  # noqa: BLE001 - report the original failure
+                    pass
+            raise RuntimeError(f"reload from {target!r} failed: {exc!r}; {note}") from exc
         t1 = time.perf_counter()
-        model = self.model_runner.get_model()
-        embed, head = _find_embed_and_head(model)
-        retied = False
-        stale = None
-        if _ties_embeddings(self.vllm_config) and embed is not None and head is not None:
-            stale = _head_vs_embed_maxdiff(embed, head) if head.weight.numel() > 0 else None
-            if head.weight is not embed.weight:
-                head.weight = embed.weight
-            # Re-run the head's post-load processing: on CPU this re-packs the weight for the GEMM
-            # kernel (oneDNN / sgl) that computes the logits; elsewhere it is a no-op.
-            head.quant_method.process_weights_after_loading(head)
-            retied = True
-        result = _fingerprint(self.vllm_config, model)
+        retied, stale = self._grpo_retie_head()
+        result = _fingerprint(self.vllm_config, self.model_runner.get_model())
         result.update(
             seconds=time.perf_counter() - t0,
             reload_seconds=t1 - t0,
@@ -137,6 +162,26 @@ class GrpoWorkerExtension:
         )
         return result
 
+    def _grpo_retie_head(self) -> tuple[bool, float | None]:
+        """Point a tied head at the embedding and re-pack it; (retied, head-vs-embed diff before)."""
+        embed, head = _find_embed_and_head(self.model_runner.get_model())
+        if not (_ties_embeddings(self.vllm_config) and embed is not None and head is not None):
+            return False, None
+        stale = _head_vs_embed_maxdiff(embed, head) if head.weight.numel() > 0 else None
+        if head.weight is not embed.weight:
+            head.weight = embed.weight
+        # Re-run the head's post-load processing: on CPU this re-packs the weight for the GEMM
+        # kernel (oneDNN / sgl) that computes the logits; elsewhere it is a no-op.
+        head.quant_method.process_weights_after_loading(head)
+        return True, stale
+
     def grpo_weight_fingerprint(self) -> dict[str, Any]:
-        """Cheap summary of the served weights (no reload): embed/head sums, head-vs-embed max diff."""
+        """Summary of the served weights, no reload (~0.1-0.2 s for SmolLM2-135M).
+
+        ``embed_sha256``/``embed_sum``/``embed_abs_sum``: over the first ``vocab_rows`` rows of the
+        input embedding as served (``embed_dtype``), for comparison with the trainer's embedding cast
+        to that dtype; ``head_vs_embed_maxdiff``: 0.0 when the output head computes with the current
+        embedding (see ``_head_vs_embed_maxdiff``); ``head_shares_embed``: head and embedding share
+        storage; ``tied``: the config ties them; ``model``: the path vLLM reloads from.
+        """
         return _fingerprint(self.vllm_config, self.model_runner.get_model())

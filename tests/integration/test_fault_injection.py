@@ -1,0 +1,205 @@
+"""SIGKILL and full-disk errors at each file operation of recording a step (metrics line, checkpoint
+save, pruning, checkpoint event), injected into a real `grpo train` process with strace, then a
+resume: no torn checkpoint left, no metrics step lost or duplicated, parameters equal to an
+uninterrupted run. A real full disk (a small tmpfs) at a checkpoint and at a metrics write too.
+
+The default suite tries a sample of the operations; `pytest -m fault_injection` (run by CI) tries
+every one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from grpo.cli import EXIT_DISK, main
+from grpo.config import CheckpointConfig
+from grpo.doctor import diagnose
+from grpo.rundir.checkpoints import CheckpointStore
+
+from .faultinject import STRACE, FileOp, continue_traced, killed_op, op_key, record_ops, start_stopped
+from .test_run_directory import assert_same_run
+
+pytestmark = pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")
+
+STEP = 2  # the step whose record is attacked; keep_last=1 makes its save prune step 0
+OVERRIDES = ["train.steps=3", "checkpoint.every_steps=2", "checkpoint.keep_last=1"]
+WRITES = ("openat", "write", "writev", "pwrite64", "ftruncate", "fsync", "fdatasync", "mkdir", "rename",
+          "renameat", "renameat2")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("reference") / "r"
+    assert main(["train", "--config", "tiny", f"run_dir={run_dir}", *OVERRIDES]) == 0
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory) -> list[FileOp]:
+    """Every file-changing operation of recording step 2, from one untampered traced run."""
+    base = tmp_path_factory.mktemp("trace")
+    proc = start_stopped(base / "r", OVERRIDES, STEP)
+    assert continue_traced(proc, base / "r.strace") == 0
+    found = record_ops(base / "r.strace", base / "r", STEP)
+    calls = {op.call for op in found}
+    assert {"write", "writev", "rename", "fsync", "mkdir", "unlinkat"} <= calls  # metrics, save, prune
+    return found
+
+
+def sample(ops: list[FileOp], every: int) -> list[FileOp]:
+    """Every `every`-th operation, plus every rename (the commits) and the first and last."""
+    chosen = ops[::every] + [op for op in ops if op.call.startswith("rename")] + [ops[-1]]
+    return sorted(set(chosen), key=ops.index)
+
+
+def resume_and_check(run_dir: Path, reference: Path) -> None:
+    report = "\n".join(diagnose(run_dir))  # reads what the fault left, without crashing
+    assert "STATUS" in report
+    assert main(["train", "--config", str(run_dir / "config.yaml"), "faults.stop_before_record_at_step=null"]) == 0
+    store = CheckpointStore(run_dir / "checkpoints", CheckpointConfig())
+    valid, invalid = store.scan()
+    assert invalid == [] and not (store.root / "invalid").exists(), "a torn checkpoint was left behind"
+    for info in valid:
+        store.verify(info)
+    assert not [p.name for p in store.root.iterdir() if p.name.startswith((".tmp-", ".trash-", ".replaced-"))]
+    assert_same_run(reference, run_dir, 3)
+
+
+def kill_at(base: Path, op: FileOp) -> Path:
+    run_dir = base / f"kill-{op.call}-{op.index}"
+    proc = start_stopped(run_dir, OVERRIDES, STEP)
+    log = Path(f"{run_dir}.strace")
+    code = continue_traced(proc, log, inject=f"{op.call}:signal=KILL:when={op.index}")
+    assert code == -signal.SIGKILL, f"{op}: exit {code}, not killed"
+    killed = killed_op(log, run_dir)
+    assert killed is not None and op_key(killed) == op.key, f"{op}: killed at {killed}"
+    return run_dir
+
+
+def full_disk_at(base: Path, op: FileOp) -> tuple[Path, int, str]:
+    run_dir = base / f"enospc-{op.call}-{op.index}"
+    proc = start_stopped(run_dir, OVERRIDES, STEP)
+    code = continue_traced(proc, Path(f"{run_dir}.strace"), inject=f"{op.call}:error=ENOSPC:when={op.index}")
+    return run_dir, code, Path(f"{run_dir}.stderr").read_text()
+
+
+def run_kills(tmp_path: Path, chosen: list[FileOp], reference: Path) -> None:
+    # The killed processes run two at a time (they are mostly start-up); resumes run here, one by one.
+    with ThreadPoolExecutor(2) as pool:
+        run_dirs = list(pool.map(lambda op: kill_at(tmp_path, op), chosen))
+    for op, run_dir in zip(chosen, run_dirs):
+        try:
+            resume_and_check(run_dir, reference)
+        except AssertionError as exc:
+            raise AssertionError(f"after SIGKILL at {op}: {exc}") from exc
+
+
+def run_full_disks(tmp_path: Path, chosen: list[FileOp], reference: Path) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda op: full_disk_at(tmp_path, op), chosen))
+    for op, (run_dir, code, stderr) in zip(chosen, outcomes):
+        assert code == EXIT_DISK, f"ENOSPC at {op}: exit {code}\n{stderr[-2000:]}"
+        # torch.save drops the errno of a failed write: the error then says "Input/output error"
+        # unless the disk really is (nearly) full, as it is in the tmpfs tests below.
+        said = ("disk error: No space left on device while writing", "disk error: Input/output error while writing")
+        assert any(s in stderr for s in said), f"ENOSPC at {op}: {stderr[-800:]}"
+        try:
+            resume_and_check(run_dir, reference)
+        except AssertionError as exc:
+            raise AssertionError(f"after ENOSPC at {op}: {exc}") from exc
+
+
+def test_sigkill_at_a_sample_of_the_file_operations_of_a_checkpoint_then_resume(tmp_path, ops, reference):
+    run_kills(tmp_path, sample(ops, every=9), reference)
+
+
+def test_a_full_disk_at_a_sample_of_the_writes_of_a_checkpoint_then_resume(tmp_path, ops, reference):
+    writes = [op for op in ops if op.call in WRITES]
+    run_full_disks(tmp_path, sample(writes, every=12), reference)
+
+
+@pytest.mark.fault_injection
+def test_sigkill_at_every_file_operation_of_a_checkpoint_then_resume(tmp_path, ops, reference):
+    run_kills(tmp_path, ops, reference)
+
+
+@pytest.mark.fault_injection
+def test_a_full_disk_at_every_write_of_a_checkpoint_then_resume(tmp_path, ops, reference):
+    run_full_disks(tmp_path, [op for op in ops if op.call in WRITES], reference)
+
+
+# --- a real full disk --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of the given size (root only), resizable; unmounted afterwards."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+
+    def mount(size: str) -> Path:
+        remount = ["-o", f"remount,size={size}"] if os.path.ismount(mount_point) else ["-o", f"size={size}"]
+        result = subprocess.run(["mount", "-t", "tmpfs", *remount, "tmpfs", str(mount_point)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}): needs root")
+        return mount_point
+
+    yield mount
+    if os.path.ismount(mount_point):
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_real_full_disk_at_a_checkpoint(small_disk, reference, capsys):
+    # Room for the step-0 checkpoint (1.1 MB), the 1 MiB reserve and the logs, not for a second one.
+    disk = small_disk("2600k")
+    run_dir = disk / "r"
+    code = main(["train", "--config", "tiny", f"run_dir={run_dir}", *OVERRIDES])
+    err = capsys.readouterr().err
+    assert code == EXIT_DISK
+    assert "disk error: No space left on device while writing" in err, err
+    assert "free of" in err and "run the same command again to resume" in err
+    assert [e for e in diagnose(run_dir) if "ran out of disk" in e]
+    small_disk("16m")  # the user frees space
+    resume_and_check(run_dir, reference)
+
+
+def first_line_needing_a_new_page(reference: Path, page: int = 4096, margin: int = 200) -> int:
+    """A full tmpfs still takes an append that fits in the file's last page: attack the first
+    step whose metrics line (in the reference run) crosses a page boundary by a clear margin."""
+    end = 0
+    for step, line in enumerate((reference / "metrics.jsonl").read_bytes().splitlines(keepends=True), 1):
+        start, end = end, end + len(line)
+        if step >= 2 and start % page + len(line) > page + margin and page - start % page > margin:
+            return step
+    pytest.skip("no metrics line of the reference run crosses a page boundary")
+
+
+def test_a_real_full_disk_at_a_metrics_write(small_disk, reference, tmp_path):
+    step = first_line_needing_a_new_page(reference)
+    disk = small_disk("16m")
+    run_dir = disk / "r"
+    stderr = tmp_path / "stderr"
+    proc = start_stopped(run_dir, OVERRIDES, step, stderr=stderr)
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:  # fill the disk while the trainer waits to write the line
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(timeout=300) == EXIT_DISK
+    err = stderr.read_text()
+    assert "No space left on device while writing" in err and "metrics.jsonl" in err, err[-1000:]
+    assert [line for line in (run_dir / "events.jsonl").read_text().splitlines() if '"crash"' in line]
+    filler.unlink()
+    resume_and_check(run_dir, reference)
+    shutil.rmtree(run_dir)
