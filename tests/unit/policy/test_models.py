@@ -44,8 +44,17 @@ def test_a_directory_without_config_is_rejected(tmp_path):
         resolve_model_source(str(tmp_path))
 
 
-def test_hub_names_pass_through_unchanged():
+def test_a_cached_hub_name_passes_through_unchanged(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: str(tmp_path / name))
     assert resolve_model_source("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_an_uncached_hub_name_offline_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="not in the local Hugging Face cache and HF_HUB_OFFLINE is set"):
+        resolve_model_source("someorg/not-cached")
 
 
 def test_offline_short_name_without_its_package_says_how_to_install(monkeypatch, tmp_path):
