@@ -70,8 +70,44 @@ class TaskConfig:
 
 
 @dataclass
+class ServerConfig:
+    """An inference server that generates rollouts (rollout.engine=vllm|sglang), started and watched by grpo."""
+
+    # Attach to servers you run yourself (http://host:port) instead of starting one: grpo then
+    # watches them but cannot restart them.
+    urls: list[str] = field(default_factory=list)
+    # The Python of the server's own environment (e.g. .venv-vllm/bin/python); null: this one.
+    python: str | None = None
+    # Replaces the launch command; {python} {model} {host} {port} {dtype} {seed} are filled in.
+    command: str | None = None
+    extra_args: list[str] = field(default_factory=list)  # appended to the launch command
+    env: list[str] = field(default_factory=list)  # KEY=VALUE for the server process
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port
+    # Memory knobs users tune after an OOM: the accelerator memory fraction the server may take
+    # (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static) and the KV cache size in GiB
+    # (vLLM-CPU VLLM_CPU_KVCACHE_SPACE); null leaves the server's default.
+    memory_fraction: float | None = None
+    kv_cache_gib: float | None = None
+    max_concurrent_requests: int = 64
+    request_timeout_s: float = 300.0
+    startup_timeout_s: float = 600.0
+    health_timeout_s: float = 30.0  # a one-token generation slower than this is a hung server
+    max_restarts: int = 3  # per run; past it the guard stops the run with a diagnosis
+    restart_backoff_s: float = 2.0
+    # Max |server - trainer| log-prob on the weight probe; null: by dtype (see grpo.rollout.server.weights).
+    probe_tolerance: float | None = None
+    sync_retries: int = 1  # failed probes fixed by syncing again, before a restart is tried
+    # Where each sync writes the weights the server loads; null: /dev/shm (memory), else the run directory.
+    weights_dir: str | None = None
+
+
+@dataclass
 class RolloutConfig:
-    engine: Literal["embedded"] = "embedded"
+    # embedded: generate with the training model in-process; vllm / sglang: a supervised server;
+    # auto: vllm when it is importable and CUDA is present, otherwise embedded.
+    engine: Literal["auto", "embedded", "vllm", "sglang"] = "embedded"
+    server: ServerConfig = field(default_factory=ServerConfig)
     problems_per_step: int = 8
     samples_per_problem: int = 8
     max_new_tokens: int = 40
@@ -101,8 +137,9 @@ class AlgoConfig:
     kl_estimator: Literal["k1", "k3"] = "k3"
     updates_per_batch: int = 1
     micro_batch_size: int = 16
-    # Recompute old log-probs with a training forward pass instead of using the sampler's.
-    recompute_old_logprobs: bool = False
+    # Recompute old log-probs with a training forward pass instead of using the sampler's; null:
+    # recompute with a server engine (its kernels differ from the trainer's), not with the embedded one.
+    recompute_old_logprobs: bool | None = None
 
 
 @dataclass
@@ -207,6 +244,15 @@ class FaultsConfig:
     # SIGSTOP the trainer just before it records this step (metrics line, checkpoint), so a tool such
     # as strace can be attached to inject kills or disk errors into those writes; SIGCONT resumes it.
     stop_before_record_at_step: int | None = None
+    # Server engines: SIGKILL the server mid-rollout, SIGSTOP it (a hang), skip the weight sync
+    # after the update, sync with the server's stock reload (a stale tied head), sync without
+    # resetting the prefix cache, or turn the server's answers to garbage, at these steps.
+    kill_server_at_steps: list[int] = field(default_factory=list)
+    hang_server_at_steps: list[int] = field(default_factory=list)
+    skip_weight_sync_at_steps: list[int] = field(default_factory=list)
+    stale_head_sync_at_steps: list[int] = field(default_factory=list)
+    no_cache_reset_at_steps: list[int] = field(default_factory=list)
+    garbage_server_at_steps: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -415,6 +461,25 @@ def validate(cfg: RunConfig) -> None:
             rules.append((breaker.patience >= 1, f"guard.{field_.name}.patience must be at least 1", breaker.patience))
             rules.append((math.isfinite(breaker.threshold), f"guard.{field_.name}.threshold must be a finite number",
                           breaker.threshold))
+    server_faults = [name for name in ("kill_server_at_steps", "hang_server_at_steps", "garbage_server_at_steps",
+                                       "skip_weight_sync_at_steps", "stale_head_sync_at_steps",
+                                       "no_cache_reset_at_steps") if getattr(cfg.faults, name)]
+    rules.append((not server_faults or cfg.rollout.engine in ("vllm", "sglang"),
+                  f"faults.{server_faults[0] if server_faults else ''} needs a server engine: set rollout.engine=vllm "
+                  "or sglang", cfg.rollout.engine))
+    s = cfg.rollout.server
+    rules += [
+        (s.max_concurrent_requests >= 1, "rollout.server.max_concurrent_requests must be at least 1",
+         s.max_concurrent_requests),
+        (min(s.request_timeout_s, s.startup_timeout_s, s.health_timeout_s) > 0,
+         "rollout.server timeouts must be above 0", [s.request_timeout_s, s.startup_timeout_s, s.health_timeout_s]),
+        (s.max_restarts >= 0 and s.sync_retries >= 0, "rollout.server.max_restarts and sync_retries must be 0 or more",
+         [s.max_restarts, s.sync_retries]),
+        (s.memory_fraction is None or 0 < s.memory_fraction <= 1, "rollout.server.memory_fraction must be in (0, 1]",
+         s.memory_fraction),
+        (all("=" in kv for kv in s.env), "rollout.server.env entries must look like KEY=VALUE", s.env),
+        (all(u.startswith("http://") for u in s.urls), "rollout.server.urls must look like http://HOST:PORT", s.urls),
+    ]
     tiny = cfg.model.tiny
     rules.append((min(tiny.hidden_size, tiny.num_layers, tiny.num_heads, tiny.intermediate_size) >= 1
                   and tiny.hidden_size % tiny.num_heads == 0,

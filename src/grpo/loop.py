@@ -39,8 +39,11 @@ from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch, UpdateResult
 from grpo.rewards import get_reward
 from grpo.rollout.collector import RolloutBatch, RolloutCollector, rollout_metrics
-from grpo.rollout.engines import GenerationCancelled
+from grpo.rollout.engines import GenerationCancelled, RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
+from grpo.rollout.engines.select import resolve_engine
+from grpo.rollout.server.supervisor import ServerGaveUp
+from grpo.rollout.server.weights import WeightSyncFailed
 from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
 from grpo.rundir.files import DiskError, atomic_write, atomic_write_json, is_disk_error, read_json
 from grpo.rundir.run import RunDir
@@ -91,14 +94,34 @@ class TrainingLoop:
         self.policy = Policy(cfg, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.faults = FaultInjector(cfg.faults, seed)
-        self.engine = EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size,
-                                     cancel=self.signals.event)
+        self.engine_name = resolve_engine(cfg.rollout.engine)
+        self.engine = self._build_engine()
+        # A server's kernels differ from the trainer's: its log-probs are not the trainer's old log-probs.
+        self.recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
+                              else self.engine_name != "embedded")
         self.collector = RolloutCollector(
             self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed
         )
         self.guard = Guard(cfg.guard)
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
         self.last_save = time.monotonic()
+
+    def _build_engine(self) -> RolloutEngine:
+        cfg = self.cfg
+        if self.engine_name == "embedded":
+            return EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size,
+                                  cancel=self.signals.event)
+        from grpo.rollout.engines.server import ServerEngine, make_backend
+
+        return ServerEngine(make_backend(self.engine_name), cfg.rollout.server, self.policy.tokenizer,
+                            run_dir=self.run.path, dtype=cfg.model.dtype, seed=cfg.train.seed,
+                            record=self._record_server_event, cancel=self.signals.event)
+
+    def _record_server_event(self, kind: str, message: str, **evidence: Any) -> None:
+        """Server events arrive from watcher threads too; each is one appended line."""
+        self.events.record(kind, self.step, message, **evidence)
+        log.warning("%s", message) if kind in ("server_failed", "server_gave_up", "weight_sync_mismatch") else (
+            log.info("%s", message))
 
     def _total_steps(self) -> int:
         if self.cfg.train.steps is not None:
@@ -164,6 +187,8 @@ class TrainingLoop:
         atomic_write(self.run.config_path, text)
 
     def close(self) -> None:
+        if getattr(self, "engine", None) is not None:
+            self.engine.close()
         if self.metrics is not None:
             self.metrics.close()
         self.signals.uninstall()
@@ -187,6 +212,10 @@ class TrainingLoop:
     def _train(self) -> dict[str, Any]:
         started = time.time()
         summary: dict[str, Any] = {}
+        try:
+            self.engine.start(self.policy)
+        except (ServerGaveUp, WeightSyncFailed) as exc:
+            self._server_stop(exc, self.step)
         if self.cfg.eval.before_training and self.step == 0:
             summary["before"] = self._evaluate("before")
         while self.step < self.total_steps:
@@ -211,6 +240,7 @@ class TrainingLoop:
         started = time.perf_counter()
         self.policy.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.lr_scale)
         checkpoint_due = self._checkpoint_due(step)
+        self.engine.arm_faults(self.faults.server_faults(step))
         at_start = self._loop_state()
         try:
             batch, m, trips, result = self._rollout_and_update(step, timer, checkpoint_due)
@@ -219,9 +249,15 @@ class TrainingLoop:
             # the saved state resumes exactly as if the step had never begun.
             self._load_loop_state(at_start)
             raise StopRequested(self.signals.signum or signal.SIGTERM) from None
+        except (ServerGaveUp, WeightSyncFailed) as exc:
+            self._load_loop_state(at_start)
+            self._server_stop(exc, step)
 
         with timer.phase("sync"):
-            self.engine.sync_weights(self.policy.model)
+            try:
+                m.update(self.engine.sync_weights(self.policy))
+            except (ServerGaveUp, WeightSyncFailed) as exc:
+                self._server_stop(exc, step)
         self.step, self.data_index = step, batch.next_data_index
         self.faults.step_done(step)
         blocked = _blocking_reason(trips) is not None
@@ -254,7 +290,7 @@ class TrainingLoop:
 
     def _rollout_and_update(self, step: int, timer: PhaseTimer, checkpoint_due: bool):
         with timer.phase("rollout"):  # generate, score, filter: failed samples retried, bad groups refilled
-            batch = self.collector.collect(step, self.data_index, self.generator)
+            batch = self.collector.collect(step, self.data_index, self.generator, self.policy.revision)
         m: dict[str, Any] = rollout_metrics(batch)
         with timer.phase("guard"):
             trips = self.guard.check("rollout", step, m)
@@ -263,6 +299,8 @@ class TrainingLoop:
             return batch, m, trips, result
         with timer.phase("advantages"):
             train_batch, no_signal = self._advantages(batch)
+            if train_batch is not None:
+                m.update(self.policy.prepare(train_batch, self.recompute_old))
         m["update/no_signal"] = int(no_signal)
         if train_batch is None:
             result.skip_reason = "no learning signal" if no_signal else "no trainable groups"
@@ -293,7 +331,7 @@ class TrainingLoop:
             old_logprobs=[s.completion.logprobs for s in samples],
             advantages=advantages,
         )
-        return self.policy.prepare(train_batch), False
+        return train_batch, False
 
     def _check_params(self, result: UpdateResult, checkpoint_due: bool) -> None:
         # With a finite, clipped gradient an AdamW step cannot make a finite fp32/bf16 weight
@@ -360,6 +398,16 @@ class TrainingLoop:
         raise RunStopped(f"run stopped at step {trip.step} by breaker {trip.breaker}: {cause}\n"
                          f"last good checkpoint: {report['last_good_checkpoint']}\n"
                          f"resume with: {report['resume_command']}", report)
+
+    def _server_stop(self, exc: ServerGaveUp | WeightSyncFailed, step: int) -> NoReturn:
+        """The server side cannot go on: the guard turns that into a stop with its diagnosis."""
+        breaker = "inference_server" if isinstance(exc, ServerGaveUp) else "weight_sync"
+        evidence = exc.diagnosis if isinstance(exc, ServerGaveUp) else exc.evidence
+        trip = Trip(breaker, "stop", step, str(exc), evidence)
+        self._record_trips([trip], step)
+        verdict = self.guard.decide([trip], self.checkpoints.last_good())
+        self._act(verdict)
+        raise AssertionError("a stop verdict always stops")
 
     def _interrupted(self, stop: StopRequested) -> RunInterrupted:
         """Save where the run stands (the last whole step) and say how to go on."""

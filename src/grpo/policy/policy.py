@@ -30,8 +30,10 @@ class Policy:
         self.optimizer = MasterWeightAdamW(self.model, cfg.actor)
         self.loss_cfg = LossConfig(cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.loss_agg, cfg.algo.kl_coef,
                                    cfg.algo.kl_estimator, cfg.rollout.max_new_tokens)
-        # How many updates the weights have taken; rollouts carry the version that produced them.
+        # How many updates the weights have taken (saved with checkpoints); rollouts carry it.
         self.version = 0
+        # Changes whenever the weights do (an update or a load), so an engine knows to sync.
+        self.revision = 0
 
     @property
     def lr(self) -> float:
@@ -40,24 +42,44 @@ class Policy:
     def set_lr(self, lr: float) -> None:
         self.optimizer.set_lr(lr)
 
-    def prepare(self, batch: TrainBatch) -> TrainBatch:
+    def prepare(self, batch: TrainBatch, recompute_old: bool) -> dict[str, float]:
         """Fill in what the loss needs beyond the sampler's output: recomputed old log-probs when
-        asked for, and the reference model's log-probs when a KL term is used."""
-        if self.cfg.algo.recompute_old_logprobs:
+        asked for, and the reference model's log-probs when a KL term is used. -> how far the
+        sampler's log-probs are from the trainer's, when recomputed (drift shows on the curves)."""
+        metrics = {}
+        if recompute_old:
+            sampler = batch.old_logprobs
             batch.old_logprobs = self.logprobs(batch)
+            diffs = [abs(a - b) for s, t in zip(sampler, batch.old_logprobs) for a, b in zip(s, t)]
+            if diffs:
+                metrics = {"rollout/logprob_mismatch": sum(diffs) / len(diffs),
+                           "rollout/logprob_mismatch_max": max(diffs)}
         if self.ref_model is not None:
             batch.ref_logprobs = [torch.tensor(lp) for lp in self.logprobs(batch, self.ref_model)]
-        return batch
+        return metrics
+
+    @torch.no_grad()
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
+        """[T-1] log p(ids[k] | ids[:k]) at temperature 1: what a server's weights are checked against."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            ids = torch.tensor([token_ids], device=self.device)  # [1, T]
+            logits = self.model(input_ids=ids).logits[0, :-1].float()  # [T-1, V]
+        finally:
+            self.model.train(was_training)
+        return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch, model: torch.nn.Module | None = None) -> list[list[float]]:
         """Per-token log-probs [B][T_i] of the batch's completions under `model` (the policy by default)."""
         model = model if model is not None else self.model
-        out: list[list[float]] = []
-        for rows in micro_batches(batch, self.cfg.algo.micro_batch_size):
+        out: list[list[float]] = [[] for _ in range(len(batch))]
+        for rows in micro_batches(batch, self.cfg.algo.micro_batch_size):  # grouped by length, not in order
             mb = collate(batch, rows, self.tokenizer.pad_token_id, self.device)
             logprobs, _ = completion_logprobs(model, mb, self.cfg.rollout.temperature)  # [b, T]
-            out.extend(logprobs[i, : len(batch.completion_ids[r])].tolist() for i, r in enumerate(rows))
+            for i, r in enumerate(rows):
+                out[r] = logprobs[i, : len(batch.completion_ids[r])].tolist()
         return out
 
     def update(self, batch: TrainBatch, inject_nan: bool = False,
@@ -70,6 +92,8 @@ class Policy:
         )
         if result.applied:
             self.version += 1
+        if result.optimizer_steps:
+            self.revision += 1
         return result
 
     def params_finite(self) -> bool:
@@ -82,6 +106,7 @@ class Policy:
 
     def load_model(self, directory: Path) -> None:
         load_weights(directory, self.model)
+        self.revision += 1
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "version": self.version}

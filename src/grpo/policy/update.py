@@ -140,6 +140,7 @@ class UpdateResult:
     applied: bool
     metrics: dict[str, float] = field(default_factory=dict)
     skip_reason: str | None = None
+    optimizer_steps: int = 0  # steps that changed the weights (all of them when applied)
 
 
 def micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
@@ -205,8 +206,9 @@ def update_policy(
         if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
             optimizer.zero_grad()
             what = "loss" if not math.isfinite(loss_total) else "gradient norm"
-            return UpdateResult(False, sums, f"non-finite {what} at update {update}; update not applied")
+            return UpdateResult(False, sums, f"non-finite {what} at update {update}; update not applied",
+                                steps_applied)
         optimizer.step()
         steps_applied += 1
     optimizer.zero_grad()
-    return UpdateResult(steps_applied == updates, sums)
+    return UpdateResult(steps_applied == updates, sums, optimizer_steps=steps_applied)

@@ -87,9 +87,14 @@ class RolloutCollector:
         self.cfg, self.reward_fn, self.faults, self.data_seed, self.sleep = cfg, reward_fn, faults, data_seed, sleep
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
         self.jitter = random.Random(data_seed)
+        self.revision: int | None = None
 
-    def collect(self, step: int, data_index: int, generator: torch.Generator) -> RolloutBatch:
+    def collect(self, step: int, data_index: int, generator: torch.Generator, revision: int | None = None
+                ) -> RolloutBatch:
+        """`revision`: the policy weights the samples must come from; an engine that tags its
+        completions with another (a server that missed a sync) has its samples failed and retried."""
         batch = RolloutBatch(groups=[], next_data_index=data_index)
+        self.revision = revision
         while len(batch.groups) < self.cfg.problems_per_step and batch.rounds <= self.cfg.max_refill_rounds:
             need = self.cfg.problems_per_step - len(batch.groups)
             problems = [self.task.train_problem(batch.next_data_index + i, self.data_seed) for i in range(need)]
@@ -114,6 +119,11 @@ class RolloutCollector:
                 self.sleep(delay)
             completions = self.engine.generate([prompts[i // G] for i in pending], self.params, generator)
             completions = self.faults.corrupt_completions(completions, step)
+            for completion in completions:
+                produced_by = completion.meta.get("revision", self.revision)
+                if produced_by != self.revision and completion.status.trainable:
+                    completion.status = SampleStatus.FAILED
+                    completion.error = f"sampled from weights revision {produced_by}, not the current {self.revision}"
             still_pending = []
             for slot, completion in zip(pending, completions):
                 batch.attempts[completion.status.value] += 1
@@ -200,6 +210,10 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
             "reward/max": rewards.max().item(),
             "reward/accuracy": (rewards >= 1.0).float().mean().item(),
         })
+    sources = {f"{s.completion.meta['server']}#{s.completion.meta['incarnation']}"
+               for g in batch.groups for s in g.samples if "server" in s.completion.meta}
+    if sources:  # which server incarnations produced what is trained on (none that failed)
+        m["rollout/sources"] = sorted(sources)
     lengths = [len(s.completion.token_ids) for g in batch.groups for s in g.samples]
     if lengths:
         m["response/length_mean"] = sum(lengths) / len(lengths)

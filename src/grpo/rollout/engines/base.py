@@ -50,14 +50,31 @@ class Completion:
 
 
 class RolloutEngine(abc.ABC):
+    """Generates completions from the policy's current weights. `start` brings it up with the
+    policy's weights; `sync_weights` is called whenever they change (after an update, a restore)."""
+
+    def start(self, policy) -> None:
+        """Bring the engine up serving `policy`'s weights."""
+
     @abc.abstractmethod
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None = None
     ) -> list[Completion]:
         """One completion per prompt, in order. Must not raise for a single bad sample: mark it FAILED."""
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Make the engine sample from `model`'s current weights. In-process engines share them already."""
+    def sync_weights(self, policy) -> dict[str, float]:
+        """Make the engine sample from `policy`'s current weights: -> sync metrics. In-process
+        engines share the weights already."""
+        return {}
+
+    def arm_faults(self, faults: set[str]) -> None:
+        """Rehearse server failures in the next generation or sync (grpo.guard.faults)."""
+        if faults:
+            raise ValueError(f"faults {sorted(faults)} need a server engine (rollout.engine=vllm or sglang)")
+
+    def status(self) -> list[dict]:
+        """One entry per server, for `grpo health`; empty for in-process engines."""
+        return []
 
     def close(self) -> None:
         """Release whatever the engine holds (servers, memory)."""

@@ -5,7 +5,8 @@ put on the server's PYTHONPATH and the server is started with
 
     --worker-extension-cls grpo_vllm_worker.GrpoWorkerExtension   (and VLLM_SERVER_DEV_MODE=1)
 
-Its methods are then callable over HTTP; ``/collective_rpc`` passes arguments as JSON *strings*:
+Its methods are then callable over HTTP (``/collective_rpc`` forwards the JSON ``args``/``kwargs``
+as they are; vLLM documents them as strings, so only strings are used here):
 
     POST /collective_rpc {"method": "grpo_reload_weights"}
     POST /collective_rpc {"method": "grpo_reload_weights", "kwargs": {"weights_path": "/new/dir"}}
@@ -18,13 +19,15 @@ received weights, but with tied word embeddings (SmolLM2, the tiny test models) 
 CPU it keeps the GEMM-packed copy of the *old* embedding that was made at start-up. Sampling then uses
 the new body with the old output projection. After the reload this extension points the head at the
 embedding again and re-runs the head's weight processing (which re-packs it), then reports a
-fingerprint showing that the head computes the same logits as the embedding matrix.
+fingerprint: a hash of the served embedding (comparable with the trainer's) and a one-hot read-back
+through the packed head that is exactly 0.0 when the head uses the current embedding.
 
 The caller must still reset the prefix cache (``POST /reset_prefix_cache``) after every sync, or
 cached KV computed with the old weights is reused, and should pause generation around the sync
-(``POST /pause?mode=wait`` ... ``POST /resume``) so no request mixes old and new weights.
+(``POST /pause?mode=wait`` or ``mode=abort`` ... ``POST /resume``; not ``mode=keep``, which
+resumes the frozen requests on the new weights) so no request mixes old and new weights.
 
-Imports only torch and vllm.
+Imports only the standard library, torch and vllm.
 """
 
 from __future__ import annotations
@@ -176,7 +179,7 @@ class GrpoWorkerExtension:
         return True, stale
 
     def grpo_weight_fingerprint(self) -> dict[str, Any]:
-        """Summary of the served weights, no reload (~0.1-0.2 s for SmolLM2-135M).
+        """Summary of the served weights, no reload (~0.4 s over HTTP for SmolLM2-135M, ms for tiny).
 
         ``embed_sha256``/``embed_sum``/``embed_abs_sum``: over the first ``vocab_rows`` rows of the
         input embedding as served (``embed_dtype``), for comparison with the trainer's embedding cast

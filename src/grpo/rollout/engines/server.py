@@ -1,0 +1,249 @@
+"""Rollouts from supervised inference servers (vLLM, SGLang): requests spread over the ready servers,
+every completion tagged with the server incarnation and policy revision that produced it, and the
+weights synced and verified after every change.
+
+What never reaches training: a completion from a server incarnation that failed (dead, hung,
+restarted) while or after producing it, one from weights other than the policy's current ones, and
+one the server answered with garbage. Each is a FAILED sample, retried by the collector on a
+server that has been restarted and verified first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpo.config import ServerConfig
+from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.server.backend import Backend, ReloadMode
+from grpo.rollout.server.client import ServerError
+from grpo.rollout.server.supervisor import Record, ServerState, Supervisor
+from grpo.rollout.server.weights import (
+    DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
+    probe_ids,
+)
+from grpo.rundir.files import atomic_write_json
+
+SERVER_FAULTS = ("kill_server", "hang_server", "garbage_server", "skip_weight_sync", "stale_head_sync",
+                 "no_cache_reset")
+
+
+class ServerEngine(RolloutEngine):
+    def __init__(self, backend: Backend, cfg: ServerConfig, tokenizer, *, run_dir: Path, dtype: str, seed: int,
+                 record: Record, cancel: threading.Event) -> None:
+        self.backend, self.cfg, self.tokenizer, self.record, self.cancel = backend, cfg, tokenizer, record, cancel
+        self.model_dir = default_weights_dir(run_dir, cfg.weights_dir)
+        self.status_path = run_dir / "servers" / "status.json"
+        self.probe = probe_ids(tokenizer)
+        self.dtype = dtype
+        self.tolerance = cfg.probe_tolerance if cfg.probe_tolerance is not None else DEFAULT_TOLERANCE[dtype]
+        self.servers = [
+            Supervisor(f"{backend.name}-{i}", backend, cfg, model_dir=self.model_dir, dtype=dtype, seed=seed + i,
+                       log_dir=run_dir / "servers", record=record, health_ids=self.probe[:8], url=url)
+            for i, url in enumerate(cfg.urls or [None])
+        ]
+        self.pool = ThreadPoolExecutor(cfg.max_concurrent_requests * len(self.servers), thread_name_prefix="rollout")
+        self.source: WeightSource | None = None
+        self.revision: int | None = None  # the weights in model_dir: what every server must serve
+        self.version: int | None = None
+        self.armed: set[str] = set()
+        self.last_sync: dict[str, Any] = {}
+
+    # --- weights ----------------------------------------------------------------------------
+
+    def start(self, policy) -> None:
+        self.source = policy
+        self._sync_all()
+
+    def sync_weights(self, policy) -> dict[str, float]:
+        self.source = policy
+        started = time.perf_counter()
+        results = self._sync_all()
+        if not results:
+            return {}
+        seconds = time.perf_counter() - started
+        self.last_sync = {"revision": self.revision, "version": self.version, "seconds": seconds,
+                          "probe_max_diff": max(r.max_diff for r in results), "time": time.time()}
+        self._write_status()
+        return {"sync/seconds": seconds, "sync/probe_max_diff": self.last_sync["probe_max_diff"],
+                "sync/tolerance": self.tolerance}
+
+    def _sync_all(self) -> list[ProbeResult]:
+        """Every server up and serving the policy's current weights, verified: the weights are
+        exported when they changed, and each server is (re)started where needed, then reloaded and
+        probed. -> the probes made (none when everything was already in sync)."""
+        assert self.source is not None, "start() first"
+        if self.source.revision != self.revision:
+            export_weights(self.source, self.model_dir)
+            self.revision, self.version = self.source.revision, self.source.version
+        results = []
+        for server in self.servers:
+            restarted = server.ensure_ready()
+            if server.revision != self.revision:
+                results.append(self._verify(server, reload=not restarted))
+        self._write_status()
+        return results
+
+    def _verify(self, server: Supervisor, reload: bool) -> ProbeResult:
+        """Reload (unless the server just started from these files), reset the cache, and probe;
+        a mismatch is fixed by syncing again, then by a restart, then it is a WeightSyncFailed."""
+        mode = ReloadMode.FULL
+        reset = True
+        if reload and "skip_weight_sync" in self.armed:
+            mode = ReloadMode.SKIP
+        elif reload and "stale_head_sync" in self.armed:
+            mode = ReloadMode.STOCK
+        if reload and "no_cache_reset" in self.armed:
+            reset = False
+        self.armed -= {"skip_weight_sync", "stale_head_sync", "no_cache_reset"}
+        attempts: list[dict[str, Any]] = []
+        for attempt in range(1 + self.cfg.sync_retries + (0 if server.attached else 1)):
+            restart = attempt == 1 + self.cfg.sync_retries  # the last resort: start from the files
+            try:
+                if restart:
+                    server.fail("its weights did not verify after a reload: restarting it from the weight files")
+                    server.ensure_ready()
+                elif reload:
+                    self.backend.reload_weights(server.client, self.model_dir, mode)
+                    if reset:
+                        self.backend.reset_cache(server.client)
+                result = measure(self.backend, server.client, self.probe, self.source, self.dtype)
+            except ServerError as exc:  # the server failed mid-sync: bring it back, then sync again
+                attempts.append({"attempt": attempt, "error": str(exc)})
+                if server.state != ServerState.READY or not server.check_health():
+                    server.ensure_ready()
+                mode, reset, reload = ReloadMode.FULL, True, True
+                continue
+            attempts.append({"attempt": attempt, "mode": "restart" if restart else mode, "cache_reset": reset,
+                             "prompt_diff": result.prompt_diff, "generated_diff": result.generated_diff,
+                             "fingerprint_error": result.fingerprint_error})
+            if result.passes(self.tolerance):
+                server.revision = self.revision
+                if len(attempts) > 1:
+                    self.record("weight_sync_repaired", f"{server.name}: weights verified after "
+                                f"{len(attempts)} attempts", server=server.name, attempts=attempts,
+                                tolerance=self.tolerance)
+                return result
+            self.record("weight_sync_mismatch", f"{server.name}: the probe failed after a {mode} reload"
+                        + ("" if reset else " without a cache reset") + f": log-probs off by {result.max_diff:.4f} "
+                        f"(tolerance {self.tolerance:g})" + (f"; {result.fingerprint_error}"
+                                                             if result.fingerprint_error else ""),
+                        server=server.name, **attempts[-1], tolerance=self.tolerance)
+            mode, reset, reload = ReloadMode.FULL, True, True
+        raise WeightSyncFailed(
+            f"{server.name}: the served weights never matched the trainer's within {self.tolerance:g} "
+            f"({len(attempts)} attempts)", {"server": server.name, "attempts": attempts, "tolerance": self.tolerance})
+
+    # --- generation -------------------------------------------------------------------------
+
+    def arm_faults(self, faults: set[str]) -> None:
+        unknown = faults - set(SERVER_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown server faults {sorted(unknown)}")
+        self.armed |= faults
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 generator: torch.Generator | None = None) -> list[Completion]:
+        if self.cancel.is_set():
+            raise GenerationCancelled("generation cancelled")
+        self._sync_all()
+        servers = [s for s in self.servers if s.state == ServerState.READY]
+        seeds = (torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+                 if generator is not None else list(range(len(prompts))))
+        garbage = "garbage_server" in self.armed
+        self.armed.discard("garbage_server")
+        jobs = [(servers[i % len(servers)], prompts[i], seeds[i]) for i in range(len(prompts))]
+        futures = [self.pool.submit(self._one, server, prompt, params, seed, garbage)
+                   for server, prompt, seed in jobs]
+        self._wait(futures, servers)
+        completions = [f.result() for f in futures]
+        suspect = {server for (server, _, _), c in zip(jobs, completions) if c.meta.get("error") in ("timeout", "connect")}
+        for server in suspect:
+            server.check_health()  # a timeout or a refused connection: hung or gone? find out, take it down if so
+        for (server, _, _), completion in zip(jobs, completions):
+            if completion.meta["incarnation"] in server.dead and completion.status.trainable:
+                completion.status = SampleStatus.FAILED
+                completion.error = f"{server.name} failed after producing this sample; it is not used"
+        self._write_status()
+        return completions
+
+    def _wait(self, futures: list[Future], servers: list[Supervisor]) -> None:
+        """Wait for every request, firing armed kill/hang faults once the first answer is in (the
+        server is then mid-rollout), and cancelling everything on a stop signal."""
+        pending = set(futures)
+        fault = next((f for f in ("kill_server", "hang_server") if f in self.armed), None)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            if self.cancel.is_set():
+                for server in servers:
+                    if server.client is not None:
+                        server.client.cancel_all()
+                wait(pending)
+                raise GenerationCancelled("generation cancelled")
+            if fault and done and servers[0].process is not None:
+                self.armed.discard(fault)
+                servers[0].process.send(signal.SIGKILL if fault == "kill_server" else signal.SIGSTOP)
+                self.record("fault_injected", f"{fault}: sent {'SIGKILL' if fault == 'kill_server' else 'SIGSTOP'} "
+                            f"to {servers[0].name} mid-rollout", server=servers[0].name,
+                            incarnation=servers[0].incarnation)
+                fault = None
+
+    def _one(self, server: Supervisor, prompt: list[int], params: SamplingParams, seed: int,
+             garbage: bool) -> Completion:
+        meta = {"server": server.name, "incarnation": server.incarnation, "revision": server.revision,
+                "policy_version": self.version}
+        try:
+            if garbage:
+                raise ServerError("garbage", "unexpected answer: injected garbage (faults.garbage_server_at_steps)")
+            result = self.backend.generate(server.client, prompt, params, seed)
+        except ServerError as exc:
+            status = SampleStatus.TIMEOUT if exc.kind == "timeout" else SampleStatus.FAILED
+            return Completion([], [], "", "error", status, str(exc), {**meta, "error": exc.kind})
+        text = self.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+        if not text.strip():
+            status = SampleStatus.EMPTY
+        else:
+            status = SampleStatus.TRUNCATED if result.finish_reason == "length" else SampleStatus.OK
+        return Completion(result.token_ids, result.logprobs, text, result.finish_reason, status, None, meta)
+
+    # --- status -----------------------------------------------------------------------------
+
+    def status(self) -> list[dict]:
+        return [{**s.status(), "revision": s.revision, "policy_version": self.version if s.revision == self.revision
+                 and s.revision is not None else None} for s in self.servers]
+
+    def _write_status(self) -> None:
+        try:
+            atomic_write_json(self.status_path, {"time": time.time(), "engine": self.backend.name,
+                                                 "trainer_policy_version": self.version, "last_sync": self.last_sync,
+                                                 "tolerance": self.tolerance, "servers": self.status()})
+        except OSError:
+            pass  # status is for `grpo health`; the run does not depend on it
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.stop()
+        self._write_status()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.cfg.weights_dir is None and self.model_dir.is_relative_to("/dev/shm"):
+            shutil.rmtree(self.model_dir.parent, ignore_errors=True)  # weights in memory: give it back
+
+
+def make_backend(name: str) -> Backend:
+    if name == "vllm":
+        from grpo.rollout.server.vllm import VLLMBackend
+
+        return VLLMBackend()
+    if name == "sglang":
+        from grpo.rollout.server.sglang import SGLangBackend
+
+        return SGLangBackend()
+    raise ValueError(f"unknown server backend {name!r}; valid: vllm, sglang")
+

@@ -1,0 +1,77 @@
+"""SGLang through its native HTTP API: `/generate` with token ids and `return_logprob`,
+`/update_weights_from_disk`, `/flush_cache`.
+
+SGLang needs CUDA, so on CPU this backend is tested against a stand-in server that speaks the same
+API and really generates (tests/standins/sglang_server.py), not against SGLang itself. Its output
+log-probs are log_softmax(logits / T) over the whole vocabulary (not renormalised after top-p), and
+its prompt log-probs raw log_softmax: grpo recomputes old log-probs with the trainer by default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo.config import ServerConfig
+from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect
+from grpo.rollout.server.client import HttpClient, ServerError
+
+
+class SGLangBackend(Backend):
+    name = "sglang"
+
+    def launch(self, cfg: ServerConfig, python: str, model_dir: Path, host: str, port: int, dtype: str,
+               seed: int) -> LaunchSpec:
+        argv = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--host", host,
+                "--port", str(port), "--dtype", dtype, "--random-seed", str(seed),
+                "--max-running-requests", str(cfg.max_concurrent_requests)]
+        if cfg.memory_fraction is not None:
+            argv += ["--mem-fraction-static", str(cfg.memory_fraction)]
+        return LaunchSpec(argv)
+
+    def generate(self, client: HttpClient, prompt_ids: list[int], params: SamplingParams, seed: int,
+                 timeout_s: float | None = None) -> Generation:
+        sampling = {"max_new_tokens": params.max_new_tokens, "temperature": params.temperature,
+                    "top_p": params.top_p, "sampling_seed": seed, "skip_special_tokens": True}
+        if params.stop:
+            sampling["stop"] = list(params.stop)
+        answer = client.request("POST", "/generate", {"input_ids": prompt_ids, "sampling_params": sampling,
+                                                      "return_logprob": True}, timeout_s=timeout_s, retries=0)
+        expect(isinstance(answer, dict) and isinstance(answer.get("meta_info"), dict), "no meta_info")
+        meta = answer["meta_info"]
+        finish = meta.get("finish_reason") or {}
+        expect(isinstance(finish, dict), f"finish_reason {finish!r}")
+        if finish.get("type") == "abort":
+            raise ServerError("http", f"generation aborted: {finish.get('message')}")
+        token_ids = answer.get("output_ids")
+        triples = meta.get("output_token_logprobs")
+        expect(isinstance(token_ids, list) and isinstance(triples, list), "output_ids or output_token_logprobs")
+        expect(len(triples) == len(token_ids), f"{len(triples)} log-probs for {len(token_ids)} tokens")
+        logprobs = []
+        for (logprob, token_id, *_), expected in zip(triples, token_ids):
+            expect(token_id == expected and isinstance(logprob, (int, float)), "log-prob triples out of step")
+            logprobs.append(float(logprob))
+        return Generation(token_ids, logprobs, "length" if finish.get("type") == "length" else "stop")
+
+    def prompt_logprobs(self, client: HttpClient, token_ids: list[int]) -> list[float]:
+        answer = client.request("POST", "/generate", {
+            "input_ids": token_ids, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+            "logprob_start_len": 0,
+        }, retries=0)
+        triples = answer.get("meta_info", {}).get("input_token_logprobs") if isinstance(answer, dict) else None
+        expect(isinstance(triples, list) and len(triples) == len(token_ids), "input_token_logprobs")
+        values = [t[0] for t in triples[1:]]  # the first token has no log-prob
+        expect(all(isinstance(v, (int, float)) for v in values), "a null prompt log-prob")
+        return [float(v) for v in values]
+
+    def reload_weights(self, client: HttpClient, model_dir: Path, mode: str) -> None:
+        if mode == ReloadMode.SKIP:
+            return
+        # SGLang has one reload path; flush_cache=False leaves the cache reset to reset_cache().
+        answer = client.request("POST", "/update_weights_from_disk",
+                                {"model_path": str(model_dir), "flush_cache": False}, retries=0)
+        if not (isinstance(answer, dict) and answer.get("success")):
+            raise ServerError("http", f"update_weights_from_disk failed: {answer!r}"[:300])
+
+    def reset_cache(self, client: HttpClient) -> None:
+        client.request("POST", "/flush_cache", retries=0)

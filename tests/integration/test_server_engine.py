@@ -1,0 +1,230 @@
+"""Whole runs on a supervised server: SGLang's adapter against the stand-in server (a real process
+that speaks SGLang's API and really generates), killed, hung, fed stale weights, answering garbage,
+dying on every start, and attached rather than started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from grpo.cli import EXIT_STOPPED, main
+from grpo.config import load_config
+from grpo.doctor import diagnose
+from grpo.loop import TrainingLoop
+from grpo.rundir.files import JsonlLog
+
+from .helpers import metric_lines
+
+STANDIN = Path(__file__).resolve().parents[1] / "standins" / "sglang_server.py"
+STANDIN_COMMAND = f"{{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} --dtype {{dtype}} --seed {{seed}}"
+SGLANG = ["rollout.engine=sglang", f"rollout.server.command={STANDIN_COMMAND}", "rollout.server.restart_backoff_s=0.2"]
+
+
+def events(run_dir: Path) -> list[dict]:
+    return JsonlLog(run_dir / "events.jsonl").read()[0]
+
+
+def of_kind(run_dir: Path, kind: str) -> list[dict]:
+    return [e for e in events(run_dir) if e["kind"] == kind]
+
+
+def assert_dead(pid: int) -> None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    raise AssertionError(f"server process {pid} is still running after the run")
+
+
+def run(run_dir: Path, *overrides: str) -> TrainingLoop:
+    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *overrides]))
+    loop.train()
+    return loop
+
+
+def test_every_step_syncs_and_verifies_the_weights_and_the_server_goes_with_the_run(tmp_path):
+    run_dir = tmp_path / "r"
+    loop = run(run_dir, "train.steps=4")
+    lines = metric_lines(run_dir)
+    assert [line["policy/version"] for line in lines] == [1, 2, 3, 4]
+    for line in lines:
+        assert line["sync/probe_max_diff"] <= line["sync/tolerance"] == 2e-3  # fp32
+        assert line["rollout/logprob_mismatch"] < 1e-4  # the trainer recomputed; the sampler agreed
+        assert line["rollout/sources"] == ["sglang-0#1"]
+    status = json.loads((run_dir / "servers" / "status.json").read_text())
+    assert status["servers"][0]["state"] == "stopped" and status["trainer_policy_version"] == 4
+    assert [e["kind"] for e in events(run_dir)][:3] == ["checkpoint", "server_start", "server_ready"]
+    assert_dead(status["servers"][0]["pid"])
+    assert not loop.engine.model_dir.exists()  # the weights in /dev/shm are given back
+
+
+def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_it_is_trained_on(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=4", "faults.kill_server_at_steps=[2]")
+    injected = of_kind(run_dir, "fault_injected")
+    failed = of_kind(run_dir, "server_failed")
+    assert [e["step"] for e in injected] == [1]  # events carry the last finished step: during step 2
+    assert len(failed) == 1 and failed[0]["evidence"]["exit"] == "killed by SIGKILL"
+    assert failed[0]["evidence"]["incarnation"] == 1 and failed[0]["step"] == 1
+    assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "server_start")] == [1, 2]
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert lines[2]["rollout/failed"] > 0 and lines[2]["rollout/retries"] > 0
+    # The proof: every sample any update used came from a live incarnation, never from the dead #1
+    # after it died (step 1 trained before the kill, on #1; steps 2-4 on #2 only).
+    assert lines[1]["rollout/sources"] == ["sglang-0#1"]
+    assert all(lines[s]["rollout/sources"] == ["sglang-0#2"] for s in (2, 3, 4))
+    assert all(lines[s]["update/applied"] == 1 for s in (2, 3, 4))
+    assert sorted(lines) == [1, 2, 3, 4]
+
+
+def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=3", "faults.hang_server_at_steps=[2]", "rollout.server.request_timeout_s=3",
+        "rollout.server.health_timeout_s=2")
+    (failed,) = of_kind(run_dir, "server_failed")
+    assert failed["message"].startswith("sglang-0: hung: no one-token generation in 2s")
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert lines[2]["rollout/timeout"] > 0 and lines[2]["rollout/sources"] == ["sglang-0#2"]
+    assert sorted(lines) == [1, 2, 3]
+
+
+def test_skipped_sync_is_caught_by_the_probe_and_repaired_before_the_next_rollout(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=3", "faults.skip_weight_sync_at_steps=[1]")
+    (mismatch,) = of_kind(run_dir, "weight_sync_mismatch")
+    assert mismatch["evidence"]["mode"] == "skip" and mismatch["evidence"]["prompt_diff"] > 2e-3
+    (repaired,) = of_kind(run_dir, "weight_sync_repaired")
+    assert [a["mode"] for a in repaired["evidence"]["attempts"]] == ["skip", "full"]
+    assert not of_kind(run_dir, "server_failed")  # a second reload fixed it: no restart needed
+
+
+def standin_fault(run_dir: Path, **knobs) -> None:
+    status = json.loads((run_dir / "servers" / "status.json").read_text())
+    request = urllib.request.Request(status["servers"][0]["url"] + "/standin/fault", data=json.dumps(knobs).encode(),
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def test_a_stale_tied_head_after_reload_is_caught_and_repaired_by_a_restart(tmp_path, monkeypatch):
+    """The stand-in's stale_head reload loads everything but the tied head, and says it succeeded."""
+    run_dir = tmp_path / "r"
+    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, "train.steps=3"]))
+    sync = loop.engine.sync_weights
+
+    def stale_at_step_2(policy):
+        if loop.step == 1:  # the sync after step 2's update (the step counter moves after it)
+            standin_fault(run_dir, stale_head=True)
+        return sync(policy)
+
+    monkeypatch.setattr(loop.engine, "sync_weights", stale_at_step_2)
+    loop.train()
+    mismatches = of_kind(run_dir, "weight_sync_mismatch")
+    assert len(mismatches) == 2 and all(m["evidence"]["prompt_diff"] > 2e-3 for m in mismatches)
+    (repaired,) = of_kind(run_dir, "weight_sync_repaired")
+    assert repaired["evidence"]["attempts"][-1]["mode"] == "restart"
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert lines[2]["rollout/sources"] == ["sglang-0#1"] and lines[3]["rollout/sources"] == ["sglang-0#2"]
+    assert all(line["sync/probe_max_diff"] <= 2e-3 for line in lines.values())  # what was used was verified
+
+
+def test_garbage_answers_fail_samples_and_are_never_scored(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=2", "faults.garbage_server_at_steps=[1]")
+    line = metric_lines(run_dir)[0]
+    assert line["rollout/failed"] == 16 and line["rollout/retries"] == 16 and line["groups/trained"] == 4
+
+
+def test_real_garbage_from_the_server_is_a_failed_sample(tmp_path):
+    from grpo.rollout.engines import SampleStatus, SamplingParams
+
+    loop = TrainingLoop(load_config("tiny", [f"run_dir={tmp_path / 'r'}", *SGLANG]))
+    try:
+        loop.engine.start(loop.policy)
+        for mode in ("json", "shape"):
+            standin_fault(tmp_path / "r", garbage=mode)
+            (completion,) = loop.engine.generate([[5, 6, 7]], SamplingParams(4))
+            assert completion.status == SampleStatus.FAILED and "garbage" in completion.error
+        standin_fault(tmp_path / "r", garbage=None)
+        (completion,) = loop.engine.generate([[5, 6, 7]], SamplingParams(4))
+        assert completion.status.trainable
+    finally:
+        loop.close()
+
+
+def test_a_server_that_dies_on_every_start_stops_the_run_with_a_diagnosis(tmp_path):
+    run_dir = tmp_path / "r"
+    crash = f"{sys.executable} -c print('torch.OutOfMemoryError:_CUDA_out_of_memory');exit(3)"
+    result = subprocess.run([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}",
+                             "rollout.engine=sglang", f"rollout.server.command={crash}",
+                             "rollout.server.max_restarts=2", "rollout.server.restart_backoff_s=0.1"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == EXIT_STOPPED
+    assert "inference server sglang-0 gave up (2 restarts used up): it exited with status 3" in result.stderr
+    stop = json.loads((run_dir / "STOPPED.json").read_text())
+    assert stop["cause"].startswith("inference_server:")
+    assert any("CUDA_out_of_memory" in line for line in stop["evidence"]["log_tail"])
+    assert stop["last_good_checkpoint"].endswith("step_000000")
+    assert (run_dir / "checkpoints" / "step_000000" / "meta.json").is_file()
+    assert "stopped by the guard at step 0: inference_server" in "\n".join(diagnose(run_dir))
+
+
+@pytest.fixture
+def standin(tmp_path):
+    """A stand-in server started by the test, as a user would run their own."""
+    from grpo.policy.models import build_char_tokenizer, build_tiny_model
+    from grpo.config import TinyModelConfig
+    import torch
+
+    model_dir = tmp_path / "served"
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(0)
+    build_tiny_model(TinyModelConfig(), tokenizer, torch.float32).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    log = open(tmp_path / "standin.log", "w")
+    proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", str(model_dir), "--host", "127.0.0.1",
+                             "--port", "0"], stdout=log, stderr=subprocess.STDOUT, text=True)
+    url = None
+    with open(tmp_path / "standin.log") as reader:
+        while url is None and proc.poll() is None:
+            line = reader.readline()
+            if "Uvicorn running on" in line:
+                url = line.split("running on ")[1].split()[0]
+            elif not line:
+                proc.poll()
+    assert url, (tmp_path / "standin.log").read_text()
+    yield proc, url
+    proc.kill()
+    proc.wait()
+
+
+def test_an_attached_server_is_used_and_when_it_dies_the_run_stops_saying_grpo_cannot_restart_it(tmp_path, standin):
+    proc, url = standin
+    run_dir = tmp_path / "r"
+    loop = TrainingLoop(load_config("tiny", [
+        f"run_dir={run_dir}", "rollout.engine=sglang", f"rollout.server.urls=[{url}]", "train.steps=4",
+        "rollout.server.max_restarts=1", "rollout.server.startup_timeout_s=2", "rollout.server.restart_backoff_s=0.1",
+    ]))
+    original = loop.collector.collect
+
+    def kill_before_step_3(step, *args, **kwargs):
+        if step == 3:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        return original(step, *args, **kwargs)
+
+    loop.collector.collect = kill_before_step_3
+    from grpo.guard.recovery import RunStopped
+
+    with pytest.raises(RunStopped, match="grpo cannot restart a server it did not start"):
+        loop.train()
+    starts = of_kind(run_dir, "server_start")
+    assert starts[0]["message"].endswith("(attached)")
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2]
