@@ -168,12 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     doc = sub.add_parser("doctor", help="explain a run after the fact: status, failures, trips, how to resume")
     doc.add_argument("run_dir")
 
+    health = sub.add_parser("health", help="is a run healthy now: servers generating, versions, memory, disk; "
+                                           "exit 0 when healthy, 1 when not")
+    health.add_argument("run_dir", nargs="?", help="default: the most recently active run under ./runs")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
             return _train(args.config, args.overrides, args.run_dir)
         if args.command == "quickstart":
             return _train("quickstart", args.overrides, args.run_dir, quickstart=True)
+        if args.command == "health":
+            from grpo.health import check, find_run
+
+            lines, healthy = check(find_run(args.run_dir))
+            print("\n".join(lines))
+            return 0 if healthy else 1  # 1: unhealthy
         if args.command == "doctor":
             from grpo.doctor import diagnose
 

@@ -223,7 +223,8 @@ class ServerEngine(RolloutEngine):
         try:
             atomic_write_json(self.status_path, {"time": time.time(), "engine": self.backend.name,
                                                  "trainer_policy_version": self.version, "last_sync": self.last_sync,
-                                                 "tolerance": self.tolerance, "servers": self.status()})
+                                                 "tolerance": self.tolerance, "health_ids": self.probe[:8],
+                                                 "servers": self.status()})
         except OSError:
             pass  # status is for `grpo health`; the run does not depend on it
 

@@ -1,0 +1,62 @@
+"""`grpo health` on a healthy run, a run whose server was killed, and a stopped run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from grpo.cli import main
+
+from .test_server_engine import SGLANG
+
+
+@pytest.fixture
+def paused_run(tmp_path):
+    """A real trainer on the stand-in server, frozen (SIGSTOP) at step 2 with its server running."""
+    run_dir = tmp_path / "r"
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}",
+                                 *SGLANG, "train.steps=4", "faults.stop_before_record_at_step=2"],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), (tmp_path / "stderr").read_text()
+    yield run_dir, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_healthy_run(paused_run, capsys):
+    run_dir, proc = paused_run
+    assert main(["health", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"TRAINER  running (pid {proc.pid}" in out
+    assert "sglang-0 at http://127.0.0.1:" in out and "generated a token in" in out
+    assert "serves policy version 2" in out and "trainer policy version 2" in out  # step 2 synced
+    assert "MEMORY   host" in out and "DISK     " in out and "last good: " in out and out.rstrip().endswith("HEALTHY")
+
+
+def test_a_run_whose_server_was_killed(paused_run, capsys):
+    run_dir, proc = paused_run
+    server = json.loads((run_dir / "servers" / "status.json").read_text())["servers"][0]
+    os.killpg(server["pid"], signal.SIGKILL)
+    assert main(["health", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"process {server['pid']} is not running" in out and "sglang-0: NOT generating" in out
+    assert "UNHEALTHY: sglang-0's process" in out
+
+
+def test_a_stopped_run(tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    assert main(["train", "--config", "tiny", f"run_dir={run_dir}", *SGLANG, "train.steps=4",
+                 "faults.zero_reward_at_steps=[1,2]", "guard.zero_reward.patience=2",
+                 "guard.zero_reward.action=stop"]) == 3
+    capsys.readouterr()
+    assert main(["health", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "TRAINER  stopped by the guard at step 2: zero_reward" in out
+    assert "UNHEALTHY: the run was stopped by the guard" in out
