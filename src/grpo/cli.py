@@ -9,10 +9,14 @@ import os
 import sys
 from pathlib import Path
 
-from grpo.rundir.files import DiskError
+from grpo.rundir.files import DiskError, atomic_write
 from grpo.rundir.lock import RunDirLocked
 
 from grpo.config import ConfigError, TaskConfig, load_config
+from grpo import progress
+from grpo.console import alert, say
+from grpo.progress import Progress
+from grpo.console import setup as setup_console
 
 # Exit statuses: each outcome its own, so a scheduler or script can tell them apart.
 EXIT_CRASH = 1  # an unexpected error (Python's own status for an uncaught exception)
@@ -20,34 +24,6 @@ EXIT_BAD_INPUT = 2  # config, data, model path or run directory refused before a
 EXIT_STOPPED = 3  # the guard stopped the run: STOPPED.json says why and how to resume
 EXIT_INTERRUPTED = 4  # SIGTERM/SIGINT: state saved; the same command resumes
 EXIT_DISK = 5  # the disk refused a write (full, read-only): free space, then the same command resumes
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is at the time (it may be replaced, e.g. under test capture)."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
-
-
-def _setup_logging(run_dir: Path | None = None) -> None:
-    handlers: list[logging.Handler] = [_StderrHandler()]
-    if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(run_dir / "train.log"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=handlers, force=True)
-    for noisy in ("transformers", "httpx", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # The libraries' own progress bars ("Writing model shards", downloads) only interleave with ours.
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
 
 
 def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
@@ -67,28 +43,28 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
     cfg = load_config(config, kept)
     # The lock comes first: a second trainer on this directory must not even open its log.
     run = RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()
-    _setup_logging(run.path)
+    setup_console(run.path)
     try:
         summary = TrainingLoop(cfg, resume_from=resume_from, run=run).train()
     except RunStopped as stop:
-        print(f"\nSTOPPED: {stop}", file=sys.stderr)
+        alert(f"\nSTOPPED: {stop}")
         return EXIT_STOPPED
     except RunInterrupted as interrupted:
-        print(f"\n{interrupted}", file=sys.stderr)
+        alert(f"\n{interrupted}")
         return EXIT_INTERRUPTED
     except (ConfigError, DiskError, FileNotFoundError):
         raise
     except Exception as exc:  # a bug or an unexpected failure: the traceback goes to train.log too
         logging.getLogger("grpo").exception("the run crashed")
-        print(f"\ncrashed: {type(exc).__name__}: {exc}\nthe traceback is in {run.path / 'train.log'}; "
-              f"resume from the newest checkpoint with: {resume_command(run.path, None)}", file=sys.stderr)
+        alert(f"\ncrashed: {type(exc).__name__}: {exc}\nthe traceback is in {run.path / 'train.log'}; "
+              f"resume from the newest checkpoint with: {resume_command(run.path, None)}")
         return EXIT_CRASH
     before, after = summary.get("before"), summary.get("after")
     if quickstart and before and after:
-        print(f"\nheld-out greedy accuracy on {after['n']} problems: "
-              f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
-              f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
-    print(f"run directory: {cfg.resolved_run_dir}")
+        say(f"\nheld-out greedy accuracy on {after['n']} problems: "
+            f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
+            f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
+    say(f"run directory: {cfg.resolved_run_dir}")
     return 0
 
 
@@ -119,25 +95,30 @@ def _eval(args: argparse.Namespace) -> int:
     if not problems:
         raise ConfigError(f"task {task_cfg.name} has no {args.split} problems to evaluate")
     model_cfg = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
-    _setup_logging()
+    setup_console()
     device = resolve_device(model_cfg.device)
     model, tokenizer = load_model_and_tokenizer(model_cfg, device)
     engine = EmbeddedEngine(model, tokenizer, args.batch_size)
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(task_cfg.reward),
-                      max_new_tokens=args.max_new_tokens, samples=args.samples, temperature=args.temperature,
-                      generator=generator)
+    progress.activate(Progress(0, interval_s=30.0))
+    with progress.phase(f"evaluate {len(problems)} problems"):
+        result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(task_cfg.reward),
+                          max_new_tokens=args.max_new_tokens, samples=args.samples, temperature=args.temperature,
+                          generator=generator, keep_answers=bool(args.output))
+    progress.activate(None)
+    answers = result.pop("answers", None)
     result = {"model": args.model, "task": task_cfg.name, "split": args.split, **result}
-    print(format_table({k: v for k, v in result.items() if not isinstance(v, str)},
-                       f"{args.model} on {task_cfg.name}/{args.split}"))
-    print(json.dumps(result))
-    if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=2))
+    say(format_table({k: v for k, v in result.items() if not isinstance(v, str)},
+                     f"{args.model} on {task_cfg.name}/{args.split}"))
+    say(json.dumps(result))
+    if args.output:  # the summary and every answer, to see what the model wrote
+        atomic_write(Path(args.output), json.dumps({**result, "answers": answers}, indent=2))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo", description="GRPO post-training that never fails silently.")
+    parser.add_argument("--version", action="version", version=f"grpo {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with a config file and dotted overrides (actor.lr=1e-6)")
@@ -162,8 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--config", help="config whose task section (prompt, data path, arith knobs) to use")
-    ev.add_argument("--output", help="also write the JSON result here")
+    ev.add_argument("--output", help="also write the result and every answer (question, gold, completion, "
+                                     "reward, status) to this JSON file")
     ev.add_argument("overrides", nargs="*", help="dotted overrides of the task section, e.g. task.path=...")
+
+    config = sub.add_parser("config", help="grpo config show [--config X] [overrides]")
+    show = config.add_subparsers(dest="config_command", required=True).add_parser(
+        "show", help="the resolved config with every key's default and meaning (a valid --config file)")
+    show.add_argument("--config", help="YAML file or preset name")
+    show.add_argument("overrides", nargs="*")
 
     doc = sub.add_parser("doctor", help="explain a run after the fact: status, failures, trips, how to resume")
     doc.add_argument("run_dir")
@@ -178,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
             return _train(args.config, args.overrides, args.run_dir)
         if args.command == "quickstart":
             return _train("quickstart", args.overrides, args.run_dir, quickstart=True)
+        if args.command == "config":
+            from grpo.config_doc import render
+
+            print(render(load_config(args.config, args.overrides)), end="")
+            return 0
         if args.command == "health":
             from grpo.health import check, find_run
 
@@ -191,18 +184,27 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return _eval(args)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+        alert(f"config error: {exc}")
         return EXIT_BAD_INPUT
     except RunDirLocked as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        alert(f"error: {exc}")
         return EXIT_BAD_INPUT
     except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        alert(f"error: {exc}")
         return EXIT_BAD_INPUT
     except DiskError as exc:
-        print(f"disk error: {exc}. Checkpoints already saved are intact: free space, then run the same "
-              "command again to resume.", file=sys.stderr)
+        alert(f"disk error: {exc}. Checkpoints already saved are intact: free space, then run the same "
+              "command again to resume.")
         return EXIT_DISK
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grpo")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

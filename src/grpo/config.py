@@ -28,21 +28,23 @@ class ConfigError(ValueError):
 class TinyModelConfig:
     """A randomly initialised Llama-style model with a character-level tokenizer (tests, smoke runs)."""
 
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 128
+    hidden_size: int = 64  # width
+    num_layers: int = 2  # decoder layers
+    num_heads: int = 4  # attention heads (vLLM-CPU needs hidden_size / num_heads >= 32)
+    intermediate_size: int = 128  # MLP width
 
 
 @dataclass
 class ModelConfig:
+    """The policy: which model, in which precision, on which device."""
+
     # A hub name, a local model directory, a short name (`smollm2-135m-instruct`) or `tiny`.
     name: str = "smollm2-135m-instruct"
-    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"  # the weights' precision (fp32 AdamW master copies)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     # auto: eager on CPU (faster than SDPA's CPU kernels for short RL sequences), sdpa on GPU
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
 
@@ -50,21 +52,23 @@ class ModelConfig:
 class ArithConfig:
     """Procedural arithmetic: `min_digits`..`max_digits`-digit operands joined by `ops`."""
 
-    min_digits: int = 2
-    max_digits: int = 2
-    num_operands: int = 2
-    ops: list[str] = field(default_factory=lambda: ["+"])
-    seed: int = 1234
+    min_digits: int = 2  # digits of the smallest operand
+    max_digits: int = 2  # digits of the largest operand
+    num_operands: int = 2  # operands per problem
+    ops: list[str] = field(default_factory=lambda: ["+"])  # drawn from + - *
+    seed: int = 1234  # the problem set's seed (held-out problems are disjoint by construction)
 
 
 @dataclass
 class TaskConfig:
-    name: Literal["arith", "gsm8k"] = "arith"
+    """Where problems come from, how they become prompts, and how answers are scored."""
+
+    name: Literal["arith", "gsm8k"] = "arith"  # procedural arithmetic, or GSM8K
     # gsm8k: a directory holding {train,test}.jsonl, or `hub` for openai/gsm8k via `datasets`.
     path: str = "../shared/data/gsm8k"
-    max_train_problems: int | None = None
-    system_prompt: str | None = None
-    instruction: str = "Put your final answer within \\boxed{}."
+    max_train_problems: int | None = None  # use only the first N training problems; null: all
+    system_prompt: str | None = None  # a system message before each problem; null: none
+    instruction: str = "Put your final answer within \\boxed{}."  # appended to each problem's text
     reward: str = "math"  # a registered reward name or `module:function`
     arith: ArithConfig = field(default_factory=ArithConfig)
 
@@ -82,19 +86,19 @@ class ServerConfig:
     command: str | None = None
     extra_args: list[str] = field(default_factory=list)  # appended to the launch command
     env: list[str] = field(default_factory=list)  # KEY=VALUE for the server process
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # where a started server listens (loopback by default)
     port: int = 0  # 0: a free port
     # Memory knobs users tune after an OOM: the accelerator memory fraction the server may take
     # (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static) and the KV cache size in GiB
     # (vLLM-CPU VLLM_CPU_KVCACHE_SPACE); null leaves the server's default.
     memory_fraction: float | None = None
-    kv_cache_gib: float | None = None
-    max_concurrent_requests: int = 64
-    request_timeout_s: float = 300.0
-    startup_timeout_s: float = 600.0
+    kv_cache_gib: float | None = None  # see memory_fraction
+    max_concurrent_requests: int = 64  # requests in flight per server (and the server's batch limit)
+    request_timeout_s: float = 300.0  # a generation request slower than this counts as timed out
+    startup_timeout_s: float = 600.0  # from launch to the first one-token generation
     health_timeout_s: float = 30.0  # a one-token generation slower than this is a hung server
     max_restarts: int = 3  # per run; past it the guard stops the run with a diagnosis
-    restart_backoff_s: float = 2.0
+    restart_backoff_s: float = 2.0  # wait before the first restart, doubling for each one after
     # Max |server - trainer| log-prob on the weight probe; null: by dtype (see grpo.rollout.server.weights).
     probe_tolerance: float | None = None
     sync_retries: int = 1  # failed probes fixed by syncing again, before a restart is tried
@@ -104,20 +108,22 @@ class ServerConfig:
 
 @dataclass
 class RolloutConfig:
+    """Generating the groups of answers: the engine, sampling, and retries of failed samples."""
+
     # embedded: generate with the training model in-process; vllm / sglang: a supervised server;
     # auto: vllm when it is importable and CUDA is present, otherwise embedded.
     engine: Literal["auto", "embedded", "vllm", "sglang"] = "embedded"
     server: ServerConfig = field(default_factory=ServerConfig)
-    problems_per_step: int = 8
-    samples_per_problem: int = 8
-    max_new_tokens: int = 40
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: list[str] = field(default_factory=list)
-    generation_batch_size: int = 64
+    problems_per_step: int = 8  # groups per step
+    samples_per_problem: int = 8  # the group size G: answers compared with each other
+    max_new_tokens: int = 40  # the answer length budget; longer answers are cut off (truncated)
+    temperature: float = 1.0  # sampling temperature for rollouts (evaluation is greedy)
+    top_p: float = 1.0  # nucleus sampling; 1 samples from the whole distribution
+    stop: list[str] = field(default_factory=list)  # strings that end an answer
+    generation_batch_size: int = 64  # the embedded engine's rows per forward pass
     # A failed sample is retried this many times (exponential backoff with jitter), then dropped.
     max_retries: int = 2
-    retry_backoff_s: float = 0.5
+    retry_backoff_s: float = 0.5  # the first retry's wait, doubling (with jitter) for each one after
     # Extra generation rounds allowed per step to refill groups lost to failures or filtering.
     max_refill_rounds: int = 2
     # DAPO dynamic sampling: drop groups whose rewards are all equal and oversample to refill.
@@ -126,17 +132,19 @@ class RolloutConfig:
 
 @dataclass
 class AlgoConfig:
+    """The GRPO objective and its variants (DAPO, Dr.GRPO): advantages, clipping, aggregation, KL."""
+
     # group: (r - mean) / std per group (GRPO); none: r - mean (Dr.GRPO); batch: std over the batch.
     advantage_norm: Literal["group", "batch", "none"] = "group"
-    clip_low: float = 0.2
-    clip_high: float = 0.2  # DAPO clip-higher: e.g. 0.28
+    clip_low: float = 0.2  # PPO clip: the ratio is kept above 1 - clip_low
+    clip_high: float = 0.2  # ... and below 1 + clip_high (DAPO clip-higher: e.g. 0.28)
     # token_mean: over all tokens in the batch (DAPO); seq_mean: per sequence then over sequences
     # (GRPO paper); seq_sum_norm: token sum divided by max_new_tokens (Dr.GRPO).
     loss_agg: Literal["token_mean", "seq_mean", "seq_sum_norm"] = "token_mean"
     kl_coef: float = 0.0  # 0 loads no reference model
-    kl_estimator: Literal["k1", "k3"] = "k3"
-    updates_per_batch: int = 1
-    micro_batch_size: int = 16
+    kl_estimator: Literal["k1", "k3"] = "k3"  # k1: log-ratio; k3: the unbiased, non-negative estimator
+    updates_per_batch: int = 1  # optimizer steps on each batch (>1: off-policy, the clip matters)
+    micro_batch_size: int = 16  # rows per forward/backward; gradients accumulate over the batch
     # Recompute old log-probs with a training forward pass instead of using the sampler's; null:
     # recompute with a server engine (its kernels differ from the trainer's), not with the embedded one.
     recompute_old_logprobs: bool | None = None
@@ -144,64 +152,80 @@ class AlgoConfig:
 
 @dataclass
 class ActorConfig:
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    warmup_steps: int = 0
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
-    min_lr_ratio: float = 0.0
+    """The optimizer: AdamW and its learning-rate schedule."""
+
+    lr: float = 1e-6  # peak learning rate
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW's moment decay rates
+    eps: float = 1e-8  # AdamW's denominator epsilon
+    max_grad_norm: float = 1.0  # clip the gradient to this global norm; 0 turns clipping off
+    warmup_steps: int = 0  # linear warm-up from 0 over these steps
+    schedule: Literal["constant", "linear", "cosine"] = "constant"  # after warm-up
+    min_lr_ratio: float = 0.0  # linear/cosine decay ends at lr x this
     # Keep fp32 master weights and AdamW state when the model runs in bf16/fp16.
     fp32_master_weights: bool = True
 
 
 @dataclass
 class TrainConfig:
+    """How long to train, and the seed of everything random (data order, sampling, init)."""
+
     steps: int | None = None  # None: epochs over the task's training problems
-    epochs: int = 1
-    seed: int = 0
+    epochs: int = 1  # passes over the training problems when steps is null
+    seed: int = 0  # one seed for data order, sampling and the tiny model's init
 
 
 @dataclass
 class EvalConfig:
+    """Held-out greedy accuracy, to eval.jsonl, TensorBoard and W&B."""
+
     every_steps: int = 0  # 0 disables periodic evaluation
-    before_training: bool = False
-    after_training: bool = False
-    max_samples: int = 128
-    batch_size: int = 64
+    before_training: bool = False  # evaluate once before the first step (a fresh run only)
+    after_training: bool = False  # and once after the last
+    max_samples: int = 128  # held-out problems per evaluation (the first N of the test split)
+    batch_size: int = 64  # rows per generation batch
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
 
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = 50
-    every_minutes: float = 30.0
-    keep_last: int = 2
-    keep_best: bool = True
-    save_final: bool = True
+    """When to save, and what to keep (the newest healthy one and the best are always kept)."""
+
+    every_steps: int = 50  # 0: not by step count
+    every_minutes: float = 30.0  # also save when this long has passed since the last save; 0: never
+    keep_last: int = 2  # the newest checkpoints kept
+    keep_best: bool = True  # keep the best-scoring healthy checkpoint (by held-out accuracy)
+    save_final: bool = True  # save after the last step
 
 
 @dataclass
 class LoggingConfig:
-    tensorboard: bool = True
-    wandb_project: str | None = None
-    progress_bar: bool = True
+    """Where metrics go besides metrics.jsonl, and what the console shows."""
+
+    tensorboard: bool = True  # scalars, evaluations and sample texts under RUN_DIR/tensorboard
+    wandb_project: str | None = None  # also log to this Weights & Biases project (pip install 'grpo[wandb]')
+    # Progress inside rollout, update and evaluation: a status line on a terminal, else a log line
+    # every progress_interval_s (to the console and train.log).
+    progress: bool = True
+    progress_interval_s: float = 30.0  # see progress
+    samples_per_step: int = 4  # completions per step written to samples.jsonl (and TensorBoard, W&B)
 
 
 @dataclass
 class BreakerConfig:
-    threshold: float
-    action: Literal["warn", "pause", "rollback", "stop"] = "rollback"
+    """One circuit breaker: trips after `patience` bad steps in a row, then acts."""
+
+    threshold: float  # the breaker's own measure (see its comment in guard) at which a step is bad
+    action: Literal["warn", "pause", "rollback", "stop"] = "rollback"  # what a trip does
     patience: int = 1  # consecutive steps over the threshold before tripping
-    enabled: bool = True
+    enabled: bool = True  # false turns this breaker off
 
 
 @dataclass
 class GuardConfig:
     """Circuit breakers. Defaults are loose enough that a healthy run never trips them."""
 
-    enabled: bool = True
+    enabled: bool = True  # false turns every breaker off
     # fraction of generation attempts in a step that failed, timed out or came back empty
     failed_rollouts: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.5, "rollback", 2))
     # fraction of generated answers the reward could not score: bad gold answers or a broken reward
@@ -213,19 +237,21 @@ class GuardConfig:
     reward_collapse: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.2, "warn", 5))
     # loss exactly 0 with an update applied, for `patience` steps
     zero_loss: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.0, "warn", 20))
+    # a non-finite loss, gradient or parameter (the update is never applied)
     nonfinite: BreakerConfig = field(default_factory=lambda: BreakerConfig(0.0, "rollback", 1))
     # grad norm above `threshold` x its moving median (after warm-up)
     grad_norm_spike: BreakerConfig = field(default_factory=lambda: BreakerConfig(50.0, "warn", 1))
+    # KL to the reference (or to the sampling policy) above `threshold`
     kl_explosion: BreakerConfig = field(default_factory=lambda: BreakerConfig(10.0, "rollback", 2))
     # fraction of responses that came back empty (a dead server looks like this)
     empty_responses: BreakerConfig = field(default_factory=lambda: BreakerConfig(1.0, "rollback", 2))
     # fraction of responses cut at max_new_tokens (rambling, or a length budget too small)
     truncated_responses: BreakerConfig = field(default_factory=lambda: BreakerConfig(1.0, "warn", 10))
-    baseline_steps: int = 20
-    max_rollbacks: int = 3
-    rollback_lr_factor: float = 0.5
-    pause_poll_s: float = 10.0
-    pause_timeout_s: float = 3600.0
+    baseline_steps: int = 20  # healthy steps in the moving baselines (reward, grad norm)
+    max_rollbacks: int = 3  # per run; past it a rollback becomes a stop
+    rollback_lr_factor: float = 0.5  # each rollback multiplies the learning rate by this
+    pause_poll_s: float = 10.0  # how often a paused run looks for RUN_DIR/PAUSED to be gone
+    pause_timeout_s: float = 3600.0  # a pause nobody ends becomes a stop after this
     on_trip_command: str | None = None  # shell command; event JSON on stdin
     on_trip_webhook: str | None = None  # URL; event JSON POSTed
 
@@ -234,12 +260,12 @@ class GuardConfig:
 class FaultsConfig:
     """Deliberate failures, to rehearse the guard. All empty by default."""
 
-    fail_rollouts_at_steps: list[int] = field(default_factory=list)
+    fail_rollouts_at_steps: list[int] = field(default_factory=list)  # samples fail (as a dead server's would)
     fail_fraction: float = 1.0  # fraction of samples failed at those steps
-    empty_rollouts_at_steps: list[int] = field(default_factory=list)
-    zero_reward_at_steps: list[int] = field(default_factory=list)
-    reward_raises_at_steps: list[int] = field(default_factory=list)
-    nan_loss_at_steps: list[int] = field(default_factory=list)
+    empty_rollouts_at_steps: list[int] = field(default_factory=list)  # every answer comes back empty
+    zero_reward_at_steps: list[int] = field(default_factory=list)  # every answer scores 0
+    reward_raises_at_steps: list[int] = field(default_factory=list)  # the reward function raises
+    nan_loss_at_steps: list[int] = field(default_factory=list)  # the loss is NaN
     crash_at_step: int | None = None  # raise after this step's checkpoint (tests exact resume)
     # SIGSTOP the trainer just before it records this step (metrics line, checkpoint), so a tool such
     # as strace can be attached to inject kills or disk errors into those writes; SIGCONT resumes it.
@@ -248,17 +274,18 @@ class FaultsConfig:
     # after the update, sync with the server's stock reload (a stale tied head), sync without
     # resetting the prefix cache, or turn the server's answers to garbage, at these steps.
     kill_server_at_steps: list[int] = field(default_factory=list)
-    hang_server_at_steps: list[int] = field(default_factory=list)
-    skip_weight_sync_at_steps: list[int] = field(default_factory=list)
-    stale_head_sync_at_steps: list[int] = field(default_factory=list)
-    no_cache_reset_at_steps: list[int] = field(default_factory=list)
-    garbage_server_at_steps: list[int] = field(default_factory=list)
+    hang_server_at_steps: list[int] = field(default_factory=list)  # SIGSTOP, found by a request timeout
+    skip_weight_sync_at_steps: list[int] = field(default_factory=list)  # the probe must catch it
+    stale_head_sync_at_steps: list[int] = field(default_factory=list)  # vLLM's stock reload_weights
+    no_cache_reset_at_steps: list[int] = field(default_factory=list)  # generation reads stale KV
+    garbage_server_at_steps: list[int] = field(default_factory=list)  # answers that do not parse
 
 
 @dataclass
 class RunConfig:
-    name: str = "grpo"
-    run_dir: str = "runs/{name}"
+    name: str = "grpo"  # the run's name (W&B, the default run_dir)
+    run_dir: str = "runs/{name}"  # where config, metrics, events, checkpoints and logs go
+    # auto: a run directory with checkpoints resumes from the newest valid one; off: refuse it
     recover: Literal["auto", "off"] = "auto"
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import torch
 
@@ -32,7 +33,10 @@ def evaluate(
     samples: int = 1,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
-) -> dict[str, float]:
+    keep_answers: bool = False,
+) -> dict[str, Any]:
+    """Greedy accuracy (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
+    with its problem, reward and status under "answers"."""
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
     columns = {"gold": [p.gold for p in problems], "question": [p.question for p in problems]}
     greedy = engine.generate(prompts, SamplingParams(max_new_tokens, temperature=0.0), generator)
@@ -45,6 +49,9 @@ def evaluate(
         "failed": sum(not c.status.trainable for c in greedy),
         "mean_length": sum(len(c.token_ids) for c in greedy) / max(len(greedy), 1),
     }
+    if keep_answers:
+        result["answers"] = [{"id": p.id, "question": p.question, "gold": p.gold, "completion": c.text,
+                              "reward": r, "status": c.status.value} for p, c, r in zip(problems, greedy, rewards)]
     if samples > 1:
         params = SamplingParams(max_new_tokens, temperature=temperature)
         sampled = engine.generate([p for p in prompts for _ in range(samples)], params, generator)

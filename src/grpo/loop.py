@@ -26,6 +26,8 @@ import yaml
 
 from grpo.algo.advantages import group_advantages
 from grpo.config import ConfigError, RunConfig, config_yaml, to_dict
+from grpo import progress
+from grpo.console import alert, say
 from grpo.evaluate import evaluate, format_table
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.guard.faults import FaultInjector
@@ -33,12 +35,13 @@ from grpo.guard.recovery import RunStopped, notify, resume_command, wait_while_p
 from grpo.guard.signals import SignalWatch, StopRequested
 from grpo.metrics import MetricsLogger
 from grpo.phases import PhaseTimer
+from grpo.progress import Progress
 from grpo.policy.models import resolve_device
 from grpo.policy.optim import lr_at
 from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch, UpdateResult
 from grpo.rewards import get_reward
-from grpo.rollout.collector import RolloutBatch, RolloutCollector, rollout_metrics
+from grpo.rollout.collector import RolloutBatch, RolloutCollector, rollout_metrics, sample_records
 from grpo.rollout.engines import GenerationCancelled, RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.rollout.engines.select import resolve_engine
@@ -105,6 +108,7 @@ class TrainingLoop:
         self.guard = Guard(cfg.guard)
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
         self.last_save = time.monotonic()
+        self.explained: set[str] = set()  # skip reasons already explained to the user
 
     def _build_engine(self) -> RolloutEngine:
         cfg = self.cfg
@@ -187,6 +191,7 @@ class TrainingLoop:
         atomic_write(self.run.config_path, text)
 
     def close(self) -> None:
+        progress.activate(None)
         if getattr(self, "engine", None) is not None:
             self.engine.close()
         if self.metrics is not None:
@@ -198,6 +203,9 @@ class TrainingLoop:
 
     def train(self) -> dict[str, Any]:
         self.signals.install()
+        self.progress = (Progress(self.total_steps, self.cfg.logging.progress_interval_s)
+                         if self.cfg.logging.progress else None)
+        progress.activate(self.progress)
         try:
             return self._train()
         except RunStopped:
@@ -220,7 +228,11 @@ class TrainingLoop:
             summary["before"] = self._evaluate("before")
         while self.step < self.total_steps:
             self.signals.check()
+            if self.progress is not None:
+                self.progress.start_step(self.step + 1)
             self._train_step(self.step + 1)
+            if self.progress is not None:
+                self.progress.end_step()
             self.signals.check()
         latest = self.checkpoints.latest()
         if self.cfg.checkpoint.save_final and (latest is None or latest.step != self.step):
@@ -276,11 +288,18 @@ class TrainingLoop:
             "time/step_s": time.perf_counter() - started,
         })
         m["perf/tokens_per_s"] = m["perf/generated_tokens"] / m["time/step_s"]
+        self._explain_skip(step, result, m)
         if self.cfg.faults.stop_before_record_at_step == step:
             os.kill(os.getpid(), signal.SIGSTOP)
         # The line is written before the checkpoint, whose manifest records the log's size: a resume
         # from it keeps this line, and a resume from an older one moves it aside, never duplicates it.
         self.metrics.log(step, m)
+        if self.cfg.logging.samples_per_step:
+            samples = [{"step": step, **r} for r in sample_records(batch, self.policy.tokenizer,
+                                                                   self.cfg.logging.samples_per_step)]
+            for record in samples:
+                self.run.logs["samples.jsonl"].append(record)
+            self.metrics.log_samples(step, samples)
         if not blocked and checkpoint_due:
             self._save(healthy=self.guard.healthy)
         self._record_trips(trips, step)
@@ -289,7 +308,7 @@ class TrainingLoop:
             raise RuntimeError(f"injected crash after step {step} (faults.crash_at_step)")
 
     def _rollout_and_update(self, step: int, timer: PhaseTimer, checkpoint_due: bool):
-        with timer.phase("rollout"):  # generate, score, filter: failed samples retried, bad groups refilled
+        with timer.phase("rollout"), progress.phase("rollout"):  # generate, score, filter; failures retried
             batch = self.collector.collect(step, self.data_index, self.generator, self.policy.revision)
         m: dict[str, Any] = rollout_metrics(batch)
         with timer.phase("guard"):
@@ -306,7 +325,7 @@ class TrainingLoop:
             result.skip_reason = "no learning signal" if no_signal else "no trainable groups"
         else:
             self.signals.check()
-            with timer.phase("update"):
+            with timer.phase("update"), progress.phase("update"):
                 result = self.policy.update(train_batch, inject_nan=self.faults.nan_loss(step),
                                             check_stop=self.signals.check)
         with timer.phase("guard"):
@@ -484,14 +503,37 @@ class TrainingLoop:
         """Held-out accuracy; None when a stop signal cut it short (the step itself stands)."""
         problems = self.task.eval_problems(self.cfg.eval.max_samples)
         try:
-            result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.reward_fn,
-                              max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
+            with progress.phase(f"evaluate ({label})"):
+                result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.reward_fn,
+                                  max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
         except GenerationCancelled:
             return None
         self.score = result["accuracy"]
         self.run.logs["eval.jsonl"].append({"step": self.step, "label": label, **result})
-        print(format_table(result, f"held-out evaluation ({label}, step {self.step})"), flush=True)
+        self.metrics.log_eval(self.step, label, result)
+        say(format_table(result, f"held-out evaluation ({label}, step {self.step})"))
         return result
+
+    def _explain_skip(self, step: int, result: UpdateResult, m: dict[str, Any]) -> None:
+        """The first time an update is skipped for a reason, say why and what to change, loudly."""
+        reason = result.skip_reason
+        if result.applied or reason is None or reason in self.explained or reason.startswith("breaker"):
+            return
+        self.explained.add(reason)
+        if reason == "no learning signal":
+            mean, truncated = m.get("reward/mean"), m.get("response/truncated_frac") or 0.0
+            why = ("every answer was wrong" if mean == 0 else "every answer was right" if mean == m.get("reward/max")
+                   and mean else "in every group all answers got the same reward")
+            remedy = ("more samples per problem (rollout.samples_per_problem) so some answers differ, "
+                      "dynamic sampling (rollout.filter_zero_variance=true) to refill with groups that disagree, "
+                      "a task matched to the model, or a small format bonus in the reward")
+            if truncated > 0.3:
+                remedy = f"longer answers (rollout.max_new_tokens: {truncated:.0%} were cut off), " + remedy
+            alert(f"step {step}: NO UPDATE: {why} (mean reward {mean}), so GRPO has no signal. Try {remedy}.")
+        elif reason == "no trainable groups":
+            alert(f"step {step}: NO UPDATE: no group had every sample generated and scored "
+                  f"({m.get('rollout/failed', 0)} failed, {m.get('rollout/unscorable', 0)} unscorable); "
+                  "the guard's breakers watch this (grpo doctor shows the failures).")
 
 
 def _blocking_reason(trips: list[Trip]) -> str | None:

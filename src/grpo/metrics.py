@@ -1,15 +1,16 @@
-"""Step metrics to `RUN_DIR/metrics.jsonl`, TensorBoard, W&B (when configured) and a console table."""
+"""Step metrics to `RUN_DIR/metrics.jsonl`, TensorBoard, W&B (when configured) and a console table;
+evaluations and sample completions to TensorBoard and W&B too."""
 
 from __future__ import annotations
 
 import math
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from grpo.config import LoggingConfig
+from grpo.console import say
 from grpo.rundir.files import JsonlLog, atomic_write
 
 CONSOLE_COLUMNS = [
@@ -76,18 +77,33 @@ class MetricsLogger:
             self.wandb.log(numeric, step=step)
         self._console(record)
 
+    def log_eval(self, step: int, label: str, result: dict[str, Any]) -> None:
+        numeric = {f"eval/{k}": float(v) for k, v in result.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self.tb is not None:
+            for key, value in numeric.items():
+                self.tb.add_scalar(key, value, step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log({**numeric, "eval/label": label}, step=step)
+
+    def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        if self.tb is not None and samples:
+            text = "\n\n".join(f"**{s['status']}** reward {s['reward']}  \n{s['completion']}" for s in samples)
+            self.tb.add_text("samples", text, step)
+        if self.wandb is not None and samples:
+            import wandb
+
+            columns = ["step", "prompt", "completion", "reward", "status"]
+            self.wandb.log({"samples": wandb.Table(columns=columns, data=[[step, s["prompt"], s["completion"],
+                                                                           s["reward"], s["status"]] for s in samples])},
+                           step=step)
+
     def _console(self, record: dict[str, Any]) -> None:
         if self.lines % 20 == 0:
-            print("  ".join(name.rjust(_width(fmt)) for name, _, fmt in CONSOLE_COLUMNS), flush=True)
+            say("  ".join(name.rjust(_width(fmt)) for name, _, fmt in CONSOLE_COLUMNS))
         self.lines += 1
-        row = "  ".join(_fmt(fmt, record.get(key)) for _, key, fmt in CONSOLE_COLUMNS)
-        print(row, flush=True)
-        if self.cfg.progress_bar and sys.stdout.isatty():
-            done = record["step"] / max(self.total_steps, 1)
-            elapsed = time.time() - self.started
-            eta = elapsed / max(done, 1e-9) * (1 - done)
-            bar = "#" * int(30 * done)
-            print(f"[{bar:<30}] {record['step']}/{self.total_steps}  eta {eta / 60:.1f} min", end="\r", flush=True)
+        say("  ".join(_fmt(fmt, record.get(key)) for _, key, fmt in CONSOLE_COLUMNS))
 
     def close(self) -> None:
         if self.tb is not None:

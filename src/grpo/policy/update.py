@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from grpo.progress import tick
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.policy.optim import MasterWeightAdamW
 
@@ -175,10 +176,12 @@ def update_policy(
     sums: dict[str, float] = {}
     steps_applied = 0
     model.train()
+    chunks = micro_batches(batch, micro_batch_size)
     for update in range(updates):
         optimizer.zero_grad()
         loss_total = 0.0
-        for rows in micro_batches(batch, micro_batch_size):
+        for index, rows in enumerate(chunks):
+            tick(update * len(chunks) + index, updates * len(chunks), "micro-batches")
             mb = collate(batch, rows, pad_id, device)
             logprobs, entropy = completion_logprobs(model, mb, temperature, with_entropy=update == 0)
             loss, metrics = policy_loss(

@@ -51,6 +51,7 @@ class Group:
 class RolloutBatch:
     groups: list[Group]  # only complete, valid groups: what the update trains on
     next_data_index: int
+    dropped: list[Group] = field(default_factory=list)  # groups left out (a failed or unscorable member)
     attempts: Counter = field(default_factory=Counter)  # status -> count, over every attempt
     final: Counter = field(default_factory=Counter)  # status -> count, final state of each sample
     retries: int = 0
@@ -164,6 +165,7 @@ class RolloutCollector:
                 batch.final[sample.status.value] += 1
             if not group.valid:
                 batch.groups_dropped_invalid += 1
+                batch.dropped.append(group)
                 continue
             batch.groups_complete += 1
             batch.complete_rewards.extend(s.reward for s in group.samples)
@@ -174,6 +176,25 @@ class RolloutCollector:
                     batch.groups_dropped_zero_variance += 1
                     continue
             batch.groups.append(group)
+
+
+def sample_records(batch: RolloutBatch, tokenizer, k: int) -> list[dict]:
+    """Up to `k` completions to show: the best and worst answer of the first trained groups, and one
+    sample of a dropped group when there is one (what a failure looked like)."""
+    chosen: list[Sample] = []
+    for group in batch.groups:
+        ranked = sorted(group.samples, key=lambda s: s.reward)
+        chosen += [ranked[-1], ranked[0]] if len(ranked) > 1 else ranked
+    picked = chosen[: max(k - 1, 1)] if batch.dropped else chosen[:k]
+    if batch.dropped and k > 0:
+        picked.append(next((s for s in batch.dropped[0].samples if not s.status.trainable), batch.dropped[0].samples[0]))
+    return [{
+        "problem": s.problem.id, "prompt": tokenizer.decode(s.prompt_ids, skip_special_tokens=False),
+        "completion": s.completion.text, "reward": s.reward, "status": s.status.value, "error": s.error,
+        "tokens": len(s.completion.token_ids), **({"source": f"{s.completion.meta['server']}#"
+                                                   f"{s.completion.meta['incarnation']}"}
+                                                  if "server" in s.completion.meta else {}),
+    } for s in picked[:k]]
 
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:

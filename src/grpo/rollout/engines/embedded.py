@@ -7,6 +7,7 @@ import threading
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 
 
@@ -52,8 +53,10 @@ class EmbeddedEngine(RolloutEngine):
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None = None
     ) -> list[Completion]:
         results: list[Completion] = []
+        self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)  # (done, total) decode steps
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
+            self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
             try:
                 results.extend(self._generate_batch(chunk, params, generator))
             except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
@@ -119,9 +122,11 @@ class EmbeddedEngine(RolloutEngine):
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         ).logits[:, -1].float()  # [A, V]
         next_pos = position_ids[:, -1]  # [A]
-        for _ in range(params.max_new_tokens):
+        done, total = self._progress
+        for position in range(params.max_new_tokens):
             if self.cancel.is_set():
                 raise GenerationCancelled("generation cancelled")
+            tick(done + position, total, "decode steps")
             tokens, token_logprobs = sample_next(logits, params, generator)  # [A], [A]
             is_eos = torch.isin(tokens, eos)
             for row, token, lp, done in zip(active.tolist(), tokens.tolist(), token_logprobs.tolist(), is_eos.tolist()):

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from grpo.config import ServerConfig
+from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
@@ -181,6 +182,7 @@ class ServerEngine(RolloutEngine):
         fault = next((f for f in ("kill_server", "hang_server") if f in self.armed), None)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            tick(len(futures) - len(pending), len(futures), "samples")
             if self.cancel.is_set():
                 for server in servers:
                     if server.client is not None:

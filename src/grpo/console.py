@@ -1,0 +1,79 @@
+"""Where a run's words go: everything the console shows (the step table, evaluations, warnings,
+progress when not on a terminal) is also written to RUN_DIR/train.log.
+
+The step table and results go to stdout through the `grpo.console` logger; log records (warnings,
+events) go to stderr; the file gets both. The libraries' own progress bars and deprecation noise
+are turned off: grpo's progress says where a run is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+CONSOLE = logging.getLogger("grpo.console")  # results, to stdout
+ALERT = logging.getLogger("grpo.alert")  # why a run ended badly, to stderr
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _Stream(logging.StreamHandler):
+    """Writes to whatever sys.stdout / sys.stderr is at the time (tests replace them)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return getattr(sys, self._name)
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def setup(run_dir: Path | None = None) -> None:
+    handlers: list[logging.Handler] = [_Stream("stderr")]
+    file_handler = None
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(run_dir / "train.log")
+        handlers.append(file_handler)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers, force=True)
+    for logger, stream in ((CONSOLE, "stdout"), (ALERT, "stderr")):
+        plain = _Stream(stream)
+        plain.setFormatter(logging.Formatter("%(message)s"))
+        logger.handlers = [plain] + ([file_handler] if file_handler else [])
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    for noisy in ("transformers", "httpx", "urllib3", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def say(text: str) -> None:
+    """A line for the user: stdout and train.log (plain stdout when no run is set up)."""
+    if CONSOLE.handlers:
+        CONSOLE.info(text)
+    else:
+        print(text, flush=True)
+
+
+def alert(text: str) -> None:
+    """Why a run stopped, crashed or was interrupted: stderr and train.log."""
+    if ALERT.handlers:
+        ALERT.error(text)
+    else:
+        print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,33 @@
+"""Progress lines: what they say, and that they come out only when due."""
+
+import logging
+
+from grpo import progress
+from grpo.progress import Progress
+
+
+def test_a_log_line_when_not_on_a_terminal_with_rates_and_etas(caplog):
+    p = Progress(total_steps=10, interval_s=0.0, tty=False)
+    p.step_times = [20.0, 20.0]
+    p.start_step(3)
+    progress.activate(p)
+    try:
+        with caplog.at_level(logging.INFO, logger="grpo.progress"), progress.phase("rollout"):
+            progress.tick(40, 64, "samples")
+    finally:
+        progress.activate(None)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("step 3/10 rollout: 40/64 samples (") and "left)" in message
+    assert message.endswith("run eta 2.7 min")  # 8 steps left (3..10) x 20 s
+
+
+def test_nothing_is_due_before_the_interval_and_nothing_without_a_display(caplog):
+    p = Progress(total_steps=2, interval_s=3600.0, tty=False)
+    progress.activate(p)
+    try:
+        with caplog.at_level(logging.INFO, logger="grpo.progress"):
+            progress.tick(1, 2, "x")
+    finally:
+        progress.activate(None)
+    progress.tick(1, 2, "x")  # no display active: a no-op
+    assert caplog.records == []
