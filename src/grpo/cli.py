@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -69,8 +68,6 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
 
 
 def _eval(args: argparse.Namespace) -> int:
-    import torch
-
     from grpo.config import ModelConfig
     from grpo.rollout.engines.embedded import EmbeddedEngine
     from grpo.evaluate import evaluate, format_table
@@ -99,12 +96,11 @@ def _eval(args: argparse.Namespace) -> int:
     device = resolve_device(model_cfg.device)
     model, tokenizer = load_model_and_tokenizer(model_cfg, device)
     engine = EmbeddedEngine(model, tokenizer, args.batch_size)
-    generator = torch.Generator(device=device).manual_seed(args.seed)
     progress.activate(Progress(0, interval_s=30.0))
     with progress.phase(f"evaluate {len(problems)} problems"):
         result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(task_cfg.reward),
                           max_new_tokens=args.max_new_tokens, samples=args.samples, temperature=args.temperature,
-                          generator=generator, keep_answers=bool(args.output))
+                          seed=args.seed, keep_answers=bool(args.output))
     progress.activate(None)
     answers = result.pop("answers", None)
     result = {"model": args.model, "task": task_cfg.name, "split": args.split, **result}

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import torch
-
 from grpo.config import TaskConfig
+from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import RolloutEngine, SamplingParams
 from grpo.prompts import encode_prompt
 from grpo.rewards import RewardFn, extract_answer, parse_number, score_completions
@@ -32,14 +31,14 @@ def evaluate(
     max_new_tokens: int,
     samples: int = 1,
     temperature: float = 1.0,
-    generator: torch.Generator | None = None,
+    seed: int = 0,
     keep_answers: bool = False,
 ) -> dict[str, Any]:
     """Greedy accuracy (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
     with its problem, reward and status under "answers"."""
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
     columns = {"gold": [p.gold for p in problems], "question": [p.question for p in problems]}
-    greedy = engine.generate(prompts, SamplingParams(max_new_tokens, temperature=0.0), generator)
+    greedy = engine.generate(prompts, SamplingParams(max_new_tokens, temperature=0.0))
     rewards, _ = score_completions(reward_fn, [c.text for c in greedy], columns)
     scored = [r for r in rewards if r is not None]
     result = {
@@ -54,7 +53,8 @@ def evaluate(
                               "reward": r, "status": c.status.value} for p, c, r in zip(problems, greedy, rewards)]
     if samples > 1:
         params = SamplingParams(max_new_tokens, temperature=temperature)
-        sampled = engine.generate([p for p in prompts for _ in range(samples)], params, generator)
+        seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
+        sampled = engine.generate([p for p in prompts for _ in range(samples)], params, seeds)
         repeated = {k: [v for v in col for _ in range(samples)] for k, col in columns.items()}
         sample_rewards, _ = score_completions(reward_fn, [c.text for c in sampled], repeated)
         keys = [_answer_key(c.text) for c in sampled]

@@ -95,7 +95,6 @@ class TrainingLoop:
             raise ConfigError(f"task.reward={cfg.task.reward!r}: {exc}") from exc
         self.device = resolve_device(cfg.model.device)
         self.policy = Policy(cfg, self.device)
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.faults = FaultInjector(cfg.faults, seed)
         self.engine_name = resolve_engine(cfg.rollout.engine)
         self.engine = self._build_engine()
@@ -309,7 +308,7 @@ class TrainingLoop:
 
     def _rollout_and_update(self, step: int, timer: PhaseTimer, checkpoint_due: bool):
         with timer.phase("rollout"), progress.phase("rollout"):  # generate, score, filter; failures retried
-            batch = self.collector.collect(step, self.data_index, self.generator, self.policy.revision)
+            batch = self.collector.collect(step, self.data_index, self.policy.revision)
         m: dict[str, Any] = rollout_metrics(batch)
         with timer.phase("guard"):
             trips = self.guard.check("rollout", step, m)
@@ -455,12 +454,12 @@ class TrainingLoop:
 
     def _loop_state(self) -> dict[str, Any]:
         return {"step": self.step, "data_index": self.data_index, "lr_scale": self.lr_scale, "score": self.score,
-                "rng": capture_rng(self.generator), "guard": self.guard.state_dict()}
+                "rng": capture_rng(), "guard": self.guard.state_dict()}
 
     def _load_loop_state(self, state: dict[str, Any]) -> None:
         self.step, self.data_index, self.lr_scale, self.score = (
             state["step"], state["data_index"], state["lr_scale"], state["score"])
-        restore_rng(state["rng"], self.generator)
+        restore_rng(state["rng"])
         self.guard.load_state_dict(state["guard"])
 
     def _restore(self, info: CheckpointInfo) -> None:

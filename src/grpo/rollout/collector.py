@@ -18,6 +18,7 @@ import torch
 
 from grpo.algo.advantages import zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
+from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.guard.faults import FaultInjector
 from grpo.prompts import encode_prompt
@@ -90,8 +91,7 @@ class RolloutCollector:
         self.jitter = random.Random(data_seed)
         self.revision: int | None = None
 
-    def collect(self, step: int, data_index: int, generator: torch.Generator, revision: int | None = None
-                ) -> RolloutBatch:
+    def collect(self, step: int, data_index: int, revision: int | None = None) -> RolloutBatch:
         """`revision`: the policy weights the samples must come from; an engine that tags its
         completions with another (a server that missed a sync) has its samples failed and retried."""
         batch = RolloutBatch(groups=[], next_data_index=data_index)
@@ -101,12 +101,12 @@ class RolloutCollector:
             problems = [self.task.train_problem(batch.next_data_index + i, self.data_seed) for i in range(need)]
             batch.next_data_index += need
             batch.rounds += 1
-            groups = self._generate_groups(problems, step, generator, batch)
+            groups = self._generate_groups(problems, step, batch)
             self._score(groups, step, batch)
             self._keep_valid(groups, batch)
         return batch
 
-    def _generate_groups(self, problems: list[Problem], step: int, generator: torch.Generator, batch: RolloutBatch):
+    def _generate_groups(self, problems: list[Problem], step: int, batch: RolloutBatch):
         G = self.cfg.samples_per_problem
         prompts = [encode_prompt(self.tokenizer, p, self.task_cfg) for p in problems]
         slots: list[Sample | None] = [None] * (len(problems) * G)
@@ -118,7 +118,10 @@ class RolloutCollector:
                 delay = self.cfg.retry_backoff_s * 2 ** (attempt - 1) * (1 + self.jitter.random())
                 log.warning("step %d: retrying %d failed samples in %.1fs (attempt %d)", step, len(pending), delay, attempt)
                 self.sleep(delay)
-            completions = self.engine.generate([prompts[i // G] for i in pending], self.params, generator)
+            # Sample i of the problem at data index d, attempt a: the same draw wherever it is generated.
+            first = batch.next_data_index - len(problems)
+            seeds = [sample_seed(self.data_seed, first + i // G, i % G, attempt) for i in pending]
+            completions = self.engine.generate([prompts[i // G] for i in pending], self.params, seeds)
             completions = self.faults.corrupt_completions(completions, step)
             for completion in completions:
                 produced_by = completion.meta.get("revision", self.revision)

@@ -60,23 +60,22 @@ class CheckpointInfo:
         return dict(self.meta.get("logs") or {})
 
 
-def capture_rng(generator: torch.Generator) -> dict[str, Any]:
+def capture_rng() -> dict[str, Any]:
+    """The global random streams (sampling has its own per-sample seeds: grpo.rollout.seeds)."""
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
-        "sampler": generator.get_state(),
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
+def restore_rng(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    generator.set_state(state["sampler"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

@@ -22,7 +22,7 @@ def sampled_batch(policy: Policy, temperature: float) -> TrainBatch:
     engine = EmbeddedEngine(policy.model, tok)
     rows = [p for p in prompts for _ in range(3)]
     completions = engine.generate(rows, SamplingParams(max_new_tokens=12, temperature=temperature),
-                                  torch.Generator().manual_seed(3))
+                                  list(range(3, 3 + len(rows))))
     batch = TrainBatch(rows, [c.token_ids for c in completions], [c.logprobs for c in completions],
                        torch.zeros(len(rows)))
     order = [r for rows in micro_batches(batch, 4) for r in rows]

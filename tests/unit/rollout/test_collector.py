@@ -20,7 +20,7 @@ class ScriptedEngine(RolloutEngine):
         self.script = deque(script)
         self.calls = []
 
-    def generate(self, prompts, params, generator=None):
+    def generate(self, prompts, params, seeds=None):
         self.calls.append(len(prompts))
         out = []
         for _ in prompts:
@@ -45,7 +45,7 @@ def test_failed_samples_are_retried_with_backoff_and_never_scored():
     engine = ScriptedEngine([("a", OK), ("", FAIL), ("b", OK), ("c", OK), ("d", OK)])
     c, delays = collector(engine, max_retries=2)
     c.cfg.retry_backoff_s = 1.0
-    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    batch = c.collect(step=1, data_index=0)
     assert engine.calls == [4, 1]  # one retry of the one failed sample
     assert len(delays) == 1 and 1.0 <= delays[0] <= 2.0  # backoff with jitter
     assert len(batch.groups) == 2 and batch.retries == 1
@@ -57,7 +57,7 @@ def test_a_group_with_a_sample_that_keeps_failing_is_dropped_whole_and_refilled(
     script = [("", FAIL), ("x", OK), ("y", OK), ("z", OK), ("", FAIL), ("", FAIL)]  # slot 0 fails 3 times
     engine = ScriptedEngine(script)
     c, _ = collector(engine, max_retries=2, max_refill_rounds=2)
-    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    batch = c.collect(step=1, data_index=0)
     assert batch.groups_dropped_invalid == 1
     assert len(batch.groups) == 2 and batch.rounds == 2  # a second round refilled the lost group
     assert batch.next_data_index == 3  # three problems consumed
@@ -69,7 +69,7 @@ def test_a_group_with_a_sample_that_keeps_failing_is_dropped_whole_and_refilled(
 def test_refill_is_bounded_when_everything_fails():
     engine = ScriptedEngine([("", FAIL)] * 1000)
     c, _ = collector(engine, max_retries=1, max_refill_rounds=2)
-    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    batch = c.collect(step=1, data_index=0)
     assert batch.groups == [] and batch.rounds == 3
     assert engine.calls == [4, 4, 4, 4, 4, 4]  # 3 rounds x (first try + 1 retry)
     assert "reward/mean" not in rollout_metrics(batch)
@@ -79,7 +79,7 @@ def test_refill_is_bounded_when_everything_fails():
 def test_empty_responses_are_failures_not_zero_rewards():
     engine = ScriptedEngine([("", EMPTY)] * 8)
     c, _ = collector(engine, max_retries=0, max_refill_rounds=0)
-    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    batch = c.collect(step=1, data_index=0)
     assert batch.groups == [] and batch.attempts["empty"] == 4
     assert rollout_metrics(batch)["response/empty_frac"] == 1.0
 
@@ -88,11 +88,11 @@ def test_zero_variance_groups_are_counted_and_filtered_when_asked():
     # Every answer wrong: every group has zero variance.
     wrong = [("\\boxed{-1}", OK)] * 100
     c, _ = collector(ScriptedEngine(wrong))
-    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    batch = c.collect(step=1, data_index=0)
     assert len(batch.groups) == 2 and rollout_metrics(batch)["groups/zero_std_frac"] == 1.0
 
     c, _ = collector(ScriptedEngine(wrong), filter_zero_variance=True, max_refill_rounds=3)
-    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    batch = c.collect(step=1, data_index=0)
     assert batch.groups == [] and batch.groups_dropped_zero_variance == 8 and batch.rounds == 4
 
 
@@ -103,7 +103,7 @@ def test_a_raising_reward_makes_samples_unscorable():
         raise ValueError("boom")
 
     c.reward_fn = bad_reward
-    batch = c.collect(step=1, data_index=0, generator=torch.Generator())
+    batch = c.collect(step=1, data_index=0)
     assert batch.groups == [] and batch.attempts["unscorable"] == 4 * 3  # 3 rounds, nothing usable
     assert batch.attempts["ok"] == 0
     assert all("boom" in e for e in batch.reward_errors)

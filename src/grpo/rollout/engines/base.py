@@ -6,7 +6,6 @@ import abc
 import enum
 from dataclasses import dataclass, field
 
-import torch
 
 
 class GenerationCancelled(Exception):
@@ -58,9 +57,10 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None = None
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
     ) -> list[Completion]:
-        """One completion per prompt, in order. Must not raise for a single bad sample: mark it FAILED."""
+        """One completion per prompt, in order; seeds[i] keys prompt i's sampling (grpo.rollout.seeds),
+        so a sample does not depend on its batch. Must not raise for a single bad sample: mark it FAILED."""
 
     def sync_weights(self, policy) -> dict[str, float]:
         """Make the engine sample from `policy`'s current weights: -> sync metrics. In-process

@@ -11,8 +11,12 @@ from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """logits [B, V] float32 -> (tokens [B], logprobs [B]) under the temperature/top-p sampling distribution."""
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V] float32 -> (tokens [B], logprobs [B]) under the temperature/top-p sampling
+    distribution. Row i draws its uniform from generators[i], so a row's sample does not depend on
+    the other rows in the batch (inverse-CDF sampling)."""
     if params.temperature <= 0:
         logprobs = torch.log_softmax(logits, dim=-1)
         tokens = logits.argmax(dim=-1)
@@ -24,7 +28,14 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
         drop_sorted = cumulative - sorted_lp.exp() > params.top_p  # keep the token that crosses top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_idx, drop_sorted)
         logprobs = torch.log_softmax(logprobs.masked_fill(drop, float("-inf")), dim=-1)
-    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    probs = logprobs.exp()  # [B, V]
+    if generators is None:
+        tokens = torch.multinomial(probs, 1).squeeze(-1)
+    else:
+        u = torch.stack([torch.rand((), generator=g, device=logits.device) for g in generators])  # [B]
+        below = probs.cumsum(dim=-1) < u[:, None]  # [B, V]
+        tokens = below.sum(dim=-1).clamp(max=probs.shape[-1] - 1)
+        tokens = torch.where(probs.gather(-1, tokens[:, None]).squeeze(-1) > 0, tokens, probs.argmax(-1))
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -50,15 +61,16 @@ class EmbeddedEngine(RolloutEngine):
         return {i for i in ids if i is not None}
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None = None
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
     ) -> list[Completion]:
+        seeds = list(range(len(prompts))) if seeds is None else seeds
         results: list[Completion] = []
         self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)  # (done, total) decode steps
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
             self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
             try:
-                results.extend(self._generate_batch(chunk, params, generator))
+                results.extend(self._generate_batch(chunk, params, seeds[start : start + self.batch_size]))
             except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
                 error = f"{type(exc).__name__}: {exc}"
                 results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
@@ -66,12 +78,12 @@ class EmbeddedEngine(RolloutEngine):
 
     @torch.inference_mode()
     def _generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]
     ) -> list[Completion]:
         was_training = self.model.training
         self.model.eval()
         try:
-            tokens, logprobs, finished_by_stop = self._decode(prompts, params, generator)
+            tokens, logprobs, finished_by_stop = self._decode(prompts, params, seeds)
         finally:
             self.model.train(was_training)
         completions = []
@@ -98,8 +110,9 @@ class EmbeddedEngine(RolloutEngine):
                 return text[:cut], row_tokens[:n], row_logprobs[:n], True
         return text, row_tokens, row_logprobs, stopped
 
-    def _decode(self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None):
+    def _decode(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]):
         device = next(self.model.parameters()).device
+        generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         batch = len(prompts)
         prompt_len = max(len(p) for p in prompts)
         pad_id = self.tokenizer.pad_token_id
@@ -127,7 +140,7 @@ class EmbeddedEngine(RolloutEngine):
             if self.cancel.is_set():
                 raise GenerationCancelled("generation cancelled")
             tick(done + position, total, "decode steps")
-            tokens, token_logprobs = sample_next(logits, params, generator)  # [A], [A]
+            tokens, token_logprobs = sample_next(logits, params, [generators[r] for r in active.tolist()])
             is_eos = torch.isin(tokens, eos)
             for row, token, lp, done in zip(active.tolist(), tokens.tolist(), token_logprobs.tolist(), is_eos.tolist()):
                 out_tokens[row].append(token)

@@ -18,7 +18,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from grpo.config import ServerConfig
 from grpo.progress import tick
@@ -151,13 +150,12 @@ class ServerEngine(RolloutEngine):
         self.armed |= faults
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 generator: torch.Generator | None = None) -> list[Completion]:
+                 seeds: list[int] | None = None) -> list[Completion]:
         if self.cancel.is_set():
             raise GenerationCancelled("generation cancelled")
         self._sync_all()
         servers = [s for s in self.servers if s.state == ServerState.READY]
-        seeds = (torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
-                 if generator is not None else list(range(len(prompts))))
+        seeds = [seed & 0x7FFFFFFF for seed in seeds] if seeds is not None else list(range(len(prompts)))
         garbage = "garbage_server" in self.armed
         self.armed.discard("garbage_server")
         jobs = [(servers[i % len(servers)], prompts[i], seeds[i]) for i in range(len(prompts))]

@@ -35,7 +35,7 @@ def test_sampled_logprobs_match_a_training_forward_pass():
     engine, tok = make_engine()
     prompts = prompts_for(tok, ["abc", "hello world", "9+9="])
     temperature = 0.7
-    outs = engine.generate(prompts, SamplingParams(10, temperature), torch.Generator().manual_seed(1))
+    outs = engine.generate(prompts, SamplingParams(10, temperature), list(range(1, 1 + len(prompts))))
     batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(3))
     mb = collate(batch, [0, 1, 2], tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
@@ -43,15 +43,23 @@ def test_sampled_logprobs_match_a_training_forward_pass():
     torch.testing.assert_close(logprobs * mb.completion_mask, mb.old_logprobs, atol=1e-4, rtol=1e-4)
 
 
-def test_sampling_is_reproducible_with_a_seeded_generator():
+def test_a_sample_depends_on_its_seed_not_on_its_batch():
     engine, tok = make_engine()
     prompts = prompts_for(tok, ["x", "y"]) * 3
     params = SamplingParams(8, 1.0)
-    a = engine.generate(prompts, params, torch.Generator().manual_seed(5))
-    b = engine.generate(prompts, params, torch.Generator().manual_seed(5))
-    c = engine.generate(prompts, params, torch.Generator().manual_seed(6))
+    a = engine.generate(prompts, params, [5, 6, 7, 8, 9, 10])
+    b = engine.generate(prompts, params, [5, 6, 7, 8, 9, 10])
+    c = engine.generate(prompts, params, [11, 12, 13, 14, 15, 16])
     assert [o.token_ids for o in a] == [o.token_ids for o in b]
     assert [o.token_ids for o in a] != [o.token_ids for o in c]
+    # The same (prompt, seed) alone, in another batch, or in another order gives the same sample.
+    alone = engine.generate(prompts[3:4], params, [8])
+    reordered = engine.generate(prompts[::-1], params, [10, 9, 8, 7, 6, 5])
+    engine.batch_size = 2
+    chunked = engine.generate(prompts, params, [5, 6, 7, 8, 9, 10])
+    assert alone[0].token_ids == a[3].token_ids
+    assert [o.token_ids for o in reordered[::-1]] == [o.token_ids for o in a]
+    assert [o.token_ids for o in chunked] == [o.token_ids for o in a]
 
 
 def test_finish_reasons_and_statuses():
@@ -75,16 +83,15 @@ def test_truncated_when_max_new_tokens_is_reached():
         head.bias.zero_()
         head.bias[tok.eos_token_id] = -100.0  # never stop
     engine.model.lm_head = head
-    out = engine.generate(prompts_for(tok, ["a"]), SamplingParams(6, 1.0), torch.Generator().manual_seed(0))[0]
+    out = engine.generate(prompts_for(tok, ["a"]), SamplingParams(6, 1.0), [0])[0]
     assert len(out.token_ids) == 6 and out.finish_reason == "length" and out.status == SampleStatus.TRUNCATED
 
 
 def test_stop_strings_cut_the_completion():
     engine, tok = make_engine()
-    outs = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0), torch.Generator().manual_seed(3))
+    outs = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0), [3, 4, 5, 6])
     stop = outs[0].text[2:4]
-    cut = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0, stop=(stop,)),
-                          torch.Generator().manual_seed(3))[0]
+    cut = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0, stop=(stop,)), [3, 4, 5, 6])[0]
     assert cut.text.endswith(stop) and len(cut.text) <= 4 and cut.finish_reason == "stop"
     assert len(cut.token_ids) == len(cut.logprobs) < len(outs[0].token_ids)
 
@@ -92,9 +99,9 @@ def test_stop_strings_cut_the_completion():
 def test_top_p_keeps_the_smallest_set_over_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     params = SamplingParams(1, temperature=1.0, top_p=0.7)
-    seen = {int(sample_next(logits, params, torch.Generator().manual_seed(s))[0]) for s in range(200)}
+    seen = {int(sample_next(logits, params, [torch.Generator().manual_seed(s)])[0]) for s in range(200)}
     assert seen == {0, 1}
-    token, logprob = sample_next(logits, params, torch.Generator().manual_seed(0))
+    token, logprob = sample_next(logits, params, [torch.Generator().manual_seed(0)])
     assert abs(logprob.exp().item() - (0.5 if token.item() == 0 else 0.3) / 0.8) < 1e-5
 
 
