@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -26,7 +27,9 @@ EXIT_DISK = 5  # the disk refused a write (full, read-only): free space, then th
 
 
 def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
+    from grpo.dist import from_environment
     from grpo.guard.recovery import RunStopped, resume_command
+    from grpo.policy.models import resolve_device
     from grpo.loop import RunInterrupted, TrainingLoop
     from grpo.rundir.run import RunDir
 
@@ -40,11 +43,13 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
         else:
             kept.append(override)
     cfg = load_config(config, kept)
-    # The lock comes first: a second trainer on this directory must not even open its log.
-    run = RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()
-    setup_console(run.path)
+    ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
+    # The lock comes first: a second trainer on this directory must not even open its log. Under
+    # torchrun, rank 0 holds it and writes the run directory.
+    run = RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
+    setup_console(run.path if ranks.main else None, quiet=not ranks.main)
     try:
-        summary = TrainingLoop(cfg, resume_from=resume_from, run=run).train()
+        summary = TrainingLoop(cfg, resume_from=resume_from, run=run, ranks=ranks).train()
     except RunStopped as stop:
         alert(f"\nSTOPPED: {stop}")
         return EXIT_STOPPED

@@ -266,6 +266,9 @@ class FaultsConfig:
     zero_reward_at_steps: list[int] = field(default_factory=list)  # every answer scores 0
     reward_raises_at_steps: list[int] = field(default_factory=list)  # the reward function raises
     nan_loss_at_steps: list[int] = field(default_factory=list)  # the loss is NaN
+    nan_loss_on_rank: int | None = None  # under torchrun: only this rank's loss is NaN; null: every rank's
+    # under torchrun: [rank, step] SIGKILLs that rank mid-step, once per run (a restarted group goes on)
+    kill_rank_at_step: list[int] = field(default_factory=list)
     crash_at_step: int | None = None  # raise after this step's checkpoint (tests exact resume)
     # SIGSTOP the trainer just before it records this step (metrics line, checkpoint), so a tool such
     # as strace can be attached to inject kills or disk errors into those writes; SIGCONT resumes it.

@@ -35,20 +35,22 @@ class _Stream(logging.StreamHandler):
         pass
 
 
-def setup(run_dir: Path | None = None) -> None:
+def setup(run_dir: Path | None = None, quiet: bool = False) -> None:
+    """quiet: only warnings and errors (ranks other than 0 under torchrun; rank 0 speaks for the run)."""
     handlers: list[logging.Handler] = [_Stream("stderr")]
     file_handler = None
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         file_handler = logging.FileHandler(run_dir / "train.log")
         handlers.append(file_handler)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers, force=True)
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format=LOG_FORMAT, handlers=handlers,
+                        force=True)
     for logger, stream in ((CONSOLE, "stdout"), (ALERT, "stderr")):
         plain = _Stream(stream)
         plain.setFormatter(logging.Formatter("%(message)s"))
         logger.handlers = [plain] + ([file_handler] if file_handler else [])
         logger.propagate = False
-        logger.setLevel(logging.INFO)
+        logger.setLevel(logging.ERROR if quiet and logger is CONSOLE else logging.INFO)
     quiet_libraries()
 
 

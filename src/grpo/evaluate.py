@@ -72,6 +72,27 @@ def evaluate(
     return result
 
 
+def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One evaluation from each rank's share of the problems: counts add up, rates are weighted."""
+    if len(parts) == 1:
+        return parts[0]
+    n = sum(p["n"] for p in parts)
+    scored = [p["n"] - p["unscorable"] for p in parts]
+    merged: dict[str, Any] = {
+        "n": n,
+        "accuracy": sum(p["accuracy"] * k for p, k in zip(parts, scored)) / max(sum(scored), 1),
+        "unscorable": sum(p["unscorable"] for p in parts),
+        "failed": sum(p["failed"] for p in parts),
+        "mean_length": sum(p["mean_length"] * p["n"] for p in parts) / max(n, 1),
+    }
+    for key in parts[0]:
+        if key.startswith(("pass@", "maj@")) or key == "sample_accuracy":
+            merged[key] = sum(p[key] * p["n"] for p in parts) / max(n, 1)
+    if "answers" in parts[0]:
+        merged["answers"] = [a for p in parts for a in p["answers"]]
+    return merged
+
+
 def format_table(results: dict[str, float], title: str = "evaluation") -> str:
     width = max(len(k) for k in results)
     lines = [title, "-" * (width + 12)]

@@ -11,6 +11,7 @@ abandons a step before its update is applied (or lets an applied one finish), sa
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -26,9 +27,10 @@ import yaml
 
 from grpo.algo.advantages import group_advantages
 from grpo.config import ConfigError, RunConfig, config_yaml, to_dict
+from grpo.dist import SINGLE, Ranks
 from grpo import progress
 from grpo.console import alert, say
-from grpo.evaluate import evaluate, format_table
+from grpo.evaluate import evaluate, format_table, merge_evaluations
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.guard.faults import FaultInjector
 from grpo.guard.recovery import RunStopped, notify, resume_command, wait_while_paused, write_stop_report
@@ -48,7 +50,7 @@ from grpo.rollout.engines.select import resolve_engine
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
 from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
-from grpo.rundir.files import DiskError, atomic_write, atomic_write_json, is_disk_error, read_json
+from grpo.rundir.files import DiskError, is_disk_error, read_json
 from grpo.rundir.run import RunDir
 from grpo.tasks import build_task
 
@@ -60,9 +62,12 @@ class RunInterrupted(Exception):
 
 
 class TrainingLoop:
-    def __init__(self, cfg: RunConfig, resume_from: str | None = None, run: RunDir | None = None) -> None:
-        self.cfg = cfg
-        self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()
+    def __init__(self, cfg: RunConfig, resume_from: str | None = None, run: RunDir | None = None,
+                 ranks: Ranks = SINGLE) -> None:
+        """With `ranks` of a group (torchrun), every rank runs this loop on its share of each step;
+        rank 0 alone writes the run directory."""
+        self.cfg, self.ranks = cfg, ranks
+        self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
         self.metrics: MetricsLogger | None = None
         self.signals = SignalWatch()
         try:
@@ -93,16 +98,20 @@ class TrainingLoop:
             self.reward_fn = get_reward(cfg.task.reward)
         except (KeyError, AttributeError, TypeError, ImportError) as exc:
             raise ConfigError(f"task.reward={cfg.task.reward!r}: {exc}") from exc
-        self.device = resolve_device(cfg.model.device)
-        self.policy = Policy(cfg, self.device)
-        self.faults = FaultInjector(cfg.faults, seed)
+        self.device = resolve_device(cfg.model.device, self.ranks.local_rank)
         self.engine_name = resolve_engine(cfg.rollout.engine)
+        if self.ranks.distributed and self.engine_name != "embedded":
+            raise ConfigError(f"rollout.engine={self.engine_name} does not run under torchrun yet: use "
+                              "rollout.engine=embedded (each rank generates its share)")
+        self.policy = Policy(cfg, self.device, self.ranks)
+        self.faults = FaultInjector(cfg.faults, seed, self.ranks.rank)
         self.engine = self._build_engine()
         # A server's kernels differ from the trainer's: its log-probs are not the trainer's old log-probs.
         self.recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
                               else self.engine_name != "embedded")
         self.collector = RolloutCollector(
-            self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed
+            self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed,
+            ranks=self.ranks,
         )
         self.guard = Guard(cfg.guard)
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
@@ -112,8 +121,10 @@ class TrainingLoop:
     def _build_engine(self) -> RolloutEngine:
         cfg = self.cfg
         if self.engine_name == "embedded":
+            # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
+            cancel = None if self.ranks.distributed else self.signals.event
             return EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size,
-                                  cancel=self.signals.event)
+                                  cancel=cancel)
         from grpo.rollout.engines.server import ServerEngine, make_backend
 
         return ServerEngine(make_backend(self.engine_name), cfg.rollout.server, self.policy.tokenizer,
@@ -144,6 +155,7 @@ class TrainingLoop:
         for note in self.run.open():
             self.events.record("repaired", 0, note)
             log.warning("run directory repaired: %s", note)
+        self.ranks.barrier()  # rank 0's repairs are done before any rank reads a checkpoint
         if resume_from:
             self._restore(info)
         elif self.cfg.recover == "auto" and (candidates := self.checkpoints.list()):
@@ -160,7 +172,8 @@ class TrainingLoop:
         if info is not None:
             set_aside = self.checkpoints.set_aside_after(self.step) if resume_from else []
             cut = self.run.rewind_logs(info.log_offsets)
-            self.run.stopped_path.unlink(missing_ok=True)
+            if self.ranks.main:
+                self.run.stopped_path.unlink(missing_ok=True)
             self.events.record("restart", self.step, f"resumed from {info.path}", previous_stop=previous_stop,
                                set_aside=[str(p) for p in set_aside], log_lines_replayed=cut)
             log.info("resumed from %s at step %d", info.path, self.step)
@@ -172,7 +185,7 @@ class TrainingLoop:
         # run's config (and the resume command that names it) as it was.
         self._write_config()
         self.metrics = MetricsLogger(self.run_dir, self.cfg.logging, self.total_steps, self.cfg.name,
-                                     to_dict(self.cfg), start_step=self.step)
+                                     to_dict(self.cfg), start_step=self.step, enabled=self.ranks.main)
 
     def _write_config(self) -> None:
         text = config_yaml(self.cfg)
@@ -187,7 +200,7 @@ class TrainingLoop:
             if changed:
                 self.events.record("config_changed", self.step,
                                    f"{len(changed)} config keys differ from the saved run", changed=changed)
-        atomic_write(self.run.config_path, text)
+        self.run.write(self.run.config_path, text)
 
     def close(self) -> None:
         progress.activate(None)
@@ -203,7 +216,7 @@ class TrainingLoop:
     def train(self) -> dict[str, Any]:
         self.signals.install()
         self.progress = (Progress(self.total_steps, self.cfg.logging.progress_interval_s)
-                         if self.cfg.logging.progress else None)
+                         if self.cfg.logging.progress and self.ranks.main else None)
         progress.activate(self.progress)
         try:
             return self._train()
@@ -226,31 +239,40 @@ class TrainingLoop:
         if self.cfg.eval.before_training and self.step == 0:
             summary["before"] = self._evaluate("before")
         while self.step < self.total_steps:
-            self.signals.check()
+            self._check_signals()
             if self.progress is not None:
                 self.progress.start_step(self.step + 1)
             self._train_step(self.step + 1)
             if self.progress is not None:
                 self.progress.end_step()
-            self.signals.check()
+            self._check_signals()
         latest = self.checkpoints.latest()
         if self.cfg.checkpoint.save_final and (latest is None or latest.step != self.step):
             self._save(healthy=self.guard.healthy and self.policy.params_finite())
         if self.cfg.eval.after_training:
             summary["after"] = self._evaluate("after")
         final = self.checkpoints.latest()
-        atomic_write_json(self.run.summary_path, {
-            "status": "finished", "steps": self.step, "wall_s": time.time() - started,
+        self.run.write(self.run.summary_path, json.dumps({
+            "status": "finished", "steps": self.step, "wall_s": time.time() - started, "ranks": self.ranks.world,
             "final_checkpoint": str(final.path) if final else None,
             "final_model": str(final.model_dir) if final else None, **summary,
-        })
+        }, indent=2, default=str))
         return summary
+
+    def _check_signals(self) -> None:
+        """A stop signal ends the run at a step's boundary; under torchrun every rank must agree, so
+        the ranks decide together (a signal that reached one rank stops them all)."""
+        if self.ranks.distributed:
+            if self.ranks.any(self.signals.requested):
+                raise StopRequested(self.signals.signum or signal.SIGTERM)
+            return
+        self.signals.check()
 
     def _train_step(self, step: int) -> None:
         timer = PhaseTimer(self.device)
         started = time.perf_counter()
         self.policy.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.lr_scale)
-        checkpoint_due = self._checkpoint_due(step)
+        checkpoint_due = self.ranks.broadcast(self._checkpoint_due(step))  # rank 0's clock decides
         self.engine.arm_faults(self.faults.server_faults(step))
         at_start = self._loop_state()
         try:
@@ -287,7 +309,8 @@ class TrainingLoop:
             "time/step_s": time.perf_counter() - started,
         })
         m["perf/tokens_per_s"] = m["perf/generated_tokens"] / m["time/step_s"]
-        self._explain_skip(step, result, m)
+        if self.ranks.main:
+            self._explain_skip(step, result, m)
         if self.cfg.faults.stop_before_record_at_step == step:
             os.kill(os.getpid(), signal.SIGSTOP)
         # The line is written before the checkpoint, whose manifest records the log's size: a resume
@@ -307,26 +330,32 @@ class TrainingLoop:
             raise RuntimeError(f"injected crash after step {step} (faults.crash_at_step)")
 
     def _rollout_and_update(self, step: int, timer: PhaseTimer, checkpoint_due: bool):
-        with timer.phase("rollout"), progress.phase("rollout"):  # generate, score, filter; failures retried
+        with timer.phase("rollout"), progress.phase("rollout"), self.policy.unsharded():
+            # generate, score, filter; failures retried, lost groups refilled
             batch = self.collector.collect(step, self.data_index, self.policy.revision)
-        m: dict[str, Any] = rollout_metrics(batch)
+        self.faults.kill_rank(step, self.run_dir)
+        m: dict[str, Any] = rollout_metrics(batch, self.ranks)
         with timer.phase("guard"):
             trips = self.guard.check("rollout", step, m)
         result = UpdateResult(False, skip_reason=_blocking_reason(trips))
         if result.skip_reason is not None:
             return batch, m, trips, result
         with timer.phase("advantages"):
-            train_batch, no_signal = self._advantages(batch)
-            if train_batch is not None:
+            train_batch, signal_here = self._advantages(batch)
+            rows, signal_anywhere = self.ranks.sum([len(train_batch), float(signal_here)])
+            if rows and signal_anywhere:
                 m.update(self.policy.prepare(train_batch, self.recompute_old))
-        m["update/no_signal"] = int(no_signal)
-        if train_batch is None:
-            result.skip_reason = "no learning signal" if no_signal else "no trainable groups"
+        m["update/no_signal"] = int(bool(rows) and not signal_anywhere)
+        if not rows:
+            result.skip_reason = "no trainable groups"
+        elif not signal_anywhere:
+            result.skip_reason = "no learning signal"
         else:
-            self.signals.check()
+            if not self.ranks.distributed:
+                self.signals.check()
             with timer.phase("update"), progress.phase("update"):
                 result = self.policy.update(train_batch, inject_nan=self.faults.nan_loss(step),
-                                            check_stop=self.signals.check)
+                                            check_stop=lambda: None if self.ranks.distributed else self.signals.check())
         with timer.phase("guard"):
             self._check_params(result, checkpoint_due)
             m.update({f"actor/{k}": v for k, v in result.metrics.items()})
@@ -335,21 +364,20 @@ class TrainingLoop:
             trips += self.guard.check("update", step, m)
         return batch, m, trips, result
 
-    def _advantages(self, batch: RolloutBatch) -> tuple[TrainBatch | None, bool]:
-        """-> (the batch to train on, or None; whether it was dropped for having no learning signal)."""
-        if not batch.groups:
-            return None, False
-        advantages = group_advantages(batch.rewards(), self.cfg.algo.advantage_norm).flatten()  # [N*G]
-        if self.policy.ref_model is None and bool((advantages == 0).all()):
-            return None, True  # a zero-gradient step would still move AdamW by its momentum
+    def _advantages(self, batch: RolloutBatch) -> tuple[TrainBatch, bool]:
+        """-> (this rank's rows to train on, whether they carry a learning signal). With no signal
+        anywhere the update is skipped: a zero-gradient step would still move AdamW by its momentum."""
         samples = [s for g in batch.groups for s in g.samples]
-        train_batch = TrainBatch(
+        if not samples:
+            return TrainBatch([], [], [], torch.zeros(0)), False
+        advantages = group_advantages(batch.rewards(), self.cfg.algo.advantage_norm).flatten()  # [N*G]
+        signal_here = self.policy.ref_model is not None or not bool((advantages == 0).all())
+        return TrainBatch(
             prompt_ids=[s.prompt_ids for s in samples],
             completion_ids=[s.completion.token_ids for s in samples],
             old_logprobs=[s.completion.logprobs for s in samples],
             advantages=advantages,
-        )
-        return train_batch, False
+        ), signal_here
 
     def _check_params(self, result: UpdateResult, checkpoint_due: bool) -> None:
         # With a finite, clipped gradient an AdamW step cannot make a finite fp32/bf16 weight
@@ -395,7 +423,8 @@ class TrainingLoop:
         trip = verdict.trip
         assert trip is not None
         pause_file = self.run.paused_path
-        atomic_write(pause_file, f"{trip.message}\nDelete this file to continue the run.\n")
+        self.run.write(pause_file, f"{trip.message}\nDelete this file to continue the run.\n")
+        self.ranks.barrier()  # every rank waits on the same file
         self.events.record("pause", trip.step, f"paused: delete {pause_file} to continue", breaker=trip.breaker)
         log.warning("paused after %s: delete %s to continue", trip.breaker, pause_file)
         if not wait_while_paused(pause_file, self.cfg.guard.pause_poll_s, self.cfg.guard.pause_timeout_s,
@@ -411,7 +440,7 @@ class TrainingLoop:
         good = self.checkpoints.last_good()
         cause = verdict.reason or trip.message
         report = write_stop_report(self.run_dir, f"{trip.breaker}: {cause}", trip.step, trip.evidence,
-                                   good.path if good else None)
+                                   good.path if good else None, write=self.ranks.main)
         self.events.record("stop", trip.step, cause, report=report)
         raise RunStopped(f"run stopped at step {trip.step} by breaker {trip.breaker}: {cause}\n"
                          f"last good checkpoint: {report['last_good_checkpoint']}\n"
@@ -463,10 +492,12 @@ class TrainingLoop:
         self.guard.load_state_dict(state["guard"])
 
     def _restore(self, info: CheckpointInfo) -> None:
+        """Every rank loads the same checkpoint (its own shards of the policy, resharded to this world
+        size) and rank 0's loop state."""
         state = self.checkpoints.load_state(info)
         try:
-            self.policy.load_model(info.model_dir)
-        except (ValueError, FileNotFoundError) as exc:
+            self.policy.load_state(info.path / "policy")
+        except ValueError as exc:
             raise ConfigError(f"checkpoint {info.path} does not fit model.name={self.cfg.model.name}: {exc}") from None
         self.policy.load_state_dict(state["policy"])
         self._load_loop_state(state)
@@ -490,23 +521,30 @@ class TrainingLoop:
 
     def _save(self, healthy: bool = True) -> None:
         started = time.perf_counter()
-        state = {**self._loop_state(), "policy": self.policy.state_dict()}
-        info = self.checkpoints.save(self.step, self.policy.save_model, state, healthy=healthy, score=self.score,
-                                     logs=self.run.log_offsets())
+        state = {**self._loop_state(), "policy": self.policy.state_dict(), "ranks": self.ranks.world}
+
+        def write(directory: Path) -> None:
+            self.policy.save_model(directory / "model")
+            self.policy.save_state(directory / "policy")
+
+        info = self.checkpoints.save(self.step, write, state, healthy=healthy, score=self.score,
+                                     logs=self.run.log_offsets(), ranks=self.ranks)
         self.last_save = time.monotonic()
-        size = sum(f["size"] for f in info.meta["files"].values())
+        size = sum(f["size"] for f in info.meta.get("files", {}).values())
         self.events.record("checkpoint", self.step, f"saved {info.path.name}", healthy=healthy, bytes=size,
-                           seconds=round(time.perf_counter() - started, 3))
+                           seconds=round(time.perf_counter() - started, 3), ranks=self.ranks.world)
 
     def _evaluate(self, label: str) -> dict[str, float] | None:
-        """Held-out accuracy; None when a stop signal cut it short (the step itself stands)."""
-        problems = self.task.eval_problems(self.cfg.eval.max_samples)
+        """Held-out accuracy (each rank evaluates its share of the problems); None when a stop signal
+        cut it short (the step itself stands)."""
+        problems = self.task.eval_problems(self.cfg.eval.max_samples)[self.ranks.rank :: self.ranks.world]
         try:
-            with progress.phase(f"evaluate ({label})"):
+            with progress.phase(f"evaluate ({label})"), self.policy.unsharded():
                 result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.reward_fn,
                                   max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
         except GenerationCancelled:
             return None
+        result = merge_evaluations(self.ranks.gather(result))
         self.score = result["accuracy"]
         self.run.logs["eval.jsonl"].append({"step": self.step, "label": label, **result})
         self.metrics.log_eval(self.step, label, result)

@@ -42,19 +42,21 @@ def _fmt(fmt: str, value: Any) -> str:
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, cfg: LoggingConfig, total_steps: int, run_name: str, config_dict: dict,
-                 start_step: int = 0) -> None:
-        self.log_file = JsonlLog(run_dir / "metrics.jsonl")
+                 start_step: int = 0, enabled: bool = True) -> None:
+        """enabled=False (ranks other than 0): every call does nothing; rank 0 logs the run."""
+        self.enabled = enabled
+        self.log_file = JsonlLog(run_dir / "metrics.jsonl", enabled)
         self.total_steps = total_steps
         self.cfg = cfg
         self.lines = 0
         self.tb = None
         self.wandb = None
-        if cfg.tensorboard:
+        if cfg.tensorboard and enabled:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step drops scalars a resumed run will write again, so curves never fold back.
             self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
-        if cfg.wandb_project:
+        if cfg.wandb_project and enabled:
             import wandb
 
             # The run id lives in the run directory, so a resume continues the same W&B run.
@@ -67,6 +69,8 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, "time": time.time(), **metrics}
+        if not self.enabled:
+            return
         self.log_file.append(record)
         numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.tb is not None:

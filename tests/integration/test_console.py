@@ -40,7 +40,7 @@ def test_samples_train_log_progress_and_the_skip_notice(tmp_path, capsys):
     assert [s["step"] for s in samples] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
     for s in samples:
         assert {"prompt", "completion", "reward", "status", "problem", "tokens"} <= s.keys()
-        assert "<|im_start|>" in s["prompt"] and s["tokens"] == len(s["completion"]) or s["status"] != "ok"
+        assert "<|im_start|>" in s["prompt"] and s["tokens"] >= len(s["completion"])  # specials are not text
     assert any(s["status"] == "failed" and s["reward"] is None for s in samples if s["step"] == 1)
     assert all(s["reward"] == 0.0 for s in samples if s["step"] in (2, 3))
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -44,6 +45,11 @@ def test_a_run_whose_server_was_killed(paused_run, capsys):
     run_dir, proc = paused_run
     server = json.loads((run_dir / "servers" / "status.json").read_text())["servers"][0]
     os.killpg(server["pid"], signal.SIGKILL)
+    from grpo.health import _alive
+
+    deadline = time.monotonic() + 30
+    while _alive(server["pid"]) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
+        time.sleep(0.05)
     assert main(["health", str(run_dir)]) == 1
     out = capsys.readouterr().out
     assert f"process {server['pid']} is not running" in out and "sglang-0: NOT generating" in out

@@ -13,8 +13,8 @@ from grpo.rundir.files import JsonlLog
 
 
 class EventLog:
-    def __init__(self, path: Path) -> None:
-        self.log = JsonlLog(path)
+    def __init__(self, path: Path, writes: bool = True) -> None:
+        self.log = JsonlLog(path, writes)
         self.path = self.log.path
 
     def record(self, kind: str, step: int, message: str, **evidence: Any) -> dict[str, Any]:

@@ -6,7 +6,10 @@ clean, as it would after a transient outage.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+from pathlib import Path
 
 from grpo.config import FaultsConfig
 from grpo.rollout.engines import Completion, SampleStatus
@@ -18,8 +21,9 @@ class InjectedFault(RuntimeError):
 
 
 class FaultInjector:
-    def __init__(self, cfg: FaultsConfig, seed: int = 0) -> None:
+    def __init__(self, cfg: FaultsConfig, seed: int = 0, rank: int = 0) -> None:
         self.cfg = cfg
+        self.rank = rank
         self.rng = random.Random(seed)
         self.done: set[int] = set()
 
@@ -53,7 +57,20 @@ class FaultInjector:
         return fn
 
     def nan_loss(self, step: int) -> bool:
-        return self._active(self.cfg.nan_loss_at_steps, step)
+        on_rank = self.cfg.nan_loss_on_rank is None or self.cfg.nan_loss_on_rank == self.rank
+        return on_rank and self._active(self.cfg.nan_loss_at_steps, step)
+
+    def kill_rank(self, step: int, run_dir: Path) -> None:
+        """SIGKILL this rank mid-step, once per run: a marker in the run directory keeps the
+        restarted group (torchrun --max-restarts) from killing it again."""
+        target = self.cfg.kill_rank_at_step
+        if not target or target != [self.rank, step]:
+            return
+        marker = Path(run_dir) / f".fault-kill-rank{self.rank}-step{step}"
+        if marker.exists():
+            return
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def server_faults(self, step: int) -> set[str]:
         """Server failures to arm for this step's rollout and sync (the server engine carries them out)."""

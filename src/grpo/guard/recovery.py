@@ -51,7 +51,8 @@ def resume_command(run_dir: Path, checkpoint: Path | None) -> str:
     return shlex.join(parts)
 
 
-def write_stop_report(run_dir: Path, cause: str, step: int, evidence: dict[str, Any], last_good: Path | None) -> dict:
+def write_stop_report(run_dir: Path, cause: str, step: int, evidence: dict[str, Any], last_good: Path | None,
+                      write: bool = True) -> dict:
     report = {
         "cause": cause,
         "step": step,
@@ -60,7 +61,8 @@ def write_stop_report(run_dir: Path, cause: str, step: int, evidence: dict[str, 
         "last_good_checkpoint": str(last_good) if last_good else None,
         "resume_command": resume_command(run_dir, last_good),
     }
-    atomic_write_json(run_dir / "STOPPED.json", report)
+    if write:  # under torchrun, rank 0 writes it
+        atomic_write_json(run_dir / "STOPPED.json", report)
     return report
 
 

@@ -31,9 +31,13 @@ CHAT_TEMPLATE = (
 )
 
 
-def resolve_device(device: str) -> torch.device:
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """`local_rank`: under torchrun, each rank on a node takes its own GPU."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"model.device={device} but CUDA is not available here; use model.device=cpu or auto")
     return torch.device(device)

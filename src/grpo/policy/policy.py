@@ -1,32 +1,48 @@
 """The policy: the model being trained, its optimizer and frozen reference, the update, and their state.
 
-The loop talks to the policy only through this class, so a sharded policy (FSDP2) can take its place
-without the loop knowing: log-probs, one update, finiteness checks, saving and loading.
+The loop talks to the policy only through this class, so the sharded policy (FSDP2, one shard per
+rank) takes the local one's place without the loop knowing: log-probs, one update, finiteness,
+saving and loading. Sharded, every method is collective: all ranks call it together.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from grpo.algo.loss import LossConfig
+from grpo.algo.loss import BatchTotals, LossConfig
 from grpo.config import RunConfig
-from grpo.policy.models import load_model_and_tokenizer
+from grpo.dist import SINGLE, Ranks
+from grpo.policy import sharding, state
+from grpo.policy.models import DTYPES, load_model_and_tokenizer
 from grpo.policy.optim import MasterWeightAdamW
-from grpo.policy.update import TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy
+from grpo.policy.update import (
+    Collective, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
+)
 from grpo.rundir.checkpoints import load_weights
 
 
 class Policy:
-    def __init__(self, cfg: RunConfig, device: torch.device) -> None:
-        self.cfg = cfg
-        self.device = device
-        self.model, self.tokenizer = load_model_and_tokenizer(cfg.model, device)
+    def __init__(self, cfg: RunConfig, device: torch.device, ranks: Ranks = SINGLE) -> None:
+        self.cfg, self.device, self.ranks = cfg, device, ranks
+        self.sharded = ranks.distributed
+        # Sharded, the parameters are the optimizer's fp32 master copy; FSDP computes in model.dtype.
+        model_cfg = dataclasses.replace(cfg.model, dtype="float32") if self.sharded else cfg.model
+        self.model, self.tokenizer = load_model_and_tokenizer(model_cfg, device)
         # The reference is a frozen copy of the starting weights; it costs memory only when KL is on.
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if cfg.algo.kl_coef > 0 else None
+        if self.sharded:
+            compute = DTYPES[cfg.model.dtype]
+            sharding.shard(self.model, compute)
+            if self.ref_model is not None:
+                sharding.shard(self.ref_model, compute)
         self.optimizer = MasterWeightAdamW(self.model, cfg.actor)
         self.loss_cfg = LossConfig(cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.loss_agg, cfg.algo.kl_coef,
                                    cfg.algo.kl_estimator, cfg.rollout.max_new_tokens)
@@ -42,33 +58,34 @@ class Policy:
     def set_lr(self, lr: float) -> None:
         self.optimizer.set_lr(lr)
 
+    @contextlib.contextmanager
+    def unsharded(self) -> Iterator[None]:
+        """For generation and evaluation: the weights gathered once for the whole phase."""
+        if not self.sharded:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(sharding.unsharded(self.model))
+            if self.ref_model is not None:
+                stack.enter_context(sharding.unsharded(self.ref_model))
+            yield
+
     def prepare(self, batch: TrainBatch, recompute_old: bool) -> dict[str, float]:
         """Fill in what the loss needs beyond the sampler's output: recomputed old log-probs when
         asked for, and the reference model's log-probs when a KL term is used. -> how far the
         sampler's log-probs are from the trainer's, when recomputed (drift shows on the curves)."""
         metrics = {}
-        if recompute_old:
-            sampler = batch.old_logprobs
-            batch.old_logprobs = self.logprobs(batch)
-            diffs = [abs(a - b) for s, t in zip(sampler, batch.old_logprobs) for a, b in zip(s, t)]
-            if diffs:
-                metrics = {"rollout/logprob_mismatch": sum(diffs) / len(diffs),
-                           "rollout/logprob_mismatch_max": max(diffs)}
-        if self.ref_model is not None:
-            batch.ref_logprobs = [torch.tensor(lp) for lp in self.logprobs(batch, self.ref_model)]
+        with self.unsharded():
+            if recompute_old:
+                sampler = batch.old_logprobs
+                batch.old_logprobs = self.logprobs(batch)
+                diffs = [abs(a - b) for s, t in zip(sampler, batch.old_logprobs) for a, b in zip(s, t)]
+                if diffs:
+                    metrics = {"rollout/logprob_mismatch": sum(diffs) / len(diffs),
+                               "rollout/logprob_mismatch_max": max(diffs)}
+            if self.ref_model is not None:
+                batch.ref_logprobs = [torch.tensor(lp) for lp in self.logprobs(batch, self.ref_model)]
         return metrics
-
-    @torch.no_grad()
-    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
-        """[T-1] log p(ids[k] | ids[:k]) at temperature 1: what a server's weights are checked against."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            ids = torch.tensor([token_ids], device=self.device)  # [1, T]
-            logits = self.model(input_ids=ids).logits[0, :-1].float()  # [T-1, V]
-        finally:
-            self.model.train(was_training)
-        return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch, model: torch.nn.Module | None = None) -> list[list[float]]:
@@ -82,6 +99,19 @@ class Policy:
                 out[r] = logprobs[i, : len(batch.completion_ids[r])].tolist()
         return out
 
+    @torch.no_grad()
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
+        """[T-1] log p(ids[k] | ids[:k]) at temperature 1: what a server's weights are checked against."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self.unsharded():
+                ids = torch.tensor([token_ids], device=self.device)  # [1, T]
+                logits = self.model(input_ids=ids).logits[0, :-1].float()  # [T-1, V]
+        finally:
+            self.model.train(was_training)
+        return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
+
     def update(self, batch: TrainBatch, inject_nan: bool = False,
                check_stop: Callable[[], None] = lambda: None) -> UpdateResult:
         result = update_policy(
@@ -89,28 +119,67 @@ class Policy:
             updates=self.cfg.algo.updates_per_batch, micro_batch_size=self.cfg.algo.micro_batch_size,
             max_grad_norm=self.cfg.actor.max_grad_norm, temperature=self.cfg.rollout.temperature,
             pad_id=self.tokenizer.pad_token_id, inject_nan=inject_nan, check_stop=check_stop,
+            collective=self._collective(batch) if self.sharded else None,
         )
+        if self.sharded:  # every rank's share of the sums; the gradient norm is global already
+            keys = sorted(k for k in result.metrics if k != "grad_norm")
+            result.metrics.update(zip(keys, self.ranks.sum([result.metrics[k] for k in keys])))
         if result.applied:
             self.version += 1
         if result.optimizer_steps:
             self.revision += 1
         return result
 
+    def _collective(self, batch: TrainBatch) -> Collective:
+        tokens, sequences = self.ranks.sum([batch.num_tokens, len(batch)])
+        (passes,) = self.ranks.max([len(micro_batches(batch, self.cfg.algo.micro_batch_size))])
+        pad = torch.tensor([[self.tokenizer.pad_token_id]], device=self.device)
+        return Collective(
+            BatchTotals(int(tokens), int(sequences)), max(int(passes), 1),
+            lambda enabled: sharding.set_gradient_sync(self.model, enabled),
+            lambda: self.model(input_ids=pad).logits.float().sum() * 0.0,
+        )
+
     def params_finite(self) -> bool:
-        return self.optimizer.params_finite()
+        return not self.ranks.any(not self.optimizer.params_finite())
 
     def save_model(self, directory: Path) -> None:
-        """A directory that `AutoModelForCausalLM.from_pretrained` loads."""
-        self.model.save_pretrained(directory)
+        """A directory that `AutoModelForCausalLM.from_pretrained` loads. Sharded, the weights are
+        gathered to rank 0, which writes it."""
+        if not self.sharded:
+            self.model.save_pretrained(directory)
+            self.tokenizer.save_pretrained(directory)
+            return
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.ranks.main:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        dtype = DTYPES[self.cfg.model.dtype]
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            full.pop("lm_head.weight", None)
+        save_file({k: v.to(dtype).contiguous() for k, v in full.items()}, directory / "model.safetensors",
+                  metadata={"format": "pt"})
+        config = copy.deepcopy(self.model.config)
+        config.dtype = dtype
+        config.save_pretrained(directory)
+        if self.model.generation_config is not None:
+            self.model.generation_config.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
 
     def load_model(self, directory: Path) -> None:
         load_weights(directory, self.model)
         self.revision += 1
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "version": self.version}
+    def save_state(self, directory: Path) -> None:
+        """Weights and optimizer state for an exact resume, at any number of ranks (each writes its shards)."""
+        state.save(self.model, self.optimizer, directory, self.sharded)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.version = state.get("version", 0)
+    def load_state(self, directory: Path) -> None:
+        state.load(self.model, self.optimizer, directory, self.sharded)
+        self.revision += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": self.version}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        self.version = saved.get("version", 0)

@@ -151,6 +151,19 @@ def micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
+@dataclass
+class Collective:
+    """What one rank of many needs for its share of the update: the whole batch's sizes (the loss
+    is normalised over them), how many forward/backward passes every rank makes (FSDP's collectives
+    must line up, so a rank with fewer rows pads with passes of zero loss), and the switch that
+    lets gradients reduce across ranks only on the last of them."""
+
+    totals: BatchTotals
+    micro_batches: int
+    set_gradient_sync: Callable[[bool], None]
+    zero_loss: Callable[[], torch.Tensor]  # a loss of 0 that reaches every parameter
+
+
 def update_policy(
     model: torch.nn.Module,
     optimizer: MasterWeightAdamW,
@@ -164,6 +177,7 @@ def update_policy(
     pad_id: int,
     inject_nan: bool = False,
     check_stop: Callable[[], None] = lambda: None,
+    collective: Collective | None = None,
 ) -> UpdateResult:
     """`updates` optimizer steps over the batch, each accumulating gradients over micro-batches.
 
@@ -172,17 +186,24 @@ def update_policy(
     optimizer step (the weights then hold the last applied step, never a partial one).
     """
     device = next(model.parameters()).device
-    totals = BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
+    totals = collective.totals if collective else BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
     sums: dict[str, float] = {}
     steps_applied = 0
     model.train()
     chunks = micro_batches(batch, micro_batch_size)
+    passes = collective.micro_batches if collective else len(chunks)
     for update in range(updates):
         optimizer.zero_grad()
         loss_total = 0.0
-        for index, rows in enumerate(chunks):
-            tick(update * len(chunks) + index, updates * len(chunks), "micro-batches")
-            mb = collate(batch, rows, pad_id, device)
+        for index in range(passes):
+            tick(update * passes + index, updates * passes, "micro-batches")
+            if collective:
+                collective.set_gradient_sync(index == passes - 1)
+                if index >= len(chunks):  # this rank's rows are done: a pass that keeps the collectives in step
+                    collective.zero_loss().backward()
+                    optimizer.accumulate_grads()
+                    continue
+            mb = collate(batch, chunks[index], pad_id, device)
             logprobs, entropy = completion_logprobs(model, mb, temperature, with_entropy=update == 0)
             loss, metrics = policy_loss(
                 logprobs, mb.old_logprobs, mb.advantages, mb.completion_mask, loss_cfg, totals, mb.ref_logprobs

@@ -12,12 +12,13 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from grpo.algo.advantages import zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
+from grpo.dist import SINGLE, Ranks
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.guard.faults import FaultInjector
@@ -84,7 +85,9 @@ class RolloutCollector:
         faults: FaultInjector,
         data_seed: int,
         sleep: Callable[[float], None] = time.sleep,
+        ranks: Ranks = SINGLE,
     ) -> None:
+        self.ranks = ranks
         self.engine, self.tokenizer, self.task, self.task_cfg = engine, tokenizer, task, task_cfg
         self.cfg, self.reward_fn, self.faults, self.data_seed, self.sleep = cfg, reward_fn, faults, data_seed, sleep
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
@@ -96,17 +99,21 @@ class RolloutCollector:
         completions with another (a server that missed a sync) has its samples failed and retried."""
         batch = RolloutBatch(groups=[], next_data_index=data_index)
         self.revision = revision
-        while len(batch.groups) < self.cfg.problems_per_step and batch.rounds <= self.cfg.max_refill_rounds:
-            need = self.cfg.problems_per_step - len(batch.groups)
-            problems = [self.task.train_problem(batch.next_data_index + i, self.data_seed) for i in range(need)]
+        kept = 0  # over every rank: each generates the groups i with i % world == rank, whole
+        while kept < self.cfg.problems_per_step and batch.rounds <= self.cfg.max_refill_rounds:
+            need = self.cfg.problems_per_step - kept
+            indices = [batch.next_data_index + i for i in range(need) if i % self.ranks.world == self.ranks.rank]
+            problems = [self.task.train_problem(index, self.data_seed) for index in indices]
             batch.next_data_index += need
             batch.rounds += 1
-            groups = self._generate_groups(problems, step, batch)
+            groups = self._generate_groups(problems, indices, step, batch)
             self._score(groups, step, batch)
+            before = len(batch.groups)
             self._keep_valid(groups, batch)
+            kept += int(self.ranks.sum([len(batch.groups) - before])[0])
         return batch
 
-    def _generate_groups(self, problems: list[Problem], step: int, batch: RolloutBatch):
+    def _generate_groups(self, problems: list[Problem], indices: list[int], step: int, batch: RolloutBatch):
         G = self.cfg.samples_per_problem
         prompts = [encode_prompt(self.tokenizer, p, self.task_cfg) for p in problems]
         slots: list[Sample | None] = [None] * (len(problems) * G)
@@ -118,9 +125,8 @@ class RolloutCollector:
                 delay = self.cfg.retry_backoff_s * 2 ** (attempt - 1) * (1 + self.jitter.random())
                 log.warning("step %d: retrying %d failed samples in %.1fs (attempt %d)", step, len(pending), delay, attempt)
                 self.sleep(delay)
-            # Sample i of the problem at data index d, attempt a: the same draw wherever it is generated.
-            first = batch.next_data_index - len(problems)
-            seeds = [sample_seed(self.data_seed, first + i // G, i % G, attempt) for i in pending]
+            # Sample j of the problem at data index d, attempt a: the same draw wherever it is generated.
+            seeds = [sample_seed(self.data_seed, indices[i // G], i % G, attempt) for i in pending]
             completions = self.engine.generate([prompts[i // G] for i in pending], self.params, seeds)
             completions = self.faults.corrupt_completions(completions, step)
             for completion in completions:
@@ -200,33 +206,36 @@ def sample_records(batch: RolloutBatch, tokenizer, k: int) -> list[dict]:
     } for s in picked[:k]]
 
 
-def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """Counts of every status over all attempts, group bookkeeping, and reward/response statistics."""
-    m: dict[str, float] = {f"rollout/{status.value}": batch.attempts.get(status.value, 0) for status in SampleStatus}
-    total = sum(batch.attempts.values())
+def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any]:
+    """Counts of every status over all attempts, group bookkeeping, and reward/response statistics,
+    over every rank's share of the step."""
+    t = _merge(ranks.gather(_summary(batch)))
+    attempts, final = t["attempts"], t["final"]
+    m: dict[str, Any] = {f"rollout/{status.value}": attempts.get(status.value, 0) for status in SampleStatus}
+    total = sum(attempts.values())
     # A failed generation and an answer the reward cannot score have different causes (the engine vs
     # the data or reward function), different remedies, and different breakers.
-    failed = sum(batch.attempts.get(s.value, 0) for s in SampleStatus if s.retryable)
+    failed = sum(attempts.get(s.value, 0) for s in SampleStatus if s.retryable)
     generated = total - failed
-    unscorable = batch.attempts.get(SampleStatus.UNSCORABLE.value, 0)
+    unscorable = attempts.get(SampleStatus.UNSCORABLE.value, 0)
     m.update({
         "rollout/attempts": total,
         "rollout/failed_frac": failed / total if total else 0.0,
         "rollout/unscorable_frac": unscorable / generated if generated else 0.0,
-        "rollout/retries": batch.retries,
+        "rollout/retries": t["retries"],
         "rollout/rounds": batch.rounds,
-        "rollout/reward_errors": len(batch.reward_errors),
-        "groups/trained": len(batch.groups),
-        "groups/dropped_invalid": batch.groups_dropped_invalid,
-        "groups/dropped_zero_std": batch.groups_dropped_zero_variance,
-        "groups/zero_std_frac": batch.groups_zero_variance / batch.groups_complete if batch.groups_complete else 0.0,
+        "rollout/reward_errors": t["reward_errors"],
+        "groups/trained": t["trained"],
+        "groups/dropped_invalid": t["dropped_invalid"],
+        "groups/dropped_zero_std": t["dropped_zero_std"],
+        "groups/zero_std_frac": t["zero_std"] / t["complete"] if t["complete"] else 0.0,
     })
-    finals = sum(batch.final.values())
+    finals = sum(final.values())
     if finals:
-        m["response/empty_frac"] = batch.final.get(SampleStatus.EMPTY.value, 0) / finals
-        m["response/truncated_frac"] = batch.final.get(SampleStatus.TRUNCATED.value, 0) / finals
-    if batch.complete_rewards:
-        rewards = torch.tensor(batch.complete_rewards)
+        m["response/empty_frac"] = final.get(SampleStatus.EMPTY.value, 0) / finals
+        m["response/truncated_frac"] = final.get(SampleStatus.TRUNCATED.value, 0) / finals
+    if t["rewards"]:
+        rewards = torch.tensor(t["rewards"])
         m.update({
             "reward/mean": rewards.mean().item(),
             "reward/std": rewards.std(unbiased=False).item(),
@@ -234,16 +243,42 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
             "reward/max": rewards.max().item(),
             "reward/accuracy": (rewards >= 1.0).float().mean().item(),
         })
-    sources = {f"{s.completion.meta['server']}#{s.completion.meta['incarnation']}"
-               for g in batch.groups for s in g.samples if "server" in s.completion.meta}
-    if sources:  # which server incarnations produced what is trained on (none that failed)
-        m["rollout/sources"] = sorted(sources)
-    lengths = [len(s.completion.token_ids) for g in batch.groups for s in g.samples]
-    if lengths:
-        m["response/length_mean"] = sum(lengths) / len(lengths)
-        m["response/length_max"] = max(lengths)
-    m["perf/generated_tokens"] = batch.generated_tokens
-    m["perf/generate_tokens_per_s"] = batch.generated_tokens / batch.generate_s if batch.generate_s else 0.0
-    m["time/generate_s"] = batch.generate_s
-    m["time/reward_s"] = batch.reward_s
+    if t["sources"]:  # which server incarnations produced what is trained on (none that failed)
+        m["rollout/sources"] = sorted(t["sources"])
+    if t["lengths"]:
+        m["response/length_mean"] = sum(t["lengths"]) / len(t["lengths"])
+        m["response/length_max"] = max(t["lengths"])
+    m["perf/generated_tokens"] = t["generated_tokens"]
+    m["perf/generate_tokens_per_s"] = t["generated_tokens"] / t["generate_s"] if t["generate_s"] else 0.0
+    m["time/generate_s"] = t["generate_s"]
+    m["time/reward_s"] = t["reward_s"]
     return m
+
+
+def _summary(batch: RolloutBatch) -> dict[str, Any]:
+    """What the step's metrics need from one rank's share."""
+    trained = [s for g in batch.groups for s in g.samples]
+    return {
+        "attempts": batch.attempts, "final": batch.final, "retries": batch.retries,
+        "reward_errors": len(batch.reward_errors), "trained": len(batch.groups),
+        "dropped_invalid": batch.groups_dropped_invalid, "dropped_zero_std": batch.groups_dropped_zero_variance,
+        "zero_std": batch.groups_zero_variance, "complete": batch.groups_complete, "rewards": batch.complete_rewards,
+        "sources": {f"{s.completion.meta['server']}#{s.completion.meta['incarnation']}"
+                    for s in trained if "server" in s.completion.meta},
+        "lengths": [len(s.completion.token_ids) for s in trained],
+        "generated_tokens": batch.generated_tokens, "generate_s": batch.generate_s, "reward_s": batch.reward_s,
+    }
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts add up, lists join in rank order, times are the slowest rank's (ranks work in parallel)."""
+    total = dict(parts[0])
+    for part in parts[1:]:
+        for key, value in part.items():
+            if key in ("generate_s", "reward_s"):
+                total[key] = max(total[key], value)
+            elif isinstance(value, set):
+                total[key] = total[key] | value
+            else:
+                total[key] = total[key] + value
+    return total

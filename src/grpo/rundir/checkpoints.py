@@ -1,4 +1,11 @@
-"""Checkpoints: a loadable model directory plus the trainer state needed to resume exactly.
+"""Checkpoints: a loadable model directory, the policy's training state (weights and optimizer, in
+torch.distributed.checkpoint's sharded format, so any number of ranks can load it), and the loop's
+state (step, data position, RNG, guard), everything needed to resume exactly.
+
+    step_NNNNNN/model/              loads with AutoModelForCausalLM.from_pretrained
+    step_NNNNNN/policy/             fp32 weights and AdamW state by parameter name, one file per rank
+    step_NNNNNN/trainer_state.pt    the loop's state
+    step_NNNNNN/meta.json           step, healthy, score, log sizes, and the manifest
 
 A checkpoint is written under `.tmp-step_NNNNNN`, fsynced, and renamed into place, so a crash never
 leaves a torn `step_NNNNNN`. Its `meta.json`, written last, holds a manifest (every file's size and
@@ -27,11 +34,12 @@ import torch
 from safetensors.torch import load_file
 
 from grpo.config import CheckpointConfig
+from grpo.dist import SINGLE, Ranks
 from grpo.rundir.files import DiskError, fsync_dir, is_disk_error
 
 STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"
-FORMAT = 1
+FORMAT = 2  # 1: before the sharded policy state
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 
@@ -89,9 +97,12 @@ def file_crc32(path: Path) -> int:
 
 
 class CheckpointStore:
-    def __init__(self, root: Path, cfg: CheckpointConfig) -> None:
+    def __init__(self, root: Path, cfg: CheckpointConfig, writes: bool = True) -> None:
+        """writes=False (ranks other than 0): read, and write shards into saves, but never move,
+        delete or commit checkpoints."""
         self.root = Path(root)
         self.cfg = cfg
+        self.writes = writes
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -99,6 +110,8 @@ class CheckpointStore:
         """Tidy what a killed writer left (run with the run directory locked): unfinished writes
         are removed, a replacement cut short is undone, and invalid checkpoints are moved to
         `invalid/`. -> one line per thing done, for the event log."""
+        if not self.writes:
+            return []
         self.root.mkdir(parents=True, exist_ok=True)
         notes = []
         for trash in sorted(self.root.glob(".trash-*")):  # deletions cut short: finish them
@@ -119,31 +132,44 @@ class CheckpointStore:
         return notes
 
     def save(
-        self, step: int, write_model: Callable[[Path], None], state: dict[str, Any], *, healthy: bool,
-        score: float | None, logs: dict[str, int] | None = None,
+        self, step: int, write: Callable[[Path], None], state: dict[str, Any], *, healthy: bool,
+        score: float | None, logs: dict[str, int] | None = None, ranks: Ranks = SINGLE,
     ) -> CheckpointInfo:
-        """`write_model(dir)` writes the loadable model directory; `state` is everything else needed
-        to resume; `logs` maps each append-only log to its size now."""
+        """`write(dir)` writes the model and policy directories (every rank, its shards); `state` is
+        the loop's state; `logs` maps each append-only log to its size now. Rank 0 alone writes the
+        manifest and commits."""
         final = self.root / f"step_{step:06d}"
         tmp = self.root / f".tmp-{final.name}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        meta: dict[str, Any] = {}
         try:
-            tmp.mkdir(parents=True)
-            write_model(tmp / "model")
-            torch.save(state, tmp / STATE_FILE)
-            files = {
-                str(p.relative_to(tmp)): {"size": p.stat().st_size, "crc32": file_crc32(p)}
-                for p in sorted(tmp.rglob("*")) if p.is_file()
-            }
-            meta = {"format": FORMAT, "step": step, "healthy": healthy, "score": score, "saved_at": time.time(),
-                    "logs": logs or {}, "files": files}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-            _fsync_tree(tmp)
+            if ranks.main:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            ranks.barrier()
+            write(tmp)
+            ranks.barrier()  # every rank's shards are on disk
+            if ranks.main:
+                torch.save(state, tmp / STATE_FILE)
+                files = {
+                    str(p.relative_to(tmp)): {"size": p.stat().st_size, "crc32": file_crc32(p)}
+                    for p in sorted(tmp.rglob("*")) if p.is_file()
+                }
+                meta = {"format": FORMAT, "step": step, "healthy": healthy, "score": score,
+                        "saved_at": time.time(), "logs": logs or {}, "files": files}
+                (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+                _fsync_tree(tmp)
         except BaseException as exc:
-            shutil.rmtree(tmp, ignore_errors=True)  # a failed write must not hold on to disk space
+            if ranks.main:
+                shutil.rmtree(tmp, ignore_errors=True)  # a failed write must not hold on to disk space
             if is_disk_error(exc):
                 raise DiskError(tmp, exc) from exc
             raise
+        if ranks.main:
+            self._commit(tmp, final)
+        ranks.barrier()
+        return CheckpointInfo(step, final, healthy, score, meta)
+
+    def _commit(self, tmp: Path, final: Path) -> None:
         if final.exists():  # same step saved again (e.g. after a rollback): replace it atomically
             replaced = self.root / f".replaced-{final.name}"
             os.rename(final, replaced)
@@ -153,9 +179,7 @@ class CheckpointStore:
         else:
             os.rename(tmp, final)
         fsync_dir(self.root)
-        info = CheckpointInfo(step, final, healthy, score, meta)
         self.prune()
-        return info
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -224,7 +248,7 @@ class CheckpointStore:
             raise CheckpointInvalid(path, f"{META_FILE} is not a grpo checkpoint manifest (format {FORMAT})")
         if not isinstance(meta.get("step"), int):
             raise CheckpointInvalid(path, f"{META_FILE} has no step")
-        for required in (STATE_FILE, "model/config.json"):
+        for required in (STATE_FILE, "model/config.json", "policy/.metadata"):
             if required not in meta["files"]:
                 raise CheckpointInvalid(path, f"the manifest lists no {required}")
         for name, expected in meta["files"].items():
@@ -240,6 +264,8 @@ class CheckpointStore:
     def quarantine(self, path: Path, reason: str) -> Path:
         """Move an invalid checkpoint to `invalid/`, with the reason beside it; nothing is deleted."""
         target = self.root / "invalid" / f"{path.name}-{int(time.time() * 1000)}"
+        if not self.writes:
+            return target
         target.parent.mkdir(exist_ok=True)
         os.rename(path, target)
         (target / "INVALID.txt").write_text(reason + "\n")
@@ -247,6 +273,8 @@ class CheckpointStore:
         return target
 
     def _delete(self, path: Path) -> None:
+        if not self.writes:
+            return
         trash = self.root / f".trash-{path.name}"
         os.rename(path, trash)  # atomic: the checkpoint is either whole or gone
         shutil.rmtree(trash, ignore_errors=True)
@@ -271,7 +299,7 @@ class CheckpointStore:
         """When resuming from an older checkpoint by hand, move later ones to `abandoned/`, where
         automatic recovery never looks, rather than delete what the user may still want."""
         moved = []
-        for info in self.list():
+        for info in self.list() if self.writes else []:
             if info.step > step:
                 target = self.root / "abandoned" / f"{info.path.name}-{int(time.time())}"
                 target.parent.mkdir(exist_ok=True)

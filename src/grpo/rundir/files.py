@@ -131,13 +131,17 @@ def read_json(path: Path) -> tuple[Any, str | None]:
 
 
 class JsonlLog:
-    """An append-only log of JSON records, one per line."""
+    """An append-only log of JSON records, one per line. With writes=False (a rank other than 0)
+    appends, repairs and rewinds do nothing: one process writes a run's logs."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, writes: bool = True) -> None:
         self.path = Path(path)
+        self.writes = writes
 
     def repair(self) -> int:
         """Cut off a torn last line (no trailing newline): -> the number of bytes removed."""
+        if not self.writes:
+            return 0
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
@@ -155,6 +159,8 @@ class JsonlLog:
         return size - keep
 
     def append(self, record: dict[str, Any]) -> None:
+        if not self.writes:
+            return
         line = (json.dumps(record, default=str) + "\n").encode()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -183,6 +189,8 @@ class JsonlLog:
     def rewind(self, offset: int, keep_in: Path) -> int:
         """Truncate the log to `offset` bytes, moving the lines after it to the end of `keep_in`
         (nothing is thrown away): -> the number of lines moved."""
+        if not self.writes:
+            return 0
         size = self.size()
         if offset >= size:
             return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 from grpo.config import CheckpointConfig
 from grpo.guard.events import EventLog
 from grpo.rundir.checkpoints import CheckpointStore
-from grpo.rundir.files import JsonlLog
+from grpo.rundir.files import JsonlLog, atomic_write
 from grpo.rundir.lock import RunLock
 
 RESERVE_FILE = ".reserve"
@@ -29,12 +29,15 @@ LOGS = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
 
 
 class RunDir:
-    def __init__(self, path: Path, checkpoint_cfg: CheckpointConfig) -> None:
+    def __init__(self, path: Path, checkpoint_cfg: CheckpointConfig, writes: bool = True) -> None:
+        """writes=False for ranks other than 0: they read checkpoints (and write their shards into
+        them) but leave the directory's files, lock and repairs to rank 0."""
         self.path = Path(path)
+        self.writes = writes
         self.lock = RunLock(self.path)
-        self.checkpoints = CheckpointStore(self.path / "checkpoints", checkpoint_cfg)
-        self.events = EventLog(self.path / "events.jsonl")
-        self.logs = {name: JsonlLog(self.path / name) for name in LOGS}
+        self.checkpoints = CheckpointStore(self.path / "checkpoints", checkpoint_cfg, writes)
+        self.events = EventLog(self.path / "events.jsonl", writes)
+        self.logs = {name: JsonlLog(self.path / name, writes) for name in LOGS}
         self.config_path = self.path / "config.yaml"
         self.stopped_path = self.path / "STOPPED.json"
         self.paused_path = self.path / "PAUSED"
@@ -46,7 +49,8 @@ class RunDir:
 
     def acquire(self) -> "RunDir":
         """Take the lock; raises RunDirLocked when another process writes this directory."""
-        self.lock.acquire()
+        if self.writes:
+            self.lock.acquire()
         return self
 
     def open(self) -> list[str]:
@@ -67,6 +71,11 @@ class RunDir:
 
     def log_offsets(self) -> dict[str, int]:
         return {name: log.size() for name, log in self.logs.items()}
+
+    def write(self, path: Path, text: str) -> None:
+        """An atomic write of one of the run's files, by the process that writes them."""
+        if self.writes:
+            atomic_write(path, text)
 
     def rewind_logs(self, offsets: dict[str, int]) -> dict[str, int]:
         """Cut each log back to its size at a checkpoint; the cut lines go to `NAME.abandoned.jsonl`.

@@ -112,47 +112,6 @@ def _train(model: torch.nn.Linear, opt: MasterWeightAdamW, seeds: list[int]) -> 
         opt.zero_grad()
 
 
-def test_state_dict_round_trip_restores_masters_and_params_exactly():
-    cfg = ActorConfig(lr=1e-2, weight_decay=0.01)
-    model = bf16_linear(0)
-    opt = MasterWeightAdamW(model, cfg)
-    _train(model, opt, [10, 11, 12])
-
-    buffer = io.BytesIO()  # through torch.save/load, as a checkpoint does
-    torch.save(opt.state_dict(), buffer)
-    buffer.seek(0)
-    state = torch.load(buffer, weights_only=False)
-
-    fresh_model = bf16_linear(99)
-    assert not torch.equal(fresh_model.weight, model.weight)
-    fresh = MasterWeightAdamW(fresh_model, cfg)
-    fresh.load_state_dict(state)
-    for a, b in zip(opt.master, fresh.master):
-        assert torch.equal(a, b)
-    for a, b in zip(model.parameters(), fresh_model.parameters()):
-        assert torch.equal(a, b)
-    assert torch.equal(
-        opt.optimizer.state[opt.master[0]]["exp_avg"], fresh.optimizer.state[fresh.master[0]]["exp_avg"]
-    )
-
-    # and both continue identically
-    _train(model, opt, [13])
-    _train(fresh_model, fresh, [13])
-    for a, b in zip(opt.master, fresh.master):
-        assert torch.equal(a, b)
-    for a, b in zip(model.parameters(), fresh_model.parameters()):
-        assert torch.equal(a, b)
-
-
-def test_loading_a_state_without_masters_into_a_master_run_raises():
-    fp32_model = torch.nn.Linear(4, 3)
-    fp32_state = MasterWeightAdamW(fp32_model, ActorConfig()).state_dict()
-    assert "master" not in fp32_state
-    opt = MasterWeightAdamW(bf16_linear(0), ActorConfig())
-    with pytest.raises(ValueError, match="no fp32 master weights"):
-        opt.load_state_dict(fp32_state)
-
-
 def test_fp32_model_keeps_no_master_copies():
     model = torch.nn.Linear(4, 3)
     opt = MasterWeightAdamW(model, ActorConfig(lr=0.1))

@@ -10,7 +10,9 @@ from transformers import AutoModelForCausalLM
 from grpo.rundir.checkpoints import (
     META_FILE, STATE_FILE, CheckpointInvalid, CheckpointStore, capture_rng, load_weights, restore_rng,
 )
-from grpo.config import CheckpointConfig, TinyModelConfig
+from grpo.config import ActorConfig, CheckpointConfig, TinyModelConfig
+from grpo.policy import state as policy_state
+from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 
 
@@ -30,9 +32,12 @@ def model(tokenizer):
 
 
 def writer(model, tokenizer):
+    """What the loop writes into a checkpoint: the model directory and the policy's training state."""
+
     def write(directory):
-        model.save_pretrained(directory)
-        tokenizer.save_pretrained(directory)
+        model.save_pretrained(directory / "model")
+        tokenizer.save_pretrained(directory / "model")
+        policy_state.save(model, MasterWeightAdamW(model, ActorConfig()), directory / "policy", sharded=False)
 
     return write
 
@@ -203,8 +208,8 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, model, tokenizer):
     mgr = manager(tmp_path)
 
     def failing(directory):
-        directory.mkdir(parents=True)
-        (directory / "partial").write_bytes(b"x" * 100)
+        (directory / "model").mkdir()
+        (directory / "model" / "partial").write_bytes(b"x" * 100)
         raise OSError(28, "No space left on device")
 
     from grpo.rundir.files import DiskError

@@ -76,7 +76,7 @@ class EmbeddedEngine(RolloutEngine):
                 results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
         return results
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: FSDP2 reuses the unsharded parameter buffers for training
     def _generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]
     ) -> list[Completion]:
