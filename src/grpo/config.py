@@ -323,9 +323,13 @@ def apply_override(data: dict[str, Any], override: str) -> None:
             raise ConfigError(f"override {override!r}: {part!r} is a value, not a section")
         node = child
     try:
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
-        node[parts[-1]] = raw
+        value = raw
+    if "#" in raw and (value is None or isinstance(value, str) and "#" not in value):
+        # YAML read the '#' as a comment start (`task.gold_pattern=####(.*)`); on a command line it is text.
+        value = raw.strip()
+    node[parts[-1]] = value
 
 
 def from_dict(cls: type, data: Any) -> Any:

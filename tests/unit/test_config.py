@@ -81,6 +81,13 @@ def test_int_field_accepts_a_whole_float_only():
         load_config(None, ["train.steps=5.5"])
 
 
+def test_a_hash_in_an_override_is_text_not_a_yaml_comment():
+    cfg = load_config(None, ["task.instruction=Answer # briefly", "task.system_prompt='quoted # kept'"])
+    assert cfg.task.instruction == "Answer # briefly" and cfg.task.system_prompt == "quoted # kept"
+    assert load_config(None, ["rollout.stop=####"]).rollout.stop == ["####"]
+    assert load_config(None, ["rollout.stop=['#', 'Q:']"]).rollout.stop == ["#", "Q:"]
+
+
 def test_overrides_of_lists():
     cfg = load_config(None, ["faults.nan_loss_at_steps=[7]", "rollout.stop=['###', 'Q:']", "actor.betas=[0.9, 0.95]"])
     assert cfg.faults.nan_loss_at_steps == [7]
