@@ -59,12 +59,23 @@ class ArithConfig:
 
 @dataclass
 class TaskConfig:
-    name: Literal["arith", "gsm8k"] = "arith"
-    # gsm8k: a directory holding {train,test}.jsonl, or `hub` for openai/gsm8k via `datasets`.
-    path: str = "../shared/data/gsm8k"
+    # arith: generated arithmetic; gsm8k: GSM8K; dataset: any JSONL, Parquet or CSV files, or a hub dataset.
+    name: Literal["arith", "gsm8k", "dataset"] = "arith"
+    # gsm8k, dataset: a directory with the split files (train.jsonl, test.parquet, data/train-*.parquet, ...),
+    # relative to the working directory, or hub:ORG/NAME[:CONFIG] (gsm8k: `hub`). gsm8k, null: searched for.
+    path: str | None = None
+    train_files: list[str] = field(default_factory=list)  # dataset: training files or globs, instead of path's
+    test_files: list[str] = field(default_factory=list)  # dataset: held-out files or globs, instead of path's
+    train_split: str = "train"  # dataset: the training split: file name stem under path, or hub split
+    test_split: str = "test"  # dataset: the held-out split, likewise
+    # dataset: the prompt's column: text (a user message, instruction appended) or [{role, content}, ...] as given
+    prompt_column: str = "prompt"
+    answer_column: str | None = "answer"  # dataset: the gold answer's column; null: none (gold is "")
+    # dataset: a regex; the gold is its first group (or whole match) at the answer's last match; null: all of it
+    gold_pattern: str | None = None
     max_train_problems: int | None = None
-    system_prompt: str | None = None
-    instruction: str = "Put your final answer within \\boxed{}."
+    system_prompt: str | None = None  # a system message before each text prompt
+    instruction: str = "Put your final answer within \\boxed{}."  # appended to text prompts on a new line
     reward: str = "math"  # a registered reward name or `module:function`
     arith: ArithConfig = field(default_factory=ArithConfig)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from grpo.config import ConfigError, TaskConfig
-from grpo.tasks.base import Problem, Task
+from grpo.tasks.base import Problem, Task, reward_columns
 
 
 def build_task(cfg: TaskConfig) -> Task:
+    """The task with its data read and checked: every data error surfaces here, before a model is loaded."""
     if cfg.name == "arith":
         from grpo.tasks.arith import ArithTask
 
@@ -14,8 +15,12 @@ def build_task(cfg: TaskConfig) -> Task:
     if cfg.name == "gsm8k":
         from grpo.tasks.gsm8k import GSM8KTask
 
-        return GSM8KTask(cfg.path, max_train_problems=cfg.max_train_problems)
-    raise ConfigError(f"task.name={cfg.name!r} is unknown; valid: arith, gsm8k")
+        return GSM8KTask(cfg)
+    if cfg.name == "dataset":
+        from grpo.tasks.dataset import DatasetTask
+
+        return DatasetTask(cfg)
+    raise ConfigError(f"task.name={cfg.name!r} is unknown; valid: arith, gsm8k, dataset")
 
 
-__all__ = ["Problem", "Task", "build_task"]
+__all__ = ["Problem", "Task", "build_task", "reward_columns"]
