@@ -76,6 +76,7 @@ class TaskConfig:
     max_train_problems: int | None = None
     system_prompt: str | None = None  # a system message before each text prompt
     instruction: str = "Put your final answer within \\boxed{}."  # appended to text prompts on a new line
+    chat_template: str | None = None  # a Jinja chat template, or a file holding one; null: the tokenizer's
     reward: str = "math"  # a registered reward name or `module:function`
     arith: ArithConfig = field(default_factory=ArithConfig)
 

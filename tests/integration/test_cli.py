@@ -25,6 +25,14 @@ def test_unknown_reward_is_a_config_error(tmp_path, capsys):
     assert "registered rewards: " in capsys.readouterr().err
 
 
+def test_a_bad_chat_template_is_a_one_line_error(tmp_path, capsys):
+    assert main(["train", "--config", "tiny", f"run_dir={tmp_path / 'r'}",
+                 "task.chat_template={% for m in messages %}{{ m['content'] }}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "task.chat_template: not a valid Jinja template: line 1: Unexpected end of template" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_train_then_eval_the_checkpoint(tmp_path, capsys):
     run_dir = tmp_path / "r"
     assert main(["train", "--config", "tiny", "--run-dir", str(run_dir), "train.steps=2"]) == 0
