@@ -50,7 +50,7 @@ def _setup_logging(run_dir: Path | None = None) -> None:
     hf_logging.disable_progress_bar()
 
 
-def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
+def _train(config: str | None, overrides: list[str], run_dir: str | None) -> int:
     from grpo.guard.recovery import RunStopped, resume_command
     from grpo.loop import RunInterrupted, TrainingLoop
     from grpo.rundir.run import RunDir
@@ -84,7 +84,7 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
               f"resume from the newest checkpoint with: {resume_command(run.path, None)}", file=sys.stderr)
         return EXIT_CRASH
     before, after = summary.get("before"), summary.get("after")
-    if quickstart and before and after:
+    if before and after:
         print(f"\nheld-out greedy accuracy on {after['n']} problems: "
               f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
               f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(args.config, args.overrides, args.run_dir)
         if args.command == "quickstart":
-            return _train("quickstart", args.overrides, args.run_dir, quickstart=True)
+            return _train("quickstart", args.overrides, args.run_dir)
         if args.command == "doctor":
             from grpo.doctor import diagnose
 

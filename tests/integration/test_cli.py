@@ -50,6 +50,15 @@ def test_train_then_eval_the_checkpoint(tmp_path, capsys):
     assert "pass@3" in capsys.readouterr().out
 
 
+def test_any_run_that_evaluates_before_and_after_prints_both(tmp_path, capsys):
+    assert main(["train", "--config", "tiny", "--run-dir", str(tmp_path / "r"), "train.steps=1",
+                 "eval.before_training=true", "eval.after_training=true", "eval.max_samples=4"]) == 0
+    evals = [json.loads(line) for line in (tmp_path / "r" / "eval.jsonl").read_text().splitlines()]
+    before, after = (e["accuracy"] for e in evals)
+    assert (f"held-out greedy accuracy on 4 problems: {before:.1%} before -> {after:.1%} after"
+            in capsys.readouterr().out)
+
+
 def test_eval_of_a_missing_model_path_is_a_clear_error(tmp_path, capsys):
     assert main(["eval", "--model", str(tmp_path / "missing"), "--task", "arith"]) == 2
     assert "not a local directory, a hub name" in capsys.readouterr().err
