@@ -26,7 +26,7 @@ EXIT_INTERRUPTED = 4  # SIGTERM/SIGINT: state saved; the same command resumes
 EXIT_DISK = 5  # the disk refused a write (full, read-only): free space, then the same command resumes
 
 
-def _train(config: str | None, overrides: list[str], run_dir: str | None, quickstart: bool = False) -> int:
+def _train(config: str | None, overrides: list[str], run_dir: str | None) -> int:
     from grpo.dist import from_environment
     from grpo.guard.recovery import RunStopped, resume_command
     from grpo.policy.models import resolve_device
@@ -64,7 +64,7 @@ def _train(config: str | None, overrides: list[str], run_dir: str | None, quicks
               f"resume from the newest checkpoint with: {resume_command(run.path, None)}")
         return EXIT_CRASH
     before, after = summary.get("before"), summary.get("after")
-    if quickstart and before and after:
+    if before and after:
         say(f"\nheld-out greedy accuracy on {after['n']} problems: "
             f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
             f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(args.config, args.overrides, args.run_dir)
         if args.command == "quickstart":
-            return _train("quickstart", args.overrides, args.run_dir, quickstart=True)
+            return _train("quickstart", args.overrides, args.run_dir)
         if args.command == "config":
             from grpo.config_doc import render
 

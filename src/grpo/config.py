@@ -63,12 +63,24 @@ class ArithConfig:
 class TaskConfig:
     """Where problems come from, how they become prompts, and how answers are scored."""
 
-    name: Literal["arith", "gsm8k"] = "arith"  # procedural arithmetic, or GSM8K
-    # gsm8k: a directory holding {train,test}.jsonl, or `hub` for openai/gsm8k via `datasets`.
-    path: str = "../shared/data/gsm8k"
+    # arith: generated arithmetic; gsm8k: GSM8K; dataset: any JSONL, Parquet or CSV files, or a hub dataset.
+    name: Literal["arith", "gsm8k", "dataset"] = "arith"
+    # gsm8k, dataset: a directory with the split files (train.jsonl, test.parquet, data/train-*.parquet, ...),
+    # relative to the working directory, or hub:ORG/NAME[:CONFIG] (gsm8k: `hub`). gsm8k, null: searched for.
+    path: str | None = None
+    train_files: list[str] = field(default_factory=list)  # dataset: training files or globs, instead of path's
+    test_files: list[str] = field(default_factory=list)  # dataset: held-out files or globs, instead of path's
+    train_split: str = "train"  # dataset: the training split: file name stem under path, or hub split
+    test_split: str = "test"  # dataset: the held-out split, likewise
+    # dataset: the prompt's column: text (a user message, instruction appended) or [{role, content}, ...] as given
+    prompt_column: str = "prompt"
+    answer_column: str | None = "answer"  # dataset: the gold answer's column; null: none (gold is "")
+    # dataset: a regex; the gold is its first group (or whole match) at the answer's last match; null: all of it
+    gold_pattern: str | None = None
     max_train_problems: int | None = None  # use only the first N training problems; null: all
-    system_prompt: str | None = None  # a system message before each problem; null: none
-    instruction: str = "Put your final answer within \\boxed{}."  # appended to each problem's text
+    system_prompt: str | None = None  # a system message before each text prompt
+    instruction: str = "Put your final answer within \\boxed{}."  # appended to text prompts on a new line
+    chat_template: str | None = None  # a Jinja chat template, or a file holding one; null: the tokenizer's
     reward: str = "math"  # a registered reward name or `module:function`
     arith: ArithConfig = field(default_factory=ArithConfig)
 
@@ -353,9 +365,13 @@ def apply_override(data: dict[str, Any], override: str) -> None:
             raise ConfigError(f"override {override!r}: {part!r} is a value, not a section")
         node = child
     try:
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
-        node[parts[-1]] = raw
+        value = raw
+    if "#" in raw and (value is None or isinstance(value, str) and "#" not in value):
+        # YAML read the '#' as a comment start (`task.gold_pattern=####(.*)`); on a command line it is text.
+        value = raw.strip()
+    node[parts[-1]] = value
 
 
 def from_dict(cls: type, data: Any) -> Any:

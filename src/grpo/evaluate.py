@@ -10,7 +10,7 @@ from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import RolloutEngine, SamplingParams
 from grpo.prompts import encode_prompt
 from grpo.rewards import RewardFn, extract_answer, parse_number, score_completions
-from grpo.tasks import Problem
+from grpo.tasks import Problem, reward_columns
 
 
 def _answer_key(text: str) -> str | None:
@@ -37,7 +37,7 @@ def evaluate(
     """Greedy accuracy (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
     with its problem, reward and status under "answers"."""
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
-    columns = {"gold": [p.gold for p in problems], "question": [p.question for p in problems]}
+    columns = reward_columns(problems)
     greedy = engine.generate(prompts, SamplingParams(max_new_tokens, temperature=0.0))
     rewards, _ = score_completions(reward_fn, [c.text for c in greedy], columns)
     scored = [r for r in rewards if r is not None]

@@ -25,6 +25,14 @@ def test_unknown_reward_is_a_config_error(tmp_path, capsys):
     assert "registered rewards: " in capsys.readouterr().err
 
 
+def test_a_bad_chat_template_is_a_one_line_error(tmp_path, capsys):
+    assert main(["train", "--config", "tiny", f"run_dir={tmp_path / 'r'}",
+                 "task.chat_template={% for m in messages %}{{ m['content'] }}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "task.chat_template: not a valid Jinja template: line 1: Unexpected end of template" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_train_then_eval_the_checkpoint(tmp_path, capsys):
     run_dir = tmp_path / "r"
     assert main(["train", "--config", "tiny", "--run-dir", str(run_dir), "train.steps=2"]) == 0
@@ -40,6 +48,15 @@ def test_train_then_eval_the_checkpoint(tmp_path, capsys):
     assert result["n"] == 8 and 0.0 <= result["accuracy"] <= 1.0
     assert {"pass@3", "maj@3"} <= result.keys() and result["pass@3"] >= result["maj@3"] - 1e-9
     assert "pass@3" in capsys.readouterr().out
+
+
+def test_any_run_that_evaluates_before_and_after_prints_both(tmp_path, capsys):
+    assert main(["train", "--config", "tiny", "--run-dir", str(tmp_path / "r"), "train.steps=1",
+                 "eval.before_training=true", "eval.after_training=true", "eval.max_samples=4"]) == 0
+    evals = [json.loads(line) for line in (tmp_path / "r" / "eval.jsonl").read_text().splitlines()]
+    before, after = (e["accuracy"] for e in evals)
+    assert (f"held-out greedy accuracy on 4 problems: {before:.1%} before -> {after:.1%} after"
+            in capsys.readouterr().out)
 
 
 def test_eval_of_a_missing_model_path_is_a_clear_error(tmp_path, capsys):

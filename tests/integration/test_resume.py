@@ -1,5 +1,7 @@
 """Exact resume: 6 steps straight == 3 steps, crash, resume, 3 more steps."""
 
+import json
+
 import pytest
 
 from grpo.config import load_config
@@ -52,3 +54,18 @@ def test_a_crash_is_recorded_in_events(tmp_path):
     with pytest.raises(RuntimeError):
         run_tiny([f"run_dir={run_dir}", "train.steps=3", "faults.crash_at_step=2"])
     assert '"kind": "crash"' in (run_dir / "events.jsonl").read_text()
+
+
+def test_resume_on_a_dataset_task_continues_at_the_same_row(tmp_path):
+    rows = [{"prompt": f"Write {i % 10}", "answer": str(i % 10), "n": i} for i in range(12)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    task = ["task.name=dataset", f"task.train_files=[{data}]", f"task.test_files=[{data}]", "train.steps=6"]
+    straight = run_tiny([f"run_dir={tmp_path / 'straight'}", *task])
+    with pytest.raises(RuntimeError, match="injected crash after step 3"):
+        run_tiny([f"run_dir={tmp_path / 'resumed'}", *task, "faults.crash_at_step=3"])
+    resumed = run_tiny([f"run_dir={tmp_path / 'resumed'}", *task])
+    assert resumed.data_index == straight.data_index > len(rows)  # into the second epoch's shuffle
+    assert max_param_diff(params(straight.policy.model), params(resumed.policy.model)) <= 1e-6
+    assert ([deterministic(line) for line in metric_lines(tmp_path / "straight")]
+            == [deterministic(line) for line in metric_lines(tmp_path / "resumed")])

@@ -43,7 +43,6 @@ import sys
 import threading
 import time
 import uuid
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch

@@ -30,6 +30,18 @@ def test_every_preset_loads_by_path_and_by_name(path):
     assert by_name == by_path
 
 
+GSM8K_PRESETS = [p for p in PRESETS if p.parent.name == "gsm8k"]
+
+
+@pytest.mark.parametrize("path", GSM8K_PRESETS, ids=[p.stem for p in GSM8K_PRESETS])
+def test_gsm8k_presets_report_before_and_after_on_the_number_their_comment_states(path):
+    cfg = load_config(path)
+    assert cfg.eval.before_training and cfg.eval.after_training
+    comment = " ".join(line.removeprefix("# ") for line in path.read_text().splitlines() if line.startswith("# "))
+    assert f"on the first {cfg.eval.max_samples} GSM8K test problems before and after training" in comment
+    assert cfg.task.path is None  # found from any working directory
+
+
 def test_tiny_preset_values_and_defaults_for_what_it_leaves_out():
     cfg = load_config("tiny")
     assert cfg.model.name == "tiny"
@@ -79,6 +91,13 @@ def test_int_field_accepts_a_whole_float_only():
     assert load_config(None, ["train.steps=5.0"]).train.steps == 5
     with pytest.raises(ConfigError, match="train.steps must be an integer"):
         load_config(None, ["train.steps=5.5"])
+
+
+def test_a_hash_in_an_override_is_text_not_a_yaml_comment():
+    cfg = load_config(None, ["task.instruction=Answer # briefly", "task.system_prompt='quoted # kept'"])
+    assert cfg.task.instruction == "Answer # briefly" and cfg.task.system_prompt == "quoted # kept"
+    assert load_config(None, ["rollout.stop=####"]).rollout.stop == ["####"]
+    assert load_config(None, ["rollout.stop=['#', 'Q:']"]).rollout.stop == ["#", "Q:"]
 
 
 def test_overrides_of_lists():

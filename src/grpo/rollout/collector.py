@@ -24,7 +24,7 @@ from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, Sampli
 from grpo.guard.faults import FaultInjector
 from grpo.prompts import encode_prompt
 from grpo.rewards import RewardFn, score_completions
-from grpo.tasks import Problem, Task
+from grpo.tasks import Problem, Task, reward_columns
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class RolloutCollector:
             rewards, errors = score_completions(
                 self.faults.wrap_reward(self.reward_fn, step),
                 [s.completion.text for s in scorable],
-                {"gold": [s.problem.gold for s in scorable], "question": [s.problem.question for s in scorable]},
+                reward_columns([s.problem for s in scorable]),
             )
             for sample, reward, error in zip(scorable, rewards, errors):
                 sample.reward = reward

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from grpo.config import ConfigError, TaskConfig
-from grpo.tasks.base import Problem, Task
+from grpo.tasks.base import Problem, Task, reward_columns
 
 
 def build_task(cfg: TaskConfig) -> Task:
+    """The task with its data read and checked, and the chat template loaded: every data and prompt error
+    surfaces here, before a model is loaded."""
+    from grpo.prompts import load_chat_template
+
+    load_chat_template(cfg.chat_template)
     if cfg.name == "arith":
         from grpo.tasks.arith import ArithTask
 
@@ -14,8 +19,12 @@ def build_task(cfg: TaskConfig) -> Task:
     if cfg.name == "gsm8k":
         from grpo.tasks.gsm8k import GSM8KTask
 
-        return GSM8KTask(cfg.path, max_train_problems=cfg.max_train_problems)
-    raise ConfigError(f"task.name={cfg.name!r} is unknown; valid: arith, gsm8k")
+        return GSM8KTask(cfg)
+    if cfg.name == "dataset":
+        from grpo.tasks.dataset import DatasetTask
+
+        return DatasetTask(cfg)
+    raise ConfigError(f"task.name={cfg.name!r} is unknown; valid: arith, gsm8k, dataset")
 
 
-__all__ = ["Problem", "Task", "build_task"]
+__all__ = ["Problem", "Task", "build_task", "reward_columns"]

@@ -4,14 +4,31 @@ from __future__ import annotations
 
 import abc
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Keywords a reward function always gets besides the data's own columns; a column may not take these names.
+RESERVED_COLUMNS = ("completions", "gold", "question")
 
 
 @dataclass(frozen=True)
 class Problem:
     id: str
-    question: str
-    gold: str
+    question: str  # the prompt as text (for a chat prompt, its last user message)
+    gold: str  # the gold answer; "" when there is none (the math reward cannot score it)
+    messages: tuple[Mapping[str, Any], ...] | None = None  # a chat prompt, used as given; None: a text prompt
+    columns: Mapping[str, Any] = field(default_factory=dict, hash=False)  # the data row, for reward functions
+
+
+def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:
+    """The keyword lists a reward function gets for `problems`: every column of their rows, plus `gold` and
+    `question` (TRL's convention: one list per column, one value per completion)."""
+    names = dict.fromkeys(name for p in problems for name in p.columns)
+    columns = {name: [p.columns.get(name) for p in problems] for name in names}
+    columns["gold"] = [p.gold for p in problems]
+    columns["question"] = [p.question for p in problems]
+    return columns
 
 
 class Task(abc.ABC):

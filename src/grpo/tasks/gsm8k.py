@@ -1,59 +1,59 @@
-"""GSM8K from local jsonl files (`{"question", "answer"}` with the gold after `####`) or the hub."""
+"""GSM8K: the dataset task with GSM8K's columns (`question`; `answer` with the gold after `####`), found from
+any working directory when task.path is not set."""
 
 from __future__ import annotations
 
-import json
+import os
+import re
 from pathlib import Path
 
-from grpo.config import ConfigError
-from grpo.rewards import gsm8k_gold
-from grpo.tasks.base import ListTask, Problem
+from grpo.config import ConfigError, TaskConfig
+from grpo.tasks.dataset import Columns, DatasetTask
+
+COLUMNS = Columns("question", "answer", re.compile(r"####\s*(.*)"), ("GSM8K's question", "GSM8K's answer"))
+HUB = "hub:openai/gsm8k:main"
+# Keys that choose other files or columns: a GSM8K run that set them would silently not use them.
+DATASET_KEYS = ("train_files", "test_files", "train_split", "test_split", "prompt_column", "answer_column",
+                "gold_pattern")
 
 
-def read_gsm8k_jsonl(path: Path, split: str) -> list[Problem]:
-    problems = []
-    with path.open() as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                question, answer = row["question"], row["answer"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ConfigError(
-                    f"{path}:{line_no}: each line must be JSON with 'question' and 'answer' keys ({exc})"
-                ) from exc
-            gold = gsm8k_gold(answer)
-            # An answer with no '####' line keeps an empty gold: the reward marks it unscorable.
-            problems.append(Problem(id=f"gsm8k-{split}-{line_no - 1}", question=question, gold=gold or ""))
-    return problems
+def checkout_dir() -> Path | None:
+    """The repository checkout grpo runs from (an editable install or PYTHONPATH=src), if it is one."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").is_file() else None
 
 
-def load_gsm8k_split(source: str, split: str) -> list[Problem]:
-    if source == "hub":
-        try:
-            from datasets import load_dataset
-        except ImportError as exc:
-            raise ConfigError("task.path=hub needs the `datasets` package: pip install 'grpo[hub]'") from exc
-        rows = load_dataset("openai/gsm8k", "main", split=split)
-        return [
-            Problem(id=f"gsm8k-{split}-{i}", question=r["question"], gold=gsm8k_gold(r["answer"]) or "")
-            for i, r in enumerate(rows)
-        ]
-    path = Path(source).expanduser() / f"{split}.jsonl"
-    if not path.is_file():
-        raise ConfigError(f"GSM8K split not found at {path}; set task.path to a directory with {split}.jsonl, or hub")
-    problems = read_gsm8k_jsonl(path, split)
-    if not problems:
-        raise ConfigError(f"{path} has no problems: each line must be JSON with 'question' and 'answer' keys")
-    return problems
+def search_places() -> list[tuple[str, Path]]:
+    """Where GSM8K is looked for, in order. $GRPO_DATA, when set, is the only place: an explicit choice that
+    is wrong must be an error, not a fallback to a guess."""
+    data_root = os.environ.get("GRPO_DATA")
+    if data_root:
+        return [("$GRPO_DATA/gsm8k", Path(data_root).expanduser() / "gsm8k")]
+    places = [("../shared/data/gsm8k from the working directory", Path.cwd().parent / "shared" / "data" / "gsm8k")]
+    checkout = checkout_dir()
+    if checkout is not None:
+        places.append(("../shared/data/gsm8k from the checkout", checkout.parent / "shared" / "data" / "gsm8k"))
+    return places
 
 
-class GSM8KTask(ListTask):
+def find_gsm8k() -> Path:
+    places = search_places()
+    for _, path in places:
+        if path.is_dir():
+            return path.resolve()
+    looked = "; ".join(f"{label}: {path.resolve()}" for label, path in places)
+    raise ConfigError(f"GSM8K not found; looked in {looked}. Set task.path to a directory with train.jsonl and "
+                      "test.jsonl, GRPO_DATA to a directory holding gsm8k/, or task.path=hub")
+
+
+class GSM8KTask(DatasetTask):
     name = "gsm8k"
 
-    def __init__(self, source: str, max_train_problems: int | None = None) -> None:
-        train = load_gsm8k_split(source, "train")
-        if max_train_problems:
-            train = train[:max_train_problems]
-        super().__init__(train=train, test=load_gsm8k_split(source, "test"))
+    def __init__(self, cfg: TaskConfig) -> None:
+        defaults = TaskConfig()
+        changed = [key for key in DATASET_KEYS if getattr(cfg, key) != getattr(defaults, key)]
+        if changed:
+            raise ConfigError(f"task.{changed[0]} is for task.name=dataset; gsm8k reads GSM8K's question and answer "
+                              "columns: for other files or columns use task.name=dataset")
+        source = HUB if cfg.path == "hub" else str(find_gsm8k()) if cfg.path is None else cfg.path
+        super().__init__(cfg, source, COLUMNS)

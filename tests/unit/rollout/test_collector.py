@@ -1,5 +1,6 @@
 """The rollout collector: statuses, retries, whole-group validity, refill and dynamic sampling."""
 
+import json
 from collections import deque
 
 import torch
@@ -10,6 +11,7 @@ from grpo.guard.faults import FaultInjector
 from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import math_batch_reward
 from grpo.rollout.collector import RolloutCollector, rollout_metrics
+from grpo.tasks import build_task
 from grpo.tasks.arith import ArithTask
 
 
@@ -107,3 +109,27 @@ def test_a_raising_reward_makes_samples_unscorable():
     assert batch.groups == [] and batch.attempts["unscorable"] == 4 * 3  # 3 rounds, nothing usable
     assert batch.attempts["ok"] == 0
     assert all("boom" in e for e in batch.reward_errors)
+
+
+def test_reward_functions_get_every_column_of_the_problems_rows(tmp_path):
+    rows = [{"chat": [{"role": "user", "content": f"Say {t}"}], "label": t, "target": t} for t in "xy"]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    task_cfg = TaskConfig(name="dataset", path=str(tmp_path), prompt_column="chat", answer_column="label")
+    seen = []
+
+    def target_reward(completions, target, **columns):
+        seen.append(columns)
+        return [float(t == "x") for t in target]
+
+    engine = ScriptedEngine([])
+    c = RolloutCollector(engine, build_char_tokenizer(), build_task(task_cfg), task_cfg,
+                         RolloutConfig(problems_per_step=2, samples_per_problem=2), target_reward,
+                         FaultInjector(FaultsConfig()), 0)
+    batch = c.collect(step=1, data_index=0)
+    assert sorted(seen[0]) == ["chat", "gold", "label", "question"]
+    by_target = {g.problem.columns["target"]: [s.reward for s in g.samples] for g in batch.groups}
+    assert by_target == {"x": [1.0, 1.0], "y": [0.0, 0.0]}
+    assert sorted(seen[0]["question"]) == ["Say x", "Say x", "Say y", "Say y"]
+    assert seen[0]["gold"] == seen[0]["label"]
+    assert [chat[0]["content"] for chat in seen[0]["chat"]] == seen[0]["question"]

@@ -1,0 +1,143 @@
+"""The dataset task: problems from the rows of any JSONL, Parquet or CSV files or hub dataset, through a
+column mapping (which column is the prompt, which the answer, how the gold is read from the answer)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo.config import ConfigError, TaskConfig
+from grpo.tasks.base import RESERVED_COLUMNS, ListTask, Problem
+from grpo.tasks.files import Table, expand_files, read_files, read_hub, split_files
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which columns hold the prompt and the answer, and how the gold is read from the answer."""
+
+    prompt: str
+    answer: str | None  # None: the data has no gold answer
+    gold_pattern: re.Pattern[str] | None  # None: the whole answer is the gold
+    keys: tuple[str, str]  # where the prompt and answer columns were set, for error messages
+
+    @classmethod
+    def from_config(cls, cfg: TaskConfig) -> Columns:
+        pattern = None
+        if cfg.gold_pattern is not None:
+            try:
+                pattern = re.compile(cfg.gold_pattern)
+            except re.error as exc:
+                raise ConfigError(f"task.gold_pattern={cfg.gold_pattern!r} is not a valid regular expression: {exc}"
+                                  ) from exc
+        return cls(cfg.prompt_column, cfg.answer_column, pattern, ("task.prompt_column", "task.answer_column"))
+
+    def gold(self, value: Any, where: str) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, (dict, list, tuple)):
+            raise ConfigError(f"{where}: column {self.answer!r} must hold the answer as text or a number, "
+                              f"got {type(value).__name__}")
+        text = str(value)
+        if self.gold_pattern is None:
+            return text.strip()
+        matches = list(self.gold_pattern.finditer(text))
+        if not matches:
+            return ""  # the math reward cannot score an empty gold: such samples are unscorable, never 0
+        gold = matches[-1].group(1 if self.gold_pattern.groups else 0)
+        return (gold or "").strip()  # an optional group that did not take part is None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def chat_messages(value: list | tuple, where: str, column: str) -> tuple[dict[str, Any], ...]:
+    if not value:
+        raise ConfigError(f"{where}: column {column!r} holds an empty list of chat messages")
+    for i, message in enumerate(value):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)):
+            raise ConfigError(f"{where}: column {column!r} holds chat messages, but message {i} is {_short(message)}; "
+                              'each must be {"role": "...", "content": "..."} with text values')
+    return tuple(dict(message) for message in value)
+
+
+def _check_columns(table: Table, columns: Columns) -> None:
+    for column, key in ((columns.prompt, columns.keys[0]), (columns.answer, columns.keys[1])):
+        if column is not None and column not in table.columns:
+            raise ConfigError(f"{table.source} has no column {column!r} ({key}); its columns: "
+                              f"{', '.join(table.columns)}")
+    for name in RESERVED_COLUMNS:
+        allowed = {"question": columns.prompt, "gold": columns.answer}.get(name)
+        if name in table.columns and name != allowed:
+            fix = {"question": "task.prompt_column=question", "gold": "task.answer_column=gold"}.get(name)
+            raise ConfigError(f"{table.source}: column {name!r} clashes with the {name!r} keyword reward functions "
+                              f"are given; rename the column" + (f" or set {fix}" if fix else ""))
+
+
+def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: str | None) -> list[Problem]:
+    if not table.rows:
+        raise ConfigError(f"{table.source} has no problems: it has no rows")
+    _check_columns(table, columns)
+    problems = []
+    for i, (row, where) in enumerate(zip(table.rows, table.where)):
+        value = row[columns.prompt]
+        messages = None
+        if isinstance(value, str) and value.strip():
+            question = value
+        elif isinstance(value, (list, tuple)):
+            messages = chat_messages(value, where, columns.prompt)
+            if system_prompt:
+                raise ConfigError(f"{where}: task.system_prompt applies to text prompts, but column "
+                                  f"{columns.prompt!r} holds chat messages, used as given: put the system message "
+                                  "in the data")
+            users = [m["content"] for m in messages if m["role"] == "user"]
+            question = users[-1] if users else messages[-1]["content"]
+        elif value is None or isinstance(value, str):
+            raise ConfigError(f"{where}: no prompt (column {columns.prompt!r} is empty)")
+        else:
+            raise ConfigError(f"{where}: column {columns.prompt!r} must hold the prompt as text or a list of "
+                              f"{{role, content}} messages, got {type(value).__name__}")
+        gold = columns.gold(row[columns.answer], where) if columns.answer is not None else ""
+        problems.append(Problem(f"{id_prefix}-{i}", question, gold, messages, row))
+    return problems
+
+
+def read_split(source: str | None, split: str, files: list[str], files_key: str) -> Table:
+    """A split from explicit files (`files_key`), else from `source`: a directory, or hub:NAME[:CONFIG]."""
+    if files:
+        return read_files(expand_files(files, files_key))
+    if source is None:
+        raise ConfigError(f"no {split} data: set task.path to a directory with the split files or to "
+                          f"hub:ORG/NAME, or set {files_key}")
+    if source == "hub":
+        raise ConfigError("task.path=hub is GSM8K's shorthand; name the dataset: hub:ORG/NAME or hub:ORG/NAME:CONFIG")
+    if source.startswith("hub:"):
+        return read_hub(source, split)
+    return read_files(split_files(Path(source).expanduser(), split, files_key))
+
+
+class DatasetTask(ListTask):
+    name = "dataset"
+
+    def __init__(self, cfg: TaskConfig, source: str | None = None, columns: Columns | None = None) -> None:
+        """`source` and `columns` default to task.path and the task.*_column keys; named tasks pass their own."""
+        source = cfg.path if source is None else source
+        columns = columns or Columns.from_config(cfg)
+        splits, sources = [], []
+        for split, files, key in ((cfg.train_split, cfg.train_files, "task.train_files"),
+                                  (cfg.test_split, cfg.test_files, "task.test_files")):
+            table = read_split(source, split, files, key)
+            splits.append(to_problems(table, columns, f"{self.name}-{split}", cfg.system_prompt))
+            sources.append(table.source)
+        train, test = splits
+        super().__init__(train=train[: cfg.max_train_problems] if cfg.max_train_problems else train, test=test)
+        # Logged once both splits loaded, so a data error stays the only line a failed start prints.
+        log.info("%s: %d training problems from %s; %d held-out from %s", self.name, len(self._train), sources[0],
+                 len(test), sources[1])

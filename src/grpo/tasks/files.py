@@ -1,0 +1,160 @@
+"""Reading a split's rows from JSONL, Parquet or CSV files, or from a `datasets` dataset on the hub.
+
+Every row keeps where it came from (`FILE:LINE`, `FILE row N`), so a bad value is reported at its place.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo.config import ConfigError
+
+FORMATS = (".jsonl", ".parquet", ".csv")
+
+
+@dataclass
+class Table:
+    source: str  # what was read: a file, files joined by ", ", or hub:NAME[:CONFIG] with its split
+    columns: list[str] = field(default_factory=list)  # every column, in first-seen order
+    rows: list[dict[str, Any]] = field(default_factory=list)  # each row has every column (None where absent)
+    where: list[str] = field(default_factory=list)  # per row: FILE:LINE (JSONL, CSV) or FILE row N (Parquet)
+
+    def add(self, row: dict[str, Any], where: str) -> None:
+        for key in row:
+            if key not in self.columns:
+                self.columns.append(key)
+        self.rows.append(row)
+        self.where.append(where)
+
+    def fill_missing(self) -> None:
+        """JSONL lines may leave keys out; a reward function still gets one value per row for every column."""
+        for row in self.rows:
+            for key in self.columns:
+                row.setdefault(key, None)
+
+
+def _read_jsonl(path: Path, table: Table) -> None:
+    with path.open(encoding="utf-8") as f:
+        try:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path}:{line_no}: not valid JSON ({exc})") from exc
+                if not isinstance(row, dict):
+                    raise ConfigError(f"{path}:{line_no}: each line must be a JSON object of columns, "
+                                      f"got {type(row).__name__}")
+                table.add(row, f"{path}:{line_no}")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
+
+
+def _read_csv(path: Path, table: Table) -> None:
+    with path.open(encoding="utf-8", newline="") as f:
+        try:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            duplicated = sorted({name for name in header if header.count(name) > 1})
+            if duplicated:
+                raise ConfigError(f"{path}:1: the header names {', '.join(map(repr, duplicated))} more than once")
+            table.columns.extend(name for name in header if name not in table.columns)
+            start = reader.line_num + 1
+            for row in reader:
+                if None in row:  # DictReader puts fields beyond the header under None
+                    raise ConfigError(f"{path}:{start}: {len(header) + len(row[None])} fields but the header names "
+                                      f"{len(header)}")
+                table.add(row, f"{path}:{start}")
+                start = reader.line_num + 1
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
+        except csv.Error as exc:
+            raise ConfigError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from exc
+
+
+def _read_parquet(path: Path, table: Table) -> None:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ConfigError(f"{path}: reading Parquet needs pyarrow: pip install 'grpo[data]'") from exc
+    try:
+        parquet = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for a file it cannot read
+        raise ConfigError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+                          ) from exc
+    table.columns.extend(name for name in parquet.column_names if name not in table.columns)
+    for i, row in enumerate(parquet.to_pylist(), 1):
+        table.add(row, f"{path} row {i}")
+
+
+_READERS = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+
+
+def read_files(paths: list[Path]) -> Table:
+    """The rows of `paths`, in order, as one table."""
+    table = Table(source=", ".join(map(str, paths)))
+    for path in paths:
+        _READERS[path.suffix](path, table)
+    table.fill_missing()
+    return table
+
+
+def expand_files(patterns: list[str], key: str) -> list[Path]:
+    """Files named by `key` (e.g. task.train_files): paths or glob patterns, relative to the working directory."""
+    paths: list[Path] = []
+    for pattern in patterns:
+        pattern = str(Path(pattern).expanduser())
+        if any(ch in pattern for ch in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(pattern) if Path(p).is_file())
+            if not matches:
+                raise ConfigError(f"{key}: {pattern} matches no file")
+            paths.extend(matches)
+        elif not Path(pattern).is_file():
+            raise ConfigError(f"{key}: no file {Path(pattern).resolve()}")
+        else:
+            paths.append(Path(pattern))
+    unsupported = [p for p in paths if p.suffix not in FORMATS]
+    if unsupported:
+        raise ConfigError(f"{key}: {unsupported[0]} is not a supported file; use {', '.join(FORMATS)}")
+    return paths
+
+
+def split_files(directory: Path, split: str, key: str) -> list[Path]:
+    """A split's files in `directory` (or its `data/`, as the hub lays datasets out): `SPLIT.EXT`, or shards
+    `SPLIT-*.EXT` in name order."""
+    if not directory.is_dir():
+        raise ConfigError(f"task.path: no directory {directory.resolve()}; set it to a directory with {split}.jsonl, "
+                          f"{split}.parquet or {split}.csv")
+    for folder in (directory, directory / "data"):
+        found = sorted(p for p in folder.glob(f"{split}*") if p.is_file() and p.suffix in FORMATS
+                       and (p.stem == split or p.name.startswith(f"{split}-")))
+        if found:
+            return found
+    raise ConfigError(f"no {split} split in {directory.resolve()}: expected {split}.jsonl, {split}.parquet, {split}.csv "
+                      f"or shards {split}-*.parquet there or in data/ (or set {key})")
+
+
+def read_hub(spec: str, split: str) -> Table:
+    """`spec` is `hub:ORG/NAME` or `hub:ORG/NAME:CONFIG`; needs the `datasets` package and the network."""
+    name, _, config = spec.removeprefix("hub:").partition(":")
+    if not name:
+        raise ConfigError(f"task.path={spec!r} names no dataset; use hub:ORG/NAME or hub:ORG/NAME:CONFIG")
+    try:
+        from datasets import load_dataset
+    except ImportError as exc:
+        raise ConfigError(f"task.path={spec} needs the `datasets` package: pip install 'grpo[data]'") from exc
+    try:
+        rows = load_dataset(name, config or None, split=split)
+    except Exception as exc:  # network, missing dataset or split, auth: all reported as one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"task.path={spec}: cannot load split {split!r} ({first})") from exc
+    table = Table(source=f"{spec} {split}", columns=list(rows.column_names))
+    for i, row in enumerate(rows, 1):
+        table.add(dict(row), f"{spec} {split} row {i}")
+    return table
