@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ev = sub.add_parser("eval", help="held-out accuracy of a model: greedy, plus pass@k / maj@k when --samples > 1")
     ev.add_argument("--model", required=True, help="hub name, local directory, checkpoint model dir or short name")
-    ev.add_argument("--task", choices=["gsm8k", "arith"])
+    ev.add_argument("--task", choices=["gsm8k", "arith", "dataset"])
     ev.add_argument("--split", choices=["test", "train"], default="test")
     ev.add_argument("--max-samples", type=int, default=None)
     ev.add_argument("--samples", type=int, default=1)
