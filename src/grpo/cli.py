@@ -103,7 +103,7 @@ def _eval(args: argparse.Namespace) -> int:
     engine = EmbeddedEngine(model, tokenizer, args.batch_size)
     progress.activate(Progress(0, interval_s=30.0))
     with progress.phase(f"evaluate {len(problems)} problems"):
-        result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(task_cfg.reward),
+        result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(cfg.eval.reward or task_cfg.reward),
                           max_new_tokens=args.max_new_tokens, samples=args.samples, temperature=args.temperature,
                           seed=args.seed, keep_answers=bool(args.output))
     progress.activate(None)

@@ -197,6 +197,8 @@ class EvalConfig:
     max_samples: int = 128  # held-out problems per evaluation (the first N of the test split)
     batch_size: int = 64  # rows per generation batch
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
+    # the reward that scores evaluations (e.g. plain `math` while training with a shaped reward); null: task.reward
+    reward: str | None = None
 
 
 @dataclass

@@ -98,6 +98,10 @@ class TrainingLoop:
             self.reward_fn = get_reward(cfg.task.reward)
         except (KeyError, AttributeError, TypeError, ImportError) as exc:
             raise ConfigError(f"task.reward={cfg.task.reward!r}: {exc}") from exc
+        try:
+            self.eval_reward_fn = get_reward(cfg.eval.reward) if cfg.eval.reward else self.reward_fn
+        except (KeyError, AttributeError, TypeError, ImportError) as exc:
+            raise ConfigError(f"eval.reward={cfg.eval.reward!r}: {exc}") from exc
         self.device = resolve_device(cfg.model.device, self.ranks.local_rank)
         self.engine_name = resolve_engine(cfg.rollout.engine)
         if self.ranks.distributed and self.engine_name != "embedded":
@@ -540,7 +544,7 @@ class TrainingLoop:
         problems = self.task.eval_problems(self.cfg.eval.max_samples)[self.ranks.rank :: self.ranks.world]
         try:
             with progress.phase(f"evaluate ({label})"), self.policy.unsharded():
-                result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.reward_fn,
+                result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.eval_reward_fn,
                                   max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
         except GenerationCancelled:
             return None

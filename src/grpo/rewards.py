@@ -347,6 +347,19 @@ def math_batch_reward(
 
 register_reward("math", math_batch_reward)
 
+FORMAT_BONUS = 0.1
+
+
+@register_reward("math_format")
+def math_format_reward(completions: list[str], gold: list[str | None], **unused_columns: Any) -> list[float | None]:
+    """``"math"`` plus a small format bonus: a wrong answer that still states a final answer the
+    extractor can read (\\boxed{}, "the answer is", ####) scores FORMAT_BONUS instead of 0. A weak
+    model whose answers are almost all wrong then still gets a signal (finish, and say the answer
+    plainly) from its first steps. Evaluate with plain ``"math"`` (eval.reward=math)."""
+    rewards = math_batch_reward(completions, gold)
+    return [r if r is None or r >= 1.0 or extract_answer(c) is None else FORMAT_BONUS
+            for r, c in zip(rewards, completions)]
+
 
 @register_reward("digits")
 def digit_fraction_reward(completions: list[str], **unused_columns: Any) -> list[float | None]:

@@ -252,3 +252,11 @@ def test_score_completions_with_math() -> None:
     )
     assert rewards == [1.0, 0.0]
     assert errors == [None, None]
+
+
+def test_math_format_gives_a_small_bonus_for_a_readable_wrong_answer_only():
+    from grpo.rewards import FORMAT_BONUS, get_reward
+
+    fn = get_reward("math_format")
+    completions = ["so \\boxed{7}", "the answer is 8", "I think it is seven-ish", "#### 9"]
+    assert fn(completions, gold=["7", "7", "7", None]) == [1.0, FORMAT_BONUS, 0.0, None]
