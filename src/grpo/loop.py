@@ -322,7 +322,7 @@ class TrainingLoop:
         if not batch.groups:
             return None, False
         advantages = group_advantages(batch.rewards(), self.cfg.algo.advantage_norm).flatten()  # [N*G]
-        if self.policy.ref_model is None and bool((advantages == 0).all()):
+        if not self.policy.uses_reference and bool((advantages == 0).all()):
             return None, True  # a zero-gradient step would still move AdamW by its momentum
         samples = [s for g in batch.groups for s in g.samples]
         train_batch = TrainBatch(

@@ -14,6 +14,7 @@ import torch
 
 from grpo.algo.loss import LossConfig
 from grpo.config import RunConfig
+from grpo.policy import lora
 from grpo.policy.models import load_model_and_tokenizer
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.update import TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy
@@ -25,8 +26,16 @@ class Policy:
         self.cfg = cfg
         self.device = device
         self.model, self.tokenizer = load_model_and_tokenizer(cfg.model, device)
-        # The reference is a frozen copy of the starting weights; it costs memory only when KL is on.
-        self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if cfg.algo.kl_coef > 0 else None
+        self.lora = cfg.model.lora.enabled
+        self.uses_reference = cfg.algo.kl_coef > 0
+        # The KL reference is the starting model, frozen. With LoRA it costs nothing: it is the base
+        # with the adapters switched off. Without, it is a copy, made only when KL is on.
+        self.ref_model: torch.nn.Module | None = None
+        if self.lora:
+            self.model = lora.wrap(self.model, cfg.model.lora)
+            self.base_hash = lora.base_sha256(self.model)  # the base is frozen: hashed once
+        elif self.uses_reference:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = MasterWeightAdamW(self.model, cfg.actor)
         self.loss_cfg = LossConfig(cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.loss_agg, cfg.algo.kl_coef,
                                    cfg.algo.kl_estimator, cfg.rollout.max_new_tokens)
@@ -54,9 +63,15 @@ class Policy:
             if diffs:
                 metrics = {"rollout/logprob_mismatch": sum(diffs) / len(diffs),
                            "rollout/logprob_mismatch_max": max(diffs)}
-        if self.ref_model is not None:
-            batch.ref_logprobs = [torch.tensor(lp) for lp in self.logprobs(batch, self.ref_model)]
+        if self.uses_reference:
+            batch.ref_logprobs = [torch.tensor(lp) for lp in self.reference_logprobs(batch)]
         return metrics
+
+    def reference_logprobs(self, batch: TrainBatch) -> list[list[float]]:
+        if self.lora:
+            with self.model.disable_adapter():
+                return self.logprobs(batch)
+        return self.logprobs(batch, self.ref_model)
 
     @torch.no_grad()
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
@@ -75,11 +90,16 @@ class Policy:
         """Per-token log-probs [B][T_i] of the batch's completions under `model` (the policy by default)."""
         model = model if model is not None else self.model
         out: list[list[float]] = [[] for _ in range(len(batch))]
-        for rows in micro_batches(batch, self.cfg.algo.micro_batch_size):  # grouped by length, not in order
-            mb = collate(batch, rows, self.tokenizer.pad_token_id, self.device)
-            logprobs, _ = completion_logprobs(model, mb, self.cfg.rollout.temperature)  # [b, T]
-            for i, r in enumerate(rows):
-                out[r] = logprobs[i, : len(batch.completion_ids[r])].tolist()
+        was_training = model.training
+        model.eval()  # what the sampler saw: no dropout (LoRA's, when set)
+        try:
+            for rows in micro_batches(batch, self.cfg.algo.micro_batch_size):  # grouped by length, not in order
+                mb = collate(batch, rows, self.tokenizer.pad_token_id, self.device)
+                logprobs, _ = completion_logprobs(model, mb, self.cfg.rollout.temperature)  # [b, T]
+                for i, r in enumerate(rows):
+                    out[r] = logprobs[i, : len(batch.completion_ids[r])].tolist()
+        finally:
+            model.train(was_training)
         return out
 
     def update(self, batch: TrainBatch, inject_nan: bool = False,
@@ -100,12 +120,32 @@ class Policy:
         return self.optimizer.params_finite()
 
     def save_model(self, directory: Path) -> None:
-        """A directory that `AutoModelForCausalLM.from_pretrained` loads."""
-        self.model.save_pretrained(directory)
+        """What a checkpoint holds: a directory `AutoModelForCausalLM.from_pretrained` loads or, with
+        LoRA, only the adapter and what rebuilds the base (see grpo.policy.lora)."""
+        if self.lora:
+            lora.save_adapter(self.model, self.tokenizer, directory, self.cfg.model, self.base_hash)
+        else:
+            self.model.save_pretrained(directory)
+            self.tokenizer.save_pretrained(directory)
+
+    def save_full_model(self, directory: Path) -> None:
+        """A directory `AutoModelForCausalLM.from_pretrained` loads, LoRA adapters merged in: what a
+        server serves."""
+        if self.lora:
+            lora.save_merged(self.model, directory)
+        else:
+            self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
 
     def load_model(self, directory: Path) -> None:
-        load_weights(directory, self.model)
+        """Restore what `save_model` wrote; a LoRA checkpoint for a full model or the reverse is refused."""
+        if lora.is_adapter_dir(directory) != self.lora:
+            held = "a full model" if self.lora else "a LoRA adapter"
+            raise ValueError(f"{directory} holds {held}, but model.lora.rank={self.cfg.model.lora.rank}")
+        if self.lora:
+            lora.load_adapter(self.model, directory, self.base_hash)
+        else:
+            load_weights(directory, self.model)
         self.revision += 1
 
     def state_dict(self) -> dict[str, Any]:

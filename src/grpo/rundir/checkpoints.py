@@ -1,4 +1,5 @@
-"""Checkpoints: a loadable model directory plus the trainer state needed to resume exactly.
+"""Checkpoints: a loadable model directory (or, with LoRA, an adapter directory: grpo.policy.lora)
+plus the trainer state needed to resume exactly.
 
 A checkpoint is written under `.tmp-step_NNNNNN`, fsynced, and renamed into place, so a crash never
 leaves a torn `step_NNNNNN`. Its `meta.json`, written last, holds a manifest (every file's size and
@@ -225,9 +226,11 @@ class CheckpointStore:
             raise CheckpointInvalid(path, f"{META_FILE} is not a grpo checkpoint manifest (format {FORMAT})")
         if not isinstance(meta.get("step"), int):
             raise CheckpointInvalid(path, f"{META_FILE} has no step")
-        for required in (STATE_FILE, "model/config.json"):
-            if required not in meta["files"]:
-                raise CheckpointInvalid(path, f"the manifest lists no {required}")
+        if STATE_FILE not in meta["files"]:
+            raise CheckpointInvalid(path, f"the manifest lists no {STATE_FILE}")
+        # A full model, or a LoRA adapter (grpo.policy.lora).
+        if not {"model/config.json", "model/adapter_config.json"} & set(meta["files"]):
+            raise CheckpointInvalid(path, "the manifest lists no model/config.json (or model/adapter_config.json)")
         for name, expected in meta["files"].items():
             file = path / name
             if not file.is_file():

@@ -45,7 +45,7 @@ class WeightSource(Protocol):
     revision: int  # changes whenever the weights do
     model: torch.nn.Module
 
-    def save_model(self, directory: Path) -> None: ...
+    def save_full_model(self, directory: Path) -> None: ...  # LoRA adapters merged in
 
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]: ...
 
@@ -111,7 +111,7 @@ def export_weights(source: WeightSource, model_dir: Path) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=model_dir))
     try:
-        source.save_model(staging)
+        source.save_full_model(staging)
         for file in staging.iterdir():
             os.replace(file, model_dir / file.name)
     finally:
