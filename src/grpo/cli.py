@@ -165,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--output", help="also write the JSON result here")
     ev.add_argument("overrides", nargs="*", help="dotted overrides of the task section, e.g. task.path=...")
 
+    exp = sub.add_parser("export", help="write a checkpoint's model where users load it; --merged: LoRA merged in")
+    exp.add_argument("--checkpoint", required=True, help="a checkpoint directory (RUN_DIR/checkpoints/step_NNNNNN)")
+    exp.add_argument("--out", required=True, help="a new directory to write")
+    exp.add_argument("--merged", action="store_true", help="merge a LoRA adapter into its base: a plain model")
+
     doc = sub.add_parser("doctor", help="explain a run after the fact: status, failures, trips, how to resume")
     doc.add_argument("run_dir")
 
@@ -174,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             return _train(args.config, args.overrides, args.run_dir)
         if args.command == "quickstart":
             return _train("quickstart", args.overrides, args.run_dir, quickstart=True)
+        if args.command == "export":
+            from grpo.export import export_checkpoint
+
+            print(export_checkpoint(Path(args.checkpoint), Path(args.out), args.merged))
+            return 0
         if args.command == "doctor":
             from grpo.doctor import diagnose
 
