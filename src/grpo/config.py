@@ -156,7 +156,8 @@ class AlgoConfig:
     updates_per_batch: int = 1
     micro_batch_size: int = 16
     # Recompute old log-probs with a training forward pass instead of using the sampler's; null:
-    # recompute with a server engine (its kernels differ from the trainer's), not with the embedded one.
+    # recompute with a server engine (its kernels differ from the trainer's) or LoRA in half precision
+    # (generation merges the adapters into rounded weights), not otherwise with the embedded one.
     recompute_old_logprobs: bool | None = None
 
 

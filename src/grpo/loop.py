@@ -96,9 +96,10 @@ class TrainingLoop:
         self.faults = FaultInjector(cfg.faults, seed)
         self.engine_name = resolve_engine(cfg.rollout.engine)
         self.engine = self._build_engine()
-        # A server's kernels differ from the trainer's: its log-probs are not the trainer's old log-probs.
+        # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
+        # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs.
         self.recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
-                              else self.engine_name != "embedded")
+                              else self.engine_name != "embedded" or not self.policy.inference_is_exact)
         self.collector = RolloutCollector(
             self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed
         )
@@ -110,7 +111,7 @@ class TrainingLoop:
         cfg = self.cfg
         if self.engine_name == "embedded":
             return EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size,
-                                  cancel=self.signals.event)
+                                  cancel=self.signals.event, inference=self.policy.inference_weights)
         from grpo.rollout.engines.server import ServerEngine, make_backend
 
         return ServerEngine(make_backend(self.engine_name), cfg.rollout.server, self.policy.tokenizer,

@@ -53,6 +53,15 @@ def test_resume_after_crash_from_adapter_checkpoints_matches_uninterrupted_run(t
     assert all(line["actor/kl"] > 0 for line in lines_a[1:])  # the reference (adapters off) is in play
 
 
+def test_old_logprobs_are_recomputed_by_default_only_where_merged_generation_rounds(tmp_path):
+    for dtype, recompute in (("float32", False), ("bfloat16", True)):
+        loop = TrainingLoop(load_config("tiny", [f"run_dir={tmp_path / dtype}", *LORA, f"model.dtype={dtype}"]))
+        try:
+            assert loop.recompute_old is recompute
+        finally:
+            loop.close()
+
+
 def test_a_server_engine_serves_the_merged_weights_verified_after_every_update(tmp_path):
     run_dir = tmp_path / "r"
     loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *LORA, "actor.lr=1e-2",

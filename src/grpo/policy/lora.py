@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from safetensors.torch import load_file
@@ -99,6 +100,30 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             weight = module.get_base_layer().weight
             merged[f"{name}.weight"] = (weight.float() + module.get_delta_weight(ADAPTER).float()).to(weight.dtype)
     return {key: merged.get(key, value) for key, value in base_state_dict(model).items()}
+
+
+@contextmanager
+def merged_for_inference(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """The adapters merged into the base weights while inside, and switched off. A PEFT LoRA layer
+    runs a cast and two more small matmuls beside its base matmul: generation with SmolLM2-135M on
+    CPU ran 2-4x slower than the plain model; merged, each layer is one matmul again. On exit the
+    original weight tensors are put back (never subtracted), so the base stays exact; the merged
+    copies exist only meanwhile (memory: the adapted layers' weights once more)."""
+    peft = _peft()
+    layers = [m for m in model.modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
+    originals = []
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                base = layer.get_base_layer()
+                originals.append(base.weight)
+                merged = (base.weight.float() + layer.get_delta_weight(ADAPTER).float()).to(base.weight.dtype)
+                base.weight = torch.nn.Parameter(merged, requires_grad=False)
+        with model.disable_adapter():
+            yield model
+    finally:
+        for layer, weight in zip(layers, originals):
+            layer.get_base_layer().weight = weight
 
 
 def save_merged(model: torch.nn.Module, directory: Path) -> None:

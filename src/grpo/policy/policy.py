@@ -7,8 +7,9 @@ without the loop knowing: log-probs, one update, finiteness checks, saving and l
 from __future__ import annotations
 
 import copy
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -72,6 +73,18 @@ class Policy:
             with self.model.disable_adapter():
                 return self.logprobs(batch)
         return self.logprobs(batch, self.ref_model)
+
+    def inference_weights(self) -> ContextManager[torch.nn.Module]:
+        """The model to generate with, for the duration: with LoRA the adapters merged in (one matmul
+        per layer; see grpo.policy.lora.merged_for_inference)."""
+        return lora.merged_for_inference(self.model) if self.lora else nullcontext(self.model)
+
+    @property
+    def inference_is_exact(self) -> bool:
+        """Whether `inference_weights` computes the trained function itself. Not for LoRA in half
+        precision: the merged weights are rounded, which moved SmolLM2's bf16 log-probs by 0.04 on
+        average (0.4 at most) per token, against 6e-4 for the adapted model's own decoding."""
+        return not self.lora or self.cfg.model.dtype == "float32"
 
     @torch.no_grad()
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]:

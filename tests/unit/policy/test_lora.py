@@ -12,7 +12,7 @@ from grpo.config import ConfigError, load_config
 from grpo.policy import lora
 from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch, collate, completion_logprobs
-from grpo.rollout.engines import SamplingParams
+from grpo.rollout.engines import GenerationCancelled, SamplingParams
 from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.rollout.server.weights import embedding_sha256
 
@@ -166,6 +166,32 @@ def test_the_embedded_engine_and_the_probe_reference_use_the_adapted_model():
     with policy.model.disable_adapter():
         base = policy.sequence_logprobs(prompt + greedy.token_ids)
     assert max(abs(a - b) for a, b in zip(base, reference)) > 1e-3  # the adapters are in what was sampled
+
+
+def test_generation_with_the_adapters_merged_in_matches_the_adapted_model_and_puts_the_base_back():
+    from peft.tuners.lora import LoraLayer
+
+    policy = trained()
+    layers = [m for m in policy.model.modules() if isinstance(m, LoraLayer)]
+    originals = [layer.get_base_layer().weight for layer in layers]
+    before = base_weights(policy)
+    prompts = [policy.tokenizer(p, add_special_tokens=False)["input_ids"] for p in ("12+34=", "7*8=", "9")]
+    params = SamplingParams(8, temperature=1.0)
+    adapted = EmbeddedEngine(policy.model, policy.tokenizer).generate(prompts, params, torch.Generator().manual_seed(2))
+    merged_engine = EmbeddedEngine(policy.model, policy.tokenizer, inference=policy.inference_weights)
+    merged = merged_engine.generate(prompts, params, torch.Generator().manual_seed(2))
+    for a, b in zip(adapted, merged):
+        assert a.token_ids == b.token_ids and max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+    with policy.inference_weights():
+        assert not any(torch.equal(layer.get_base_layer().weight, w) for layer, w in zip(layers, originals))
+    merged_engine.cancel.set()  # a generation abandoned midway puts the base back too
+    with pytest.raises(GenerationCancelled):
+        merged_engine.generate(prompts, params)
+    assert all(layer.get_base_layer().weight is w for layer, w in zip(layers, originals))
+    assert all(torch.equal(v, base_weights(policy)[k]) for k, v in before.items())
+    assert all(p.requires_grad for p in policy.optimizer.params)  # the adapters are back on
+    # fp32 merges exactly enough to keep the sampler's log-probs; half precision rounds the merge
+    assert policy.inference_is_exact and not tiny_policy(*LORA, "model.dtype=bfloat16").inference_is_exact
 
 
 # --- saving, loading, merging --------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
+from typing import Callable, ContextManager
 
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
@@ -31,11 +33,14 @@ class EmbeddedEngine(RolloutEngine):
     def __init__(
         self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64,
         cancel: threading.Event | None = None,
+        inference: Callable[[], ContextManager[object]] = nullcontext,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.cancel = cancel or threading.Event()  # set from outside to abandon generation at the next token
+        # Entered around each generate call: the policy's faster form of the same model (LoRA merged in).
+        self.inference = inference
         self.eos_ids = self._eos_ids(model, tokenizer)
 
     @staticmethod
@@ -52,13 +57,14 @@ class EmbeddedEngine(RolloutEngine):
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None = None
     ) -> list[Completion]:
         results: list[Completion] = []
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            try:
-                results.extend(self._generate_batch(chunk, params, generator))
-            except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
-                error = f"{type(exc).__name__}: {exc}"
-                results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
+        with self.inference():
+            for start in range(0, len(prompts), self.batch_size):
+                chunk = prompts[start : start + self.batch_size]
+                try:
+                    results.extend(self._generate_batch(chunk, params, generator))
+                except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
+                    error = f"{type(exc).__name__}: {exc}"
+                    results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
         return results
 
     @torch.inference_mode()
