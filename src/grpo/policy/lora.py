@@ -2,7 +2,8 @@
 
 The base weights stay frozen and are never modified in place: the merged model a server loads, or
 `grpo export --merged` writes, is computed into a new state dict (base + B @ A x alpha / rank, added
-in fp32 and rounded once to the base dtype), so merging after every update cannot drift the base.
+in fp32 and rounded once to the base dtype), and generation swaps merged copies in and the original
+tensors back, so merging after every update cannot drift the base.
 
 An adapter directory is PEFT's own (`adapter_config.json`, `adapter_model.safetensors`; it loads with
 `peft.AutoPeftModelForCausalLM` when its base has a name) plus `grpo_base.json`: the model section of
@@ -90,15 +91,17 @@ def base_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
+def _merged_weight(layer: torch.nn.Module) -> torch.Tensor:
+    """A LoRA layer's base weight with its adapter's update added, in fp32, rounded once to the base dtype."""
+    weight = layer.get_base_layer().weight
+    return (weight.float() + layer.get_delta_weight(ADAPTER).float()).to(weight.dtype)
+
+
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The base weights with each adapter's update added (in fp32, rounded once): a plain model's state."""
+    """The base weights with each adapter's update added: a plain model's state."""
     peft = _peft()
-    inner = model.get_base_model()
-    merged = {}
-    for name, module in inner.named_modules():
-        if isinstance(module, peft.tuners.lora.LoraLayer):
-            weight = module.get_base_layer().weight
-            merged[f"{name}.weight"] = (weight.float() + module.get_delta_weight(ADAPTER).float()).to(weight.dtype)
+    merged = {f"{name}.weight": _merged_weight(module) for name, module in model.get_base_model().named_modules()
+              if isinstance(module, peft.tuners.lora.LoraLayer)}
     return {key: merged.get(key, value) for key, value in base_state_dict(model).items()}
 
 
@@ -113,12 +116,10 @@ def merged_for_inference(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     layers = [m for m in model.modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
     originals = []
     try:
-        with torch.no_grad():
-            for layer in layers:
-                base = layer.get_base_layer()
-                originals.append(base.weight)
-                merged = (base.weight.float() + layer.get_delta_weight(ADAPTER).float()).to(base.weight.dtype)
-                base.weight = torch.nn.Parameter(merged, requires_grad=False)
+        for layer in layers:
+            merged = torch.nn.Parameter(_merged_weight(layer), requires_grad=False)
+            originals.append(layer.get_base_layer().weight)
+            layer.get_base_layer().weight = merged
         with model.disable_adapter():
             yield model
     finally:
