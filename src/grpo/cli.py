@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--config", help="YAML file or preset name")
     show.add_argument("overrides", nargs="*")
 
+    exp = sub.add_parser("export", help="write a checkpoint's model where users load it; --merged: LoRA merged in")
+    exp.add_argument("--checkpoint", required=True, help="a checkpoint directory (RUN_DIR/checkpoints/step_NNNNNN)")
+    exp.add_argument("--out", required=True, help="a new directory to write")
+    exp.add_argument("--merged", action="store_true", help="merge a LoRA adapter into its base: a plain model")
+
     doc = sub.add_parser("doctor", help="explain a run after the fact: status, failures, trips, how to resume")
     doc.add_argument("run_dir")
 
@@ -178,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             lines, healthy = check(find_run(args.run_dir))
             print("\n".join(lines))
             return 0 if healthy else 1  # 1: unhealthy
+        if args.command == "export":
+            from grpo.export import export_checkpoint
+
+            print(export_checkpoint(Path(args.checkpoint), Path(args.out), args.merged))
+            return 0
         if args.command == "doctor":
             from grpo.doctor import diagnose
 

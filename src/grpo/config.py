@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import math
 import types
 import typing
@@ -35,6 +36,22 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through PEFT (pip install 'grpo[lora]'): only the adapters train, the base stays frozen."""
+
+    rank: int = 0  # adapter rank; 0: off (full fine-tuning)
+    alpha: float | None = None  # the update is scaled by alpha / rank; null: alpha = 2 x rank
+    dropout: float = 0.0  # on the adapters' input in training; 0 keeps the PPO ratio exactly 1 on first use
+    # Module names to adapt (suffixes, e.g. [q_proj, v_proj]), or [all-linear]: every linear layer
+    # but the output head. Embeddings and the head cannot be adapted (they are tied in small models).
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
+@dataclass
 class ModelConfig:
     """The policy: which model, in which precision, on which device."""
 
@@ -45,6 +62,7 @@ class ModelConfig:
     # auto: eager on CPU (faster than SDPA's CPU kernels for short RL sequences), sdpa on GPU
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    lora: LoraConfig = field(default_factory=LoraConfig)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
 
@@ -158,7 +176,8 @@ class AlgoConfig:
     updates_per_batch: int = 1  # optimizer steps on each batch (>1: off-policy, the clip matters)
     micro_batch_size: int = 16  # rows per forward/backward; gradients accumulate over the batch
     # Recompute old log-probs with a training forward pass instead of using the sampler's; null:
-    # recompute with a server engine (its kernels differ from the trainer's), not with the embedded one.
+    # recompute with a server engine (its kernels differ from the trainer's) or LoRA in half precision
+    # (generation merges the adapters into rounded weights), not otherwise with the embedded one.
     recompute_old_logprobs: bool | None = None
 
 
@@ -527,6 +546,19 @@ def validate(cfg: RunConfig) -> None:
          s.memory_fraction),
         (all("=" in kv for kv in s.env), "rollout.server.env entries must look like KEY=VALUE", s.env),
         (all(u.startswith("http://") for u in s.urls), "rollout.server.urls must look like http://HOST:PORT", s.urls),
+    ]
+    lora = cfg.model.lora
+    rules += [
+        (lora.rank >= 0, "model.lora.rank must be 0 (off) or more", lora.rank),
+        (lora.alpha is None or (lora.alpha > 0 and math.isfinite(lora.alpha)), "model.lora.alpha must be above 0 "
+         "(or null for 2 x rank)", lora.alpha),
+        (0 <= lora.dropout < 1, "model.lora.dropout must be in [0, 1)", lora.dropout),
+        (bool(lora.target_modules) and ("all-linear" not in lora.target_modules or len(lora.target_modules) == 1),
+         "model.lora.target_modules must be module names (e.g. [q_proj,v_proj]) or [all-linear] alone",
+         lora.target_modules),
+        # Checked here, not at import time, so the message comes before any work and names the extra.
+        (not lora.enabled or importlib.util.find_spec("peft") is not None,
+         "model.lora needs the peft package: pip install 'grpo[lora]'", f"model.lora.rank={lora.rank}"),
     ]
     tiny = cfg.model.tiny
     rules.append((min(tiny.hidden_size, tiny.num_layers, tiny.num_heads, tiny.intermediate_size) >= 1

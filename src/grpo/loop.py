@@ -110,9 +110,10 @@ class TrainingLoop:
         self.policy = Policy(cfg, self.device, self.ranks)
         self.faults = FaultInjector(cfg.faults, seed, self.ranks.rank)
         self.engine = self._build_engine()
-        # A server's kernels differ from the trainer's: its log-probs are not the trainer's old log-probs.
+        # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
+        # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs.
         self.recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
-                              else self.engine_name != "embedded")
+                              else self.engine_name != "embedded" or not self.policy.inference_is_exact)
         self.collector = RolloutCollector(
             self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed,
             ranks=self.ranks,
@@ -128,7 +129,7 @@ class TrainingLoop:
             # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
             cancel = None if self.ranks.distributed else self.signals.event
             return EmbeddedEngine(self.policy.model, self.policy.tokenizer, cfg.rollout.generation_batch_size,
-                                  cancel=cancel)
+                                  cancel=cancel, inference=self.policy.inference_weights)
         from grpo.rollout.engines.server import ServerEngine, make_backend
 
         return ServerEngine(make_backend(self.engine_name), cfg.rollout.server, self.policy.tokenizer,
@@ -375,7 +376,7 @@ class TrainingLoop:
         if not samples:
             return TrainBatch([], [], [], torch.zeros(0)), False
         advantages = group_advantages(batch.rewards(), self.cfg.algo.advantage_norm).flatten()  # [N*G]
-        signal_here = self.policy.ref_model is not None or not bool((advantages == 0).all())
+        signal_here = self.policy.uses_reference or not bool((advantages == 0).all())
         return TrainBatch(
             prompt_ids=[s.prompt_ids for s in samples],
             completion_ids=[s.completion.token_ids for s in samples],
@@ -500,7 +501,7 @@ class TrainingLoop:
         size) and rank 0's loop state."""
         state = self.checkpoints.load_state(info)
         try:
-            self.policy.load_state(info.path / "policy")
+            self.policy.load_state(info.path)
         except ValueError as exc:
             raise ConfigError(f"checkpoint {info.path} does not fit model.name={self.cfg.model.name}: {exc}") from None
         self.policy.load_state_dict(state["policy"])

@@ -79,6 +79,9 @@ def resolve_model_source(name: str) -> str:
         return str(_materialise_offline_model(name))
     path = Path(name).expanduser()
     if path.exists():
+        if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+            raise ConfigError(f"model.name={name} is a LoRA adapter, not a model: write its merged model with "
+                              "grpo export --checkpoint CHECKPOINT_DIR --out DIR --merged, and use that")
         if not (path / "config.json").is_file():
             raise ConfigError(f"model.name={name} is a path but has no config.json; point it at a model directory")
         return str(path)

@@ -2,7 +2,8 @@
 torch.distributed.checkpoint's sharded format, so any number of ranks can load it), and the loop's
 state (step, data position, RNG, guard), everything needed to resume exactly.
 
-    step_NNNNNN/model/              loads with AutoModelForCausalLM.from_pretrained
+    step_NNNNNN/model/              loads with AutoModelForCausalLM.from_pretrained (LoRA: an adapter,
+                                    see grpo.policy.lora)
     step_NNNNNN/policy/             fp32 weights and AdamW state by parameter name, one file per rank
     step_NNNNNN/trainer_state.pt    the loop's state
     step_NNNNNN/meta.json           step, healthy, score, log sizes, and the manifest
@@ -248,9 +249,12 @@ class CheckpointStore:
             raise CheckpointInvalid(path, f"{META_FILE} is not a grpo checkpoint manifest (format {FORMAT})")
         if not isinstance(meta.get("step"), int):
             raise CheckpointInvalid(path, f"{META_FILE} has no step")
-        for required in (STATE_FILE, "model/config.json", "policy/.metadata"):
+        for required in (STATE_FILE, "policy/.metadata"):
             if required not in meta["files"]:
                 raise CheckpointInvalid(path, f"the manifest lists no {required}")
+        # A full model, or a LoRA adapter (grpo.policy.lora).
+        if not {"model/config.json", "model/adapter_config.json"} & set(meta["files"]):
+            raise CheckpointInvalid(path, "the manifest lists no model/config.json (or model/adapter_config.json)")
         for name, expected in meta["files"].items():
             file = path / name
             if not file.is_file():

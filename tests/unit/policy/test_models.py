@@ -71,3 +71,9 @@ def test_cuda_requested_without_cuda_is_a_config_error():
         pytest.skip("CUDA present")
     with pytest.raises(ConfigError, match="model.device=cpu"):
         resolve_device("cuda")
+
+
+def test_a_lora_adapter_directory_as_a_model_says_how_to_merge_it(tmp_path):
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="is a LoRA adapter, not a model: .* grpo export .* --merged"):
+        resolve_model_source(str(tmp_path))

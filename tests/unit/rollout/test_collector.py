@@ -3,7 +3,6 @@
 import json
 from collections import deque
 
-import torch
 
 from grpo.config import ArithConfig, FaultsConfig, RolloutConfig, TaskConfig
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus

