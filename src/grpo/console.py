@@ -11,8 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import warnings
 from pathlib import Path
+
+from grpo.rundir.files import DiskError, is_disk_error
 
 CONSOLE = logging.getLogger("grpo.console")  # results, to stdout
 ALERT = logging.getLogger("grpo.alert")  # why a run ended badly, to stderr
@@ -35,13 +38,43 @@ class _Stream(logging.StreamHandler):
         pass
 
 
+class _RunLog(logging.FileHandler):
+    """train.log, on the run's disk. A disk that refuses a line of it refuses the run: the write's
+    error is raised (once, in the main thread, where the loop turns it into a saved stop with exit
+    status 5) instead of logging's own "Logging error" and a run that goes on without its log."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.error: DiskError | None = None
+        self._raised = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.error is None:
+            super().emit(record)
+        if self.error is not None and not self._raised and threading.current_thread() is threading.main_thread():
+            self._raised = True
+            raise self.error
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        failure = sys.exc_info()[1]
+        if failure is None or not is_disk_error(failure):
+            super().handleError(record)
+            return
+        self.error = DiskError(self.baseFilename, failure)
+        stream, self.stream = self.stream, None
+        try:  # what is still buffered cannot be written: the disk is full
+            stream.close()
+        except OSError:
+            pass
+
+
 def setup(run_dir: Path | None = None, quiet: bool = False) -> None:
     """quiet: only warnings and errors (ranks other than 0 under torchrun; rank 0 speaks for the run)."""
     handlers: list[logging.Handler] = [_Stream("stderr")]
     file_handler = None
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.FileHandler(run_dir / "train.log")
+        file_handler = _RunLog(run_dir / "train.log")
         handlers.append(file_handler)
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format=LOG_FORMAT, handlers=handlers,
                         force=True)

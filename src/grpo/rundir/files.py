@@ -36,10 +36,12 @@ class DiskError(OSError):
         return self.message
 
 
-# torch.save reports a failed write as "file write failed" or, when a write came up short, as the
-# zip writer's "unexpected pos"; safetensors passes the OS text through.
+# torch.save reports a failed write as "file write failed", as the zip writer's "unexpected pos"
+# when a write came up short, or as "basic_ios::clear: iostream error" when the last one fails;
+# safetensors passes the OS text through.
 _TEXT_ERRNOS = {"no space left": errno.ENOSPC, "os error 28": errno.ENOSPC, "disk quota": errno.EDQUOT,
-                "read-only file system": errno.EROFS, "file write failed": errno.EIO, "unexpected pos": errno.EIO}
+                "read-only file system": errno.EROFS, "file write failed": errno.EIO, "unexpected pos": errno.EIO,
+                "iostream error": errno.EIO}
 NEARLY_FULL = 16 << 20
 
 
