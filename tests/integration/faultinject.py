@@ -6,16 +6,22 @@ the checkpoint event. strace is then attached to it, set to tamper with the N-th
 call, and the trainer is continued. strace counts each system call of each thread separately from
 the moment it attaches, so an operation of the record is named by (system call, N), and the same
 sequence of operations happens in every run: a reference run enumerates them.
+
+The trainers are real `grpo train` processes forked from a server that has already imported grpo
+(multiprocessing's forkserver, which has run no torch work, so forking it is safe): a trial then
+costs its training, not four seconds of imports, which is what lets CI try every operation.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,23 +48,69 @@ class FileOp:
         return f"{self.call}#{self.index} {self.text[:110]}"
 
 
-def start_stopped(run_dir: Path, overrides: list[str], step: int, stderr: Path | None = None) -> subprocess.Popen:
+_FORKSERVER = multiprocessing.get_context("forkserver")
+_FORKSERVER.set_forkserver_preload(["grpo.cli", "grpo.loop"])
+
+
+def _grpo(argv: list[str], stderr: str) -> None:
+    """`python -m grpo ARGV` in a forked child: stdout discarded, stderr to a file."""
+    with open(os.devnull, "w") as null, open(stderr, "w") as err:
+        os.dup2(null.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+    from grpo.cli import main
+
+    sys.exit(main(argv))
+
+
+class Trainer:
+    """A `grpo train` process: its pid, and its exit status as Popen gives it (-N: killed by signal N)."""
+
+    def __init__(self, argv: list[str], stderr: Path) -> None:
+        self._process = _FORKSERVER.Process(target=_grpo, args=(argv, str(stderr)), daemon=True)
+        self._process.start()
+        self.pid = self._process.pid
+
+    def wait(self, timeout: float) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            self._process.kill()
+            raise TimeoutError(f"grpo train (pid {self.pid}) still running after {timeout}s")
+        return self._process.exitcode
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.join()
+
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def stopped(self) -> bool:
+        """Stopped by a signal (its own SIGSTOP), read from /proc."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def start_stopped(run_dir: Path, overrides: list[str], step: int, stderr: Path | None = None) -> Trainer:
     """A `grpo train` process that has stopped itself just before recording `step`; its stderr goes
     to `stderr` (default: RUN_DIR.stderr beside the run directory)."""
     stderr = stderr or Path(f"{run_dir}.stderr")
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}", *overrides,
-             f"faults.stop_before_record_at_step={step}"],
-            stdout=subprocess.DEVNULL, stderr=err,
-        )
-    _, status = os.waitpid(proc.pid, os.WUNTRACED)
-    if not os.WIFSTOPPED(status):
-        raise RuntimeError(f"the trainer exited before step {step}: see {stderr}")
+    proc = Trainer(["train", "--config", "tiny", f"run_dir={run_dir}", *overrides,
+                    f"faults.stop_before_record_at_step={step}"], stderr)
+    deadline = time.monotonic() + 300
+    # The forkserver, not this process, is its parent, so waitpid(WUNTRACED) cannot see the stop:
+    # poll its state instead.
+    while not proc.stopped():
+        if not proc.alive() or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the trainer did not stop before step {step}: see {stderr}")
+        time.sleep(0.01)
     return proc
 
 
-def continue_traced(proc: subprocess.Popen, log: Path, inject: str | None = None) -> int:
+def continue_traced(proc: Trainer, log: Path, inject: str | None = None) -> int:
     """Attach strace to the stopped trainer, continue it, and wait: -> the trainer's exit status."""
     command = [STRACE, "-p", str(proc.pid), "-o", str(log), "-e", "trace=" + ",".join(MUTATING)]
     if inject:
@@ -71,7 +123,6 @@ def continue_traced(proc: subprocess.Popen, log: Path, inject: str | None = None
         raise RuntimeError(f"strace did not attach: {attached!r}")
     os.kill(proc.pid, signal.SIGCONT)
     try:
-        # The trainer is strace's child for waiting purposes now; Popen.wait still reaps it.
         return proc.wait(timeout=300)
     finally:
         tracer.wait(timeout=60)
@@ -112,6 +163,28 @@ def op_key(text: str) -> str:
         return call  # the data written holds timestamps; the position (its index) identifies it
     names = re.findall(r'"([^"]*)"', text.split(") = ")[0])
     return call + " " + " ".join(re.sub(r"\.tmp\w{6,8}$", ".tmpX", name) for name in names)
+
+
+_FD_CALLS = ("write", "writev", "pwrite64", "ftruncate", "fsync", "fdatasync")
+
+
+def distinct(ops: list[FileOp]) -> list[FileOp]:
+    """The first and the last operation of each kind on each file: a kill or a full disk at the
+    100th write of a checkpoint shard tears the same file, in the same way, as at the 50th (a DCP
+    shard alone is ~170 writes). Writes are attributed to the file opened last before them."""
+    opened = ""
+    first: dict[str, FileOp] = {}
+    last: dict[str, FileOp] = {}
+    for op in ops:
+        key = op.key
+        if op.call == "openat":
+            opened = key.split(" ", 1)[1]
+        elif op.call in _FD_CALLS:
+            key = f"{op.call} {opened}"
+        first.setdefault(key, op)
+        last[key] = op
+    chosen = set(first.values()) | set(last.values())
+    return [op for op in ops if op in chosen]
 
 
 def killed_op(log: Path, run_dir: Path) -> str | None:
