@@ -174,12 +174,19 @@ class ServerEngine(RolloutEngine):
         return completions
 
     def _wait(self, futures: list[Future], servers: list[Supervisor]) -> None:
-        """Wait for every request, firing armed kill/hang faults once the first answer is in (the
-        server is then mid-rollout), and cancelling everything on a stop signal."""
-        pending = set(futures)
+        """Wait for every request, cancelling everything on a stop signal. An armed kill/hang fault
+        fires as soon as the requests are submitted: the server then fails with requests in flight,
+        whatever its speed (waiting for a first answer raced a fast server that answers them all at once)."""
         fault = next((f for f in ("kill_server", "hang_server") if f in self.armed), None)
+        if fault and servers[0].process is not None:
+            self.armed.discard(fault)
+            servers[0].process.send(signal.SIGKILL if fault == "kill_server" else signal.SIGSTOP)
+            self.record("fault_injected", f"{fault}: sent {'SIGKILL' if fault == 'kill_server' else 'SIGSTOP'} "
+                        f"to {servers[0].name} mid-rollout", server=servers[0].name,
+                        incarnation=servers[0].incarnation)
+        pending = set(futures)
         while pending:
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             tick(len(futures) - len(pending), len(futures), "samples")
             if self.cancel.is_set():
                 for server in servers:
@@ -187,13 +194,6 @@ class ServerEngine(RolloutEngine):
                         server.client.cancel_all()
                 wait(pending)
                 raise GenerationCancelled("generation cancelled")
-            if fault and done and servers[0].process is not None:
-                self.armed.discard(fault)
-                servers[0].process.send(signal.SIGKILL if fault == "kill_server" else signal.SIGSTOP)
-                self.record("fault_injected", f"{fault}: sent {'SIGKILL' if fault == 'kill_server' else 'SIGSTOP'} "
-                            f"to {servers[0].name} mid-rollout", server=servers[0].name,
-                            incarnation=servers[0].incarnation)
-                fault = None
 
     def _one(self, server: Supervisor, prompt: list[int], params: SamplingParams, seed: int,
              garbage: bool) -> Completion:
