@@ -142,17 +142,17 @@ class EmbeddedEngine(RolloutEngine):
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         ).logits[:, -1].float()  # [A, V]
         next_pos = position_ids[:, -1]  # [A]
-        done, total = self._progress
+        done_before, total = self._progress  # decode steps of the earlier batches of this call
         for position in range(params.max_new_tokens):
             if self.cancel.is_set():
                 raise GenerationCancelled("generation cancelled")
-            tick(done + position, total, "decode steps")
+            tick(done_before + position, total, "decode steps")
             tokens, token_logprobs = sample_next(logits, params, [generators[r] for r in active.tolist()])
             is_eos = torch.isin(tokens, eos)
-            for row, token, lp, done in zip(active.tolist(), tokens.tolist(), token_logprobs.tolist(), is_eos.tolist()):
+            for row, token, lp, ended in zip(active.tolist(), tokens.tolist(), token_logprobs.tolist(), is_eos.tolist()):
                 out_tokens[row].append(token)
                 out_logprobs[row].append(lp)
-                stopped[row] = done
+                stopped[row] = ended
             if is_eos.all():
                 break
             if is_eos.any():

@@ -115,3 +115,16 @@ def test_engine_errors_become_failed_samples():
     outs = engine.generate(prompts_for(tok, ["a", "b"]), SamplingParams(4, 1.0))
     assert [o.status for o in outs] == [SampleStatus.FAILED] * 2
     assert "out of memory" in outs[0].error
+
+
+def test_progress_counts_decode_steps_across_batches_without_going_back(monkeypatch):
+    from grpo.rollout.engines import embedded
+
+    engine, tok = make_engine(batch_size=2)
+    prompts = prompts_for(tok, ["1+1=", "what is 23+45? ", "7", "abc", "hello", "9+9="])  # 3 batches
+    ticks = []
+    monkeypatch.setattr(embedded, "tick", lambda done, total, unit: ticks.append((done, total)))
+    engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0), list(range(6)))
+    done = [d for d, _ in ticks]
+    assert {t for _, t in ticks} == {18} and done == sorted(done)  # 3 batches x 6 steps, never back
+    assert done[-1] >= 12  # the last batch counts on from the first two
