@@ -129,7 +129,8 @@ class ServerConfig:
     health_timeout_s: float = 30.0  # a one-token generation slower than this is a hung server
     max_restarts: int = 3  # per run; past it the guard stops the run with a diagnosis
     restart_backoff_s: float = 2.0  # wait before the first restart, doubling for each one after
-    # Max |server - trainer| log-prob on the weight probe; null: by dtype (see grpo.rollout.server.weights).
+    # |server - trainer| log-prob allowed on the weight probe (max over its tokens in fp32, mean in
+    # bf16/fp16); null: by dtype (see grpo.rollout.server.weights).
     probe_tolerance: float | None = None
     sync_retries: int = 1  # failed probes fixed by syncing again, before a restart is tried
     # Where each sync writes the weights the server loads; null: /dev/shm (memory), else the run directory.

@@ -43,7 +43,8 @@ class ServerEngine(RolloutEngine):
         self.status_path = run_dir / "servers" / "status.json"
         self.probe = probe_ids(tokenizer)
         self.dtype = dtype
-        self.tolerance = cfg.probe_tolerance if cfg.probe_tolerance is not None else DEFAULT_TOLERANCE[dtype]
+        self.statistic, default_tolerance = DEFAULT_TOLERANCE[dtype]
+        self.tolerance = cfg.probe_tolerance if cfg.probe_tolerance is not None else default_tolerance
         self.servers = [
             Supervisor(f"{backend.name}-{i}", backend, cfg, model_dir=self.model_dir, dtype=dtype, seed=seed + i,
                        log_dir=run_dir / "servers", record=record, health_ids=self.probe[:8], url=url)
@@ -70,10 +71,11 @@ class ServerEngine(RolloutEngine):
             return {}
         seconds = time.perf_counter() - started
         self.last_sync = {"revision": self.revision, "version": self.version, "seconds": seconds,
-                          "probe_max_diff": max(r.max_diff for r in results), "time": time.time()}
+                          "probe_diff": max(r.diff for r in results), "probe_statistic": self.statistic,
+                          "time": time.time()}
         self._write_status()
-        return {"sync/seconds": seconds, "sync/probe_max_diff": self.last_sync["probe_max_diff"],
-                "sync/tolerance": self.tolerance}
+        return {"sync/seconds": seconds, "sync/probe_diff": self.last_sync["probe_diff"],
+                "sync/probe_max_diff": max(r.max_diff for r in results), "sync/tolerance": self.tolerance}
 
     def _sync_all(self) -> list[ProbeResult]:
         """Every server up and serving the policy's current weights, verified: the weights are
@@ -132,14 +134,14 @@ class ServerEngine(RolloutEngine):
                                 tolerance=self.tolerance)
                 return result
             self.record("weight_sync_mismatch", f"{server.name}: the probe failed after a {mode} reload"
-                        + ("" if reset else " without a cache reset") + f": log-probs off by {result.max_diff:.4f} "
-                        f"(tolerance {self.tolerance:g})" + (f"; {result.fingerprint_error}"
-                                                             if result.fingerprint_error else ""),
+                        + ("" if reset else " without a cache reset") + f": log-probs off by {result.diff:.4f} "
+                        f"({self.statistic} over the probe; tolerance {self.tolerance:g})"
+                        + (f"; {result.fingerprint_error}" if result.fingerprint_error else ""),
                         server=server.name, **attempts[-1], tolerance=self.tolerance)
             mode, reset, reload = ReloadMode.FULL, True, True
         raise WeightSyncFailed(
             f"{server.name}: the served weights never matched the trainer's within {self.tolerance:g} "
-            f"({len(attempts)} attempts)", {"server": server.name, "attempts": attempts, "tolerance": self.tolerance})
+            f"({self.statistic} log-prob difference over the probe; {len(attempts)} attempts)", {"server": server.name, "attempts": attempts, "tolerance": self.tolerance})
 
     # --- generation -------------------------------------------------------------------------
 
