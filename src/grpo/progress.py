@@ -83,7 +83,11 @@ def activate(progress: Progress | None) -> None:
 def phase(name: str) -> Iterator[None]:
     if _active is not None:
         _active.enter(name)
-    yield
+    try:
+        yield
+    finally:
+        if _active is not None:  # what the phase prints next starts on a clean line
+            _active.clear()
 
 
 def tick(done: int, total: int, unit: str = "") -> None:

@@ -31,3 +31,15 @@ def test_nothing_is_due_before_the_interval_and_nothing_without_a_display(caplog
         progress.activate(None)
     progress.tick(1, 2, "x")  # no display active: a no-op
     assert caplog.records == []
+
+
+def test_a_terminal_status_line_is_cleared_when_its_phase_ends(capsys):
+    p = Progress(total_steps=0, interval_s=0.0, tty=True)
+    progress.activate(p)
+    try:
+        with progress.phase("evaluate"):
+            progress.tick(5, 10, "decode steps")
+        err = capsys.readouterr().err
+    finally:
+        progress.activate(None)
+    assert "evaluate: 5/10 decode steps" in err and err.endswith("\r\033[K")  # the table prints on a clean line
