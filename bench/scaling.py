@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -28,11 +29,14 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import torch
 
 if TYPE_CHECKING:
-    from transformers import Qwen2Config
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
 # --- Assumptions: every projected figure is arithmetic from these ---------------------------------
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16 tensor-core peak, FLOP/s
-TRAIN_MFU = 0.40  # assumed model-FLOPs utilisation of the trainer's forward and backward passes
+# Model-FLOPs utilisation of the trainer's forward and backward passes: measured once with `--mfu`'s
+# code on an H100 lent to one session (torch 2.11, SDPA, one micro-batch, no FSDP). A flat 40% holds
+# for 7B only: for the small models the fp32 log-softmax over 151,936 logits and kernel overheads weigh.
+TRAIN_MFU = {"Qwen2.5-0.5B": 0.063, "Qwen2.5-1.5B": 0.142, "Qwen2.5-7B": 0.383}
 GPU_BYTES = 80e9 * 0.9  # H100 80 GB, a tenth kept for the CUDA context, fragmentation and NCCL buffers
 GPUS_PER_NODE = 8
 NVLINK_BUS = 450e9  # bytes/s per GPU inside a node (NVLink 4: 900 GB/s counting both directions)
@@ -233,12 +237,24 @@ def ring_seconds(payload: float, gpus: int) -> float:
     return (gpus - 1) / gpus * payload / (NVLINK_BUS if gpus <= GPUS_PER_NODE else IB_BUS)
 
 
-def project(name: str, gpus: int) -> dict[str, float]:
+def qwen(name: str, device: str = "meta") -> Qwen2ForCausalLM:
+    """Random weights (none at all on the meta device, where only sizes exist)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=QWEN_VOCAB, **QWEN[name])
-    with torch.device("meta"):
-        model = Qwen2ForCausalLM(config)
+    with torch.device(device):
+        return Qwen2ForCausalLM(Qwen2Config(vocab_size=QWEN_VOCAB, **QWEN[name]))
+
+
+def matmul_params(model: Qwen2ForCausalLM) -> int:
+    """Weights each token is multiplied by: all but an untied input embedding, which is a lookup."""
+    config = model.config
+    return sum(p.numel() for p in model.parameters()) - (
+        0 if config.tie_word_embeddings else config.vocab_size * config.hidden_size)
+
+
+def project(name: str, gpus: int) -> dict[str, float]:
+    model = qwen(name)
+    config = model.config
     layers, root, largest = group_sizes(model, 1)
     params = layers + root
     hidden, depth, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
@@ -248,18 +264,23 @@ def project(name: str, gpus: int) -> dict[str, float]:
     sync = 2 * params  # bf16 weights into each GPU's colocated vLLM replica, which holds 1/n of them already
 
     # FLOPs: 2 per weight per token forward, 4 backward; the old log-probs are one more forward. Both
-    # run each prompt once per group (shared-prompt path). An untied input embedding is a lookup.
-    matmul_params = params - (0 if config.tie_word_embeddings else vocab * hidden)
+    # run each prompt once per group (shared-prompt path). Attention's own FLOPs (~1% here) are left out.
     tokens = PROMPTS * PROMPT_TOKENS + PROMPTS * SAMPLES * COMPLETION_TOKENS
-    compute = (6 + 2) * matmul_params * tokens / (gpus * PEAK_FLOPS * TRAIN_MFU)
+    compute = (6 + 2) * matmul_params(model) * tokens / (gpus * PEAK_FLOPS * TRAIN_MFU[name])
     decode_step = REF_CONCURRENCY / VLLM_TOKENS_PER_S[name] * max(1.0, rows / REF_CONCURRENCY)
     generate = COMPLETION_TOKENS * decode_step  # prefill of 150-token prompts neglected
     fsdp_s, sync_s = ring_seconds(fsdp, gpus), ring_seconds(sync, gpus)
+    # Not built yet, for comparison past a node: HSDP, FSDP inside each node over NVLink and the nodes'
+    # replicas all-reducing their fp32 gradient shards over InfiniBand (each reduce-scatter, once more).
+    nodes = max(gpus // GPUS_PER_NODE, 1)
+    shard_grads = fsdp_step_bytes(layers, root, passes, 2)["update reduce-scatter"] / min(gpus, GPUS_PER_NODE)
+    hsdp_s = ring_seconds(fsdp, min(gpus, GPUS_PER_NODE)) + 2 * (nodes - 1) / nodes * shard_grads / IB_BUS
     return {"params": params, "passes": passes, "fsdp": fsdp, "sync": sync, "compute": compute, "fsdp_s": fsdp_s,
             "sync_s": sync_s, "generate": generate,
             # FSDP2 prefetches the next group's all-gather during this one's compute: the update takes
             # the longer of the two. Sync, generation and the update follow one another.
             "step": sync_s + generate + max(compute, fsdp_s),
+            "hsdp_s": hsdp_s, "hsdp_step": sync_s + generate + max(compute, hsdp_s),
             "min_gpus": min_gpus(params, largest, hidden, depth, vocab, config)}
 
 
@@ -287,7 +308,7 @@ def min_gpus(params: int, largest: int, hidden: int, depth: int, vocab: int, con
 
 
 def print_projection() -> None:
-    print(f"\nprojected: H100 80 GB, {PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 at {TRAIN_MFU:.0%} MFU, NVLink "
+    print(f"\nprojected: H100 80 GB, {PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 at the MFU measured, NVLink "
           f"{NVLINK_BUS / 1e9:.0f} GB/s per GPU in a node, InfiniBand {IB_BUS * 8 / 1e9:.0f} Gb/s per GPU across; "
           f"step: {PROMPTS} prompts x {SAMPLES} samples, {PROMPT_TOKENS} + {COMPLETION_TOKENS} tokens, micro-batch "
           f"{MICRO_BATCH}; GB are payload per GPU per step")
@@ -304,16 +325,59 @@ def print_projection() -> None:
     low, high = GPU_COUNTS
     print(f"\n{high} / {low} GPUs, step time: " + ", ".join(
         f"{name} {steps[name, high]['step'] / steps[name, low]['step']:.2f}x" for name in QWEN))
+    print(f"{high} GPUs as HSDP (not built; FSDP in a node, gradients all-reduced across): " + ", ".join(
+        f"{name} comm {steps[name, high]['hsdp_s']:.2f} s, step {steps[name, high]['hsdp_step']:.2f} s"
+        for name in QWEN))
+
+
+def measure_mfu() -> None:
+    """Where a CUDA GPU is: the update's forward and backward (grpo's shared-prompt path) over one
+    GSM8K-shaped micro-batch of each model, random bf16 weights, one GPU -> the MFU that TRAIN_MFU records."""
+    from grpo.policy.update import TrainBatch, collate, completion_logprobs
+
+    device, rng = torch.device("cuda"), torch.Generator().manual_seed(0)
+    print(f"{torch.cuda.get_device_name()}: forward + backward of {MICRO_BATCH} rows sharing a {PROMPT_TOKENS}-token "
+          f"prompt, {COMPLETION_TOKENS} completion tokens each, bf16, no FSDP")
+    for name in QWEN:
+        model = qwen(name, "cuda").to(torch.bfloat16)
+        prompt = torch.randint(QWEN_VOCAB, (PROMPT_TOKENS,), generator=rng).tolist()
+        completions = [torch.randint(QWEN_VOCAB, (COMPLETION_TOKENS,), generator=rng).tolist()
+                       for _ in range(MICRO_BATCH)]
+        batch = TrainBatch([prompt] * MICRO_BATCH, completions, [[0.0] * COMPLETION_TOKENS] * MICRO_BATCH,
+                           torch.zeros(MICRO_BATCH))
+        mb = collate(batch, list(range(MICRO_BATCH)), 0, device)
+
+        def forward_backward(model: torch.nn.Module = model) -> None:
+            completion_logprobs(model, mb, 1.0)[0].sum().backward()
+            model.zero_grad(set_to_none=True)
+
+        for _ in range(2):  # warm-up: kernels chosen, memory pooled
+            forward_backward()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(5):
+            forward_backward()
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / 5
+        flops = 6 * matmul_params(model) * (PROMPT_TOKENS + MICRO_BATCH * COMPLETION_TOKENS)
+        print(f"{name:<14}{seconds * 1e3:8.1f} ms  MFU {flops / seconds / PEAK_FLOPS:6.1%} (recorded {TRAIN_MFU[name]:.1%})  "
+              f"peak memory {torch.cuda.max_memory_allocated() / 1e9:.1f} GB")
+        del model, forward_backward
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", default="bench_runs/scaling")
+    parser.add_argument("--mfu", action="store_true", help="only measure the update's MFU on this CUDA GPU")
     parser.add_argument("--count-into", type=Path, help=argparse.SUPPRESS)  # the counting run's ranks
     args, overrides = parser.parse_known_args()
     if args.count_into:
         sys.exit(count_collectives(args.count_into, overrides))
+    if args.mfu:
+        return measure_mfu()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     measure(out, args.steps)
