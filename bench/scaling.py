@@ -3,11 +3,12 @@ small random model as one process and as two ranks (FSDP2 on gloo), then project
 and 7B on 8 and 64 H100s from the constants below.
 
     python bench/scaling.py [--steps 8] [--out bench_runs/scaling]
+    python bench/scaling.py --mfu     # on a CUDA GPU: the update's MFU per model (TRAIN_MFU)
 
 Measured: three `grpo train` runs of the same config (one process, two ranks under torchrun, and two
 ranks again with every torch.distributed collective counted by phase); the count is checked against
 `fsdp_step_bytes`, the formula the projection then applies to Qwen's sizes. Projected: arithmetic from
-the assumptions below, none of them measured on a GPU.
+the constants below; of those only TRAIN_MFU was measured on a GPU.
 """
 
 from __future__ import annotations
