@@ -126,6 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--config", help="YAML file or preset name (quickstart, tiny, gsm8k/fast, ...)")
     train.add_argument("--run-dir", help="where config, metrics, checkpoints and logs go (same as run_dir=...)")
     train.add_argument("overrides", nargs="*", help="dotted.key=value; resume_from=CHECKPOINT_DIR resumes from one")
+    train.add_argument("--launcher", choices=["ray"], help="start the ranks elsewhere: ray (Ray actors in a "
+                                                          "placement group; torchrun needs no flag)")
+    train.add_argument("--nproc", type=int, default=1, help="with --launcher: the number of trainer ranks")
+    train.add_argument("--ray-address", help="with --launcher ray: the cluster (default: RAY_ADDRESS, else a "
+                                             "local one)")
+    train.add_argument("--max-restarts", type=int, default=3, help="with --launcher: group restarts after a rank "
+                                                                   "is lost")
 
     quick = sub.add_parser("quickstart", help="GRPO on SmolLM2-135M-Instruct, arithmetic, CPU; accuracy before/after")
     quick.add_argument("--run-dir")
@@ -168,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     try:
+        if args.command == "train" and args.launcher == "ray":
+            from grpo.launch.ray import launch
+
+            overrides = [*args.overrides, *([f"run_dir={args.run_dir}"] if args.run_dir else [])]
+            return launch(args.config, overrides, args.nproc, args.ray_address, args.max_restarts)
         if args.command == "train":
             return _train(args.config, args.overrides, args.run_dir)
         if args.command == "quickstart":

@@ -1,0 +1,172 @@
+"""`grpo train --launcher ray --nproc N`: the trainer ranks as Ray actors.
+
+A placement group reserves one bundle per rank (a GPU each where the model runs on CUDA, else a CPU),
+packed onto as few nodes as possible. Each actor runs the ordinary `grpo train` in its own process with
+the environment torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT on rank 0's
+node), so the group, the guard and the checkpoints behave exactly as under torchrun.
+
+The driver watches the actors. A rank whose actor dies (killed, out of memory, its node lost) takes the
+step with it, as under torchrun: the driver records `rank_lost`, kills the rest of the group, records
+`group_restart` and starts a new group in the same placement group, which resumes from the newest good
+checkpoint by itself. Past `--max-restarts` it stops with status 1. A rank that exits by itself (finished,
+stopped by the guard, interrupted, bad input, full disk) ends the launch with rank 0's status: restarting
+cannot fix those. The driver writes events only while no group runs, so the run directory keeps one
+writer at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from grpo.config import ConfigError, load_config
+from grpo.guard.events import EventLog
+
+EXIT_GAVE_UP = 1  # the group kept losing ranks: as a crash, the newest good checkpoint resumes it
+# After a rank exits with an error by itself, how long the others may take to end theirs before they
+# are taken to be waiting on it; a rank lost meanwhile still counts as lost.
+GRACE_S = 120.0
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--launcher ray needs Ray: pip install 'grpo[ray]'") from None
+    return ray
+
+
+def bundles(nproc: int, gpus: bool) -> list[dict[str, float]]:
+    """One bundle per rank: the resources its actor holds."""
+    if nproc < 1:
+        raise ConfigError(f"--nproc must be at least 1; got {nproc}")
+    return [{"GPU": 1.0, "CPU": 1.0} if gpus else {"CPU": 1.0} for _ in range(nproc)]
+
+
+def rank_environment(rank: int, world: int, master_addr: str, master_port: int, attempt: int) -> dict[str, str]:
+    """What torchrun would set for this rank. LOCAL_RANK is 0: Ray gives each actor its own GPU
+    (CUDA_VISIBLE_DEVICES), so every rank sees its device as cuda:0."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port), "TORCHELASTIC_RESTART_COUNT": str(attempt)}
+
+
+class TrainerRank:
+    """One rank: `grpo train` in this actor's process (its main thread, so its signal handlers work)."""
+
+    def address(self) -> tuple[str, int, int]:
+        """This node's address, a free port on it, and this process's pid."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        import ray
+
+        return ray.util.get_node_ip_address(), port, os.getpid()
+
+    def train(self, argv: list[str], env: dict[str, str]) -> int:
+        os.environ.update(env)
+        from grpo.cli import main
+
+        return main(argv)
+
+
+def _last_step(run_dir: Path) -> int:
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        return 0
+    from grpo.rundir.files import JsonlLog
+
+    lines = JsonlLog(metrics, writes=False).read()[0]
+    return lines[-1]["step"] if lines else 0
+
+
+def launch(config: str | None, overrides: list[str], nproc: int, address: str | None, max_restarts: int,
+           strategy: str = "PACK") -> int:
+    ray = _import_ray()
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    cfg = load_config(config, [o for o in overrides if not o.startswith("resume_from=")])
+    gpus = cfg.model.device.startswith("cuda") or (cfg.model.device == "auto" and _has_cuda())
+    run_dir = Path(cfg.resolved_run_dir)
+    argv = ["train", *(["--config", config] if config else []), *overrides]
+
+    # A local cluster's raylet may take longer than Ray's default to register on a busy machine
+    # (seen on 2 loaded cores): give it two minutes rather than fail the launch.
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
+    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=True)
+    group = placement_group(bundles(nproc, gpus), strategy=strategy)
+    ray.get(group.ready())
+    actor_class = ray.remote(TrainerRank)
+    try:
+        for attempt in range(max_restarts + 1):
+            actors = [actor_class.options(
+                num_cpus=1, num_gpus=1 if gpus else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank),
+            ).remote() for rank in range(nproc)]
+            addresses = ray.get([a.address.remote() for a in actors])
+            master_addr, master_port, _ = addresses[0]
+            runs = [a.train.remote(argv, rank_environment(rank, nproc, master_addr, master_port, attempt))
+                    for rank, a in enumerate(actors)]
+            outcome = _watch(ray, runs)
+            if isinstance(outcome, int):
+                for actor in actors:
+                    ray.kill(actor)
+                return outcome
+            rank, cause = outcome
+            for actor in actors:  # the survivors wait on a collective with the dead rank: end them
+                ray.kill(actor)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            events = EventLog(run_dir / "events.jsonl")  # opened now: no rank is writing
+            step = _last_step(run_dir) + 1
+            node, pid = addresses[rank][0], addresses[rank][2]
+            events.record("rank_lost", step, f"rank {rank} (pid {pid} on {node}) was lost: {cause}",
+                          rank=rank, node=node, pid=pid, cause=cause, attempt=attempt)
+            if attempt == max_restarts:
+                print(f"grpo: rank {rank} was lost ({cause}) and {max_restarts} restarts are used up; the newest "
+                      f"good checkpoint in {run_dir} resumes the run", flush=True)
+                return EXIT_GAVE_UP
+            events.record("group_restart", step, f"restarting all {nproc} ranks (restart {attempt + 1} of "
+                          f"{max_restarts}); they resume from the newest good checkpoint",
+                          attempt=attempt + 1, ranks=nproc)
+        raise AssertionError("unreachable")
+    finally:
+        remove_placement_group(group)
+        ray.shutdown()
+
+
+def _watch(ray, runs: list) -> tuple[int, str] | int:
+    """Wait for the group. -> (rank, cause) of the first rank lost, or, when every rank exited by
+    itself, the run's status: rank 0's, or the first error's if rank 0 never ended."""
+    pending = list(runs)
+    statuses: dict[int, int] = {}
+    while pending:
+        failed = any(status != 0 for status in statuses.values())
+        done, pending = ray.wait(pending, num_returns=1, timeout=GRACE_S if failed else None)
+        if not done:
+            break
+        rank = runs.index(done[0])
+        try:
+            statuses[rank] = ray.get(done[0])
+        except ray.exceptions.RayActorError as exc:
+            return rank, _cause(exc)
+        except ray.exceptions.RayError as exc:
+            return rank, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    if 0 in statuses:
+        return statuses[0]
+    return next(status for status in statuses.values() if status != 0)
+
+
+def _cause(exc: Exception) -> str:
+    text = str(exc)
+    for line in text.splitlines():
+        if "SIGKILL" in line or "killed" in line.lower() or "node" in line.lower() or "memory" in line.lower():
+            return line.strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
