@@ -8,7 +8,7 @@ and 7B on 8 and 64 H100s from the constants below.
 Measured: three `grpo train` runs of the same config (one process, two ranks under torchrun, and two
 ranks again with every torch.distributed collective counted by phase); the count is checked against
 `fsdp_step_bytes`, the formula the projection then applies to Qwen's sizes. Projected: arithmetic from
-the constants below; of those only TRAIN_MFU was measured on a GPU.
+the constants below; of those only TRAIN_MFU was reported as measured on a GPU (not reproduced since).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 
 # --- Assumptions: every projected figure is arithmetic from these ---------------------------------
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16 tensor-core peak, FLOP/s
-# Model-FLOPs utilisation of the trainer's forward and backward passes: measured once with `--mfu`'s
-# code on an H100 lent to one session (torch 2.11, SDPA, one micro-batch, no FSDP). A flat 40% holds
-# for 7B only: for the small models the fp32 log-softmax over 151,936 logits and kernel overheads weigh.
+# Model-FLOPs utilisation of the trainer's forward and backward passes: reported as measured once with
+# `--mfu`'s code on an H100 lent to one session (torch 2.11, SDPA, one micro-batch, no FSDP; not
+# reproduced since). A flat 40% holds for 7B only: for the small models the fp32 log-softmax over 151,936 logits and kernel overheads weigh.
 TRAIN_MFU = {"Qwen2.5-0.5B": 0.063, "Qwen2.5-1.5B": 0.142, "Qwen2.5-7B": 0.383}
 GPU_BYTES = 80e9 * 0.9  # H100 80 GB, a tenth kept for the CUDA context, fragmentation and NCCL buffers
 GPUS_PER_NODE = 8
