@@ -162,9 +162,10 @@ def _recovery_lines(events: list[dict[str, Any]]) -> list[str]:
     parts = [f"{kinds[k]} {label}" for k, label in (
         ("rollback", "rollback(s)"), ("restart", "restart(s)"), ("interrupted", "interruption(s)"),
         ("crash", "crash(es)"), ("checkpoint_invalid", "invalid checkpoint(s) skipped"),
-        ("repaired", "repair(s) of the run directory")) if kinds[k]]
+        ("repaired", "repair(s) of the run directory"), ("rank_lost", "rank(s) lost"),
+        ("group_restart", "group restart(s) by the launcher")) if kinds[k]]
     out = [f"RECOVERY {', '.join(parts)}"] if parts else []
-    for event in [e for e in events if e.get("kind") in ("repaired", "checkpoint_invalid")][-5:]:
+    for event in [e for e in events if e.get("kind") in ("repaired", "checkpoint_invalid", "rank_lost")][-5:]:
         out.append(f"         {event.get('kind')}: {event.get('message')}")
     return out
 

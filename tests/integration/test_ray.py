@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from grpo.doctor import diagnose
 from grpo.rundir.files import JsonlLog
 
 from .helpers import metric_lines
@@ -61,6 +62,8 @@ def test_a_killed_actor_is_restarted_with_its_group_and_the_run_ends_as_if_it_ha
     assert len(resumed) == 1 and resumed[0]["message"].endswith("step_000002")  # the last good checkpoint
     assert [x["step"] for x in metric_lines(run_dir)] == [1, 2, 3, 4, 5]
     assert max_diff(weights(single, 5), weights(run_dir, 5)) < TOLERANCE
+    recovery = next(line for line in diagnose(run_dir) if line.startswith("RECOVERY"))
+    assert "1 rank(s) lost" in recovery and "1 group restart(s) by the launcher" in recovery
 
 
 def test_ranks_lost_past_the_restart_budget_end_the_launch_with_status_1(tmp_path):
