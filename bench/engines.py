@@ -5,6 +5,8 @@ weights synced in place after every step and verified by the probe.
     python bench/engines.py [--vllm-python .venv-vllm/bin/python] [--steps 25] [--out bench_runs/engines]
 
 Both runs use the same seed and preset; the vLLM server's start-up is reported apart from the steps.
+`--reuse embedded` takes the embedded run already finished in --out instead of running it again (its
+row is then marked "earlier").
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ import time
 from pathlib import Path
 
 
-def run(name: str, out: Path, overrides: list[str]) -> dict:
+def run(name: str, out: Path, overrides: list[str], reuse: bool = False) -> dict:
     run_dir = out / name
-    shutil.rmtree(run_dir, ignore_errors=True)
-    started = time.time()
-    subprocess.run([sys.executable, "-m", "grpo", "quickstart", "--run-dir", str(run_dir), *overrides], check=True)
-    wall = time.time() - started
+    reused = reuse and (run_dir / "summary.json").is_file()
+    wall = float("nan")
+    if not reused:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        started = time.time()
+        subprocess.run([sys.executable, "-m", "grpo", "quickstart", "--run-dir", str(run_dir), *overrides],
+                       check=True)
+        wall = time.time() - started
     summary = json.loads((run_dir / "summary.json").read_text())
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -35,7 +41,7 @@ def run(name: str, out: Path, overrides: list[str]) -> dict:
         return statistics.median(values) if values else 0.0
 
     return {
-        "engine": name, "before": summary["before"]["accuracy"], "after": summary["after"]["accuracy"],
+        "engine": name + (" (earlier)" if reused else ""), "before": summary["before"]["accuracy"], "after": summary["after"]["accuracy"],
         "n": summary["after"]["n"], "wall_s": wall, "steps": len(lines), "step_s": median("time/step_s"),
         "generate_s": median("time/generate_s"), "update_s": median("time/update_s"),
         "sync_s": median("time/sync_s"), "tokens_per_s": median("perf/generate_tokens_per_s"),
@@ -53,17 +59,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="default: the preset's")
     parser.add_argument("--out", default="bench_runs/engines")
     parser.add_argument("--vllm-args", default="", help="extra vLLM flags, comma-separated (e.g. --enforce-eager)")
+    parser.add_argument("--reuse", choices=["embedded"], help="take that engine's finished run in --out")
     args = parser.parse_args()
     out = Path(args.out)
     common = [f"train.steps={args.steps}"] if args.steps else []
     extra = [a for a in args.vllm_args.split(",") if a]
     vllm = ["rollout.engine=vllm", f"rollout.server.python={args.vllm_python}", "rollout.server.kv_cache_gib=2",
             f"rollout.server.extra_args=[{','.join(extra)}]"]
-    results = [run("embedded", out, common), run("vllm", out, common + vllm)]
-    print("\nengine     acc before -> after (gain)     step s  generate s  update s  sync s  tok/s  start s  "
+    results = [run("embedded", out, common, args.reuse == "embedded"), run("vllm", out, common + vllm)]
+    print("\nengine              acc before -> after (gain)     step s  generate s  update s  sync s  tok/s  start s  "
           "synced  probe (max)       trips")
     for r in results:
-        print(f"{r['engine']:<9}  {r['before']:6.1%} -> {r['after']:6.1%} ({100 * (r['after'] - r['before']):+5.1f})"
+        print(f"{r['engine']:<18}  {r['before']:6.1%} -> {r['after']:6.1%} ({100 * (r['after'] - r['before']):+5.1f})"
               f"  {r['step_s']:7.1f}  {r['generate_s']:10.1f}  {r['update_s']:8.1f}  {r['sync_s']:6.2f}"
               f"  {r['tokens_per_s']:5.0f}  {r['server_start_s']:7.1f}  {r['synced_steps']:3d}/{r['steps']:<3d}"
               f"  {r['probe_diff']:.4f} ({r['probe_max_diff']:.3f})  {r['trips']:5d}")

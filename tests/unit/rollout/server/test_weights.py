@@ -17,10 +17,10 @@ def test_fp32_checks_the_max_so_one_stale_token_fails():
 
 def test_half_precision_checks_the_mean_so_noise_passes_and_wrong_weights_fail():
     statistic, tolerance = DEFAULT_TOLERANCE["bfloat16"]
-    noisy = ProbeResult(HALF_NOISE, [0.05, 0.02, 0.3, 0.01], statistic)
+    noisy = ProbeResult(HALF_NOISE, [0.5, 0.02, 0.03, 0.01], statistic)  # generated alone: mean 0.14
     assert statistic == "mean" and noisy.max_diff == 0.88 and noisy.passes(tolerance)
     wrong = ProbeResult([1.5] * 200, [2.0] * 4, statistic)
-    assert wrong.diff == 2.0 and not wrong.passes(tolerance)
+    assert wrong.diff > 1.5 and not wrong.passes(tolerance)
 
 
 def test_a_fingerprint_error_fails_whatever_the_log_probs():
