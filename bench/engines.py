@@ -41,7 +41,8 @@ def run(name: str, out: Path, overrides: list[str], reuse: bool = False) -> dict
         return statistics.median(values) if values else 0.0
 
     return {
-        "engine": name + (" (earlier)" if reused else ""), "before": summary["before"]["accuracy"], "after": summary["after"]["accuracy"],
+        "engine": name + (" (earlier)" if reused else ""),
+        "before": summary["before"]["accuracy"], "after": summary["after"]["accuracy"],
         "n": summary["after"]["n"], "wall_s": wall, "steps": len(lines), "step_s": median("time/step_s"),
         "generate_s": median("time/generate_s"), "update_s": median("time/update_s"),
         "sync_s": median("time/sync_s"), "tokens_per_s": median("perf/generate_tokens_per_s"),
