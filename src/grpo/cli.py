@@ -9,28 +9,24 @@ import os
 import sys
 from pathlib import Path
 
-from grpo.rundir.files import DiskError, atomic_write
-from grpo.rundir.lock import RunDirLocked
+from grpo.rundir.files import atomic_write
+from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_DISK, EXIT_INTERRUPTED, EXIT_STOPPED, DiskError,
+                         RunDirLocked)
 
-from grpo.config import ConfigError, TaskConfig, load_config
+from grpo.config import TaskConfig, load_config
+from grpo.errors import ConfigError
 from grpo import progress
 from grpo.console import alert, say
 from grpo.progress import Progress
 from grpo.console import setup as setup_console
 
-# Exit statuses: each outcome its own, so a scheduler or script can tell them apart.
-EXIT_CRASH = 1  # an unexpected error (Python's own status for an uncaught exception)
-EXIT_BAD_INPUT = 2  # config, data, model path or run directory refused before any work
-EXIT_STOPPED = 3  # the guard stopped the run: STOPPED.json says why and how to resume
-EXIT_INTERRUPTED = 4  # SIGTERM/SIGINT: state saved; the same command resumes
-EXIT_DISK = 5  # the disk refused a write (full, read-only): free space, then the same command resumes
-
-
 def _train(config: str | None, overrides: list[str], run_dir: str | None) -> int:
     from grpo.dist import from_environment
-    from grpo.guard.recovery import RunStopped, resume_command
+    from grpo.guard.recovery import resume_command
+    from grpo.errors import RunStopped
     from grpo.policy.models import resolve_device
-    from grpo.loop import RunInterrupted, TrainingLoop
+    from grpo.loop import TrainingLoop
+    from grpo.errors import RunInterrupted
     from grpo.rundir.run import RunDir
 
     if run_dir:

@@ -18,11 +18,9 @@ from typing import Any, Literal
 
 import yaml
 
+from grpo.errors import ConfigError
+
 PRESET_DIR = Path(__file__).parent / "configs"
-
-
-class ConfigError(ValueError):
-    """A configuration problem the user must fix; the message says what and how."""
 
 
 @dataclass

@@ -15,7 +15,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from grpo.rundir.files import DiskError, is_disk_error
+from grpo.errors import DiskError, is_disk_error
 
 CONSOLE = logging.getLogger("grpo.console")  # results, to stdout
 ALERT = logging.getLogger("grpo.alert")  # why a run ended badly, to stderr

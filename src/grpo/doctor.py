@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grpo.config import CheckpointConfig, ConfigError, RunConfig, load_config
+from grpo.config import CheckpointConfig, RunConfig, load_config
+from grpo.errors import ConfigError
 from grpo.guard.recovery import resume_command
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, read_json

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from grpo.config import CheckpointConfig, ConfigError
+from grpo.config import CheckpointConfig
+from grpo.errors import ConfigError
 from grpo.policy import lora
 from grpo.rundir.checkpoints import CheckpointInvalid, CheckpointStore
 

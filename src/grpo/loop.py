@@ -26,14 +26,16 @@ import torch
 import yaml
 
 from grpo.algo.advantages import group_advantages
-from grpo.config import ConfigError, RunConfig, config_yaml, to_dict
+from grpo.config import RunConfig, config_yaml, to_dict
+from grpo.errors import ConfigError
 from grpo.dist import SINGLE, Ranks
 from grpo import progress
 from grpo.console import alert, say
 from grpo.evaluate import evaluate, format_table, merge_evaluations
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.guard.faults import FaultInjector
-from grpo.guard.recovery import RunStopped, notify, resume_command, wait_while_paused, write_stop_report
+from grpo.guard.recovery import notify, resume_command, wait_while_paused, write_stop_report
+from grpo.errors import RunInterrupted, RunStopped
 from grpo.guard.signals import SignalWatch, StopRequested
 from grpo.metrics import MetricsLogger
 from grpo.phases import PhaseTimer
@@ -50,15 +52,12 @@ from grpo.rollout.engines.select import resolve_engine
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
 from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
-from grpo.rundir.files import DiskError, is_disk_error, read_json
+from grpo.rundir.files import read_json
+from grpo.errors import DiskError, is_disk_error
 from grpo.rundir.run import RunDir
 from grpo.tasks import build_task
 
 log = logging.getLogger(__name__)
-
-
-class RunInterrupted(Exception):
-    """A signal stopped the run after its state was saved; the message says how to resume."""
 
 
 class TrainingLoop:

@@ -8,7 +8,8 @@ from pathlib import Path
 import jinja2
 from transformers import PreTrainedTokenizerBase
 
-from grpo.config import ConfigError, TaskConfig
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
 from grpo.tasks.base import Problem
 
 

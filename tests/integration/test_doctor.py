@@ -5,7 +5,7 @@ import pytest
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.doctor import diagnose
-from grpo.guard.recovery import RunStopped
+from grpo.errors import RunStopped
 from grpo.loop import TrainingLoop
 
 from .helpers import run_tiny

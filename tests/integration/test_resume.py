@@ -31,7 +31,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
 
 def test_recover_off_refuses_to_overwrite_a_run(tmp_path):
     run_tiny([f"run_dir={tmp_path / 'r'}", "train.steps=1"])
-    from grpo.config import ConfigError
+    from grpo.errors import ConfigError
 
     with pytest.raises(ConfigError, match="already has checkpoints"):
         TrainingLoop(load_config("tiny", [f"run_dir={tmp_path / 'r'}", "recover=off"]))

@@ -206,7 +206,8 @@ def test_a_signal_saves_and_exits_4_and_the_same_command_resumes_exactly(tmp_pat
 @pytest.mark.parametrize("phase", ["rollout", "update"])
 def test_a_stop_mid_step_abandons_it_and_the_resume_is_exact(tmp_path, straight, monkeypatch, phase):
     """A signal during generation or between micro-batches: nothing of that step is kept."""
-    from grpo.loop import RunInterrupted, TrainingLoop
+    from grpo.loop import TrainingLoop
+    from grpo.errors import RunInterrupted
     from grpo.config import load_config
 
     run_dir = tmp_path / "r"

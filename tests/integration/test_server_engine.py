@@ -221,7 +221,7 @@ def test_an_attached_server_is_used_and_when_it_dies_the_run_stops_saying_grpo_c
         return original(step, *args, **kwargs)
 
     loop.collector.collect = kill_before_step_3
-    from grpo.guard.recovery import RunStopped
+    from grpo.errors import RunStopped
 
     with pytest.raises(RunStopped, match="grpo cannot restart a server it did not start"):
         loop.train()

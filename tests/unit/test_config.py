@@ -4,15 +4,8 @@ import dataclasses
 
 import pytest
 
-from grpo.config import (
-    PRESET_DIR,
-    BreakerConfig,
-    ConfigError,
-    GuardConfig,
-    RunConfig,
-    load_config,
-    config_yaml,
-)
+from grpo.config import PRESET_DIR, BreakerConfig, GuardConfig, RunConfig, load_config, config_yaml
+from grpo.errors import ConfigError
 
 PRESETS = sorted(PRESET_DIR.rglob("*.yaml"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo.console import _RunLog
-from grpo.rundir.files import DiskError
+from grpo.errors import DiskError
 
 FULL = Path("/dev/full")  # every write: ENOSPC
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from grpo.config import ConfigError, TaskConfig
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
 from grpo.policy.models import build_char_tokenizer
 from grpo.prompts import encode_prompt, load_chat_template
 from grpo.tasks import Problem, build_task

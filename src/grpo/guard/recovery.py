@@ -17,14 +17,6 @@ from grpo.rundir.files import atomic_write_json
 log = logging.getLogger(__name__)
 
 
-class RunStopped(Exception):
-    """The run stopped itself on purpose; STOPPED.json says why and how to resume."""
-
-    def __init__(self, message: str, report: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.report = report
-
-
 def notify(event: dict[str, Any], command: str | None, webhook: str | None) -> list[str]:
     """Call the user's hook(s) with the event as JSON; return errors instead of raising (a hook must
     never take the run down), so the caller can record them."""

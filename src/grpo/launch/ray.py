@@ -20,7 +20,8 @@ import os
 import socket
 from pathlib import Path
 
-from grpo.config import ConfigError, load_config
+from grpo.config import load_config
+from grpo.errors import ConfigError
 from grpo.guard.events import EventLog
 
 EXIT_GAVE_UP = 1  # the group kept losing ranks: as a crash, the newest good checkpoint resumes it

@@ -24,7 +24,8 @@ from typing import Any, Iterator
 import torch
 from safetensors.torch import load_file
 
-from grpo.config import ConfigError, LoraConfig, ModelConfig, from_dict
+from grpo.config import LoraConfig, ModelConfig, from_dict
+from grpo.errors import ConfigError
 from grpo.policy.models import load_model_and_tokenizer
 
 ADAPTER = "default"  # PEFT's name for the one adapter a policy has

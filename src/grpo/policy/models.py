@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from grpo.config import ConfigError, ModelConfig, TinyModelConfig
+from grpo.config import ModelConfig, TinyModelConfig
+from grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from grpo.algo.loss import BatchTotals, LossConfig
-from grpo.config import ConfigError, RunConfig
+from grpo.config import RunConfig
+from grpo.errors import ConfigError
 from grpo.dist import SINGLE, Ranks
 from grpo.policy import lora, sharding, state
 from grpo.policy.models import DTYPES, load_model_and_tokenizer

@@ -36,7 +36,8 @@ from safetensors.torch import load_file
 
 from grpo.config import CheckpointConfig
 from grpo.dist import SINGLE, Ranks
-from grpo.rundir.files import DiskError, fsync_dir, is_disk_error
+from grpo.rundir.files import fsync_dir
+from grpo.errors import DiskError, is_disk_error
 
 STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"

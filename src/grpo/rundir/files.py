@@ -11,85 +11,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
-
-
-class DiskError(OSError):
-    """The disk refused a write (full, quota, read-only, I/O error). The message names the path,
-    the filesystem and its free space, so the user knows what to free."""
-
-    def __init__(self, path: Path | str, cause: BaseException) -> None:
-        self.path = Path(path)
-        self.cause = cause
-        code = getattr(cause, "errno", None) or _errno_in_text(str(cause))
-        if code == errno.EIO and _free_bytes(self.path) < NEARLY_FULL:
-            code = errno.ENOSPC  # a write cut short on a full disk, by a library that dropped the errno
-        reason = os.strerror(code)
-        self.message = f"{reason} while writing {self.path} ({describe_filesystem(self.path)})"
-        super().__init__(code, self.message)
-
-    def __str__(self) -> str:
-        return self.message
-
-
-# torch.save reports a failed write as "file write failed", as the zip writer's "unexpected pos"
-# when a write came up short, or as "basic_ios::clear: iostream error" when the last one fails;
-# safetensors passes the OS text through.
-_TEXT_ERRNOS = {"no space left": errno.ENOSPC, "os error 28": errno.ENOSPC, "disk quota": errno.EDQUOT,
-                "read-only file system": errno.EROFS, "file write failed": errno.EIO, "unexpected pos": errno.EIO,
-                "iostream error": errno.EIO}
-NEARLY_FULL = 16 << 20
-
-
-def _errno_in_text(text: str) -> int:
-    """torch.save and safetensors report a failed write as RuntimeError/SafetensorError with text only."""
-    lowered = text.lower()
-    return next((code for phrase, code in _TEXT_ERRNOS.items() if phrase in lowered), errno.EIO)
-
-
-def is_disk_error(exc: BaseException) -> bool:
-    if isinstance(exc, DiskError):
-        return True
-    if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
-        return True
-    return any(phrase in str(exc).lower() for phrase in _TEXT_ERRNOS)
-
-
-def _existing_parent(path: Path) -> Path:
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return probe
-
-
-def _free_bytes(path: Path) -> int:
-    try:
-        return shutil.disk_usage(_existing_parent(path)).free
-    except OSError:
-        return 0
-
-
-def describe_filesystem(path: Path) -> str:
-    """`filesystem of /x: 12.0 MiB free of 1.0 GiB` for the nearest existing parent of `path`."""
-    probe = _existing_parent(path)
-    try:
-        usage = shutil.disk_usage(probe)
-    except OSError:
-        return f"filesystem of {probe}: free space unknown"
-    return f"filesystem of {probe}: {_size(usage.free)} free of {_size(usage.total)}"
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
+from grpo.errors import DISK_ERRNOS, DiskError
 
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)

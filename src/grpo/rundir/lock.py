@@ -16,11 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grpo.errors import RunDirLocked
+
 LOCK_FILE = ".lock"
-
-
-class RunDirLocked(RuntimeError):
-    """Another process is writing this run directory."""
 
 
 class RunLock:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from grpo.config import ConfigError, TaskConfig
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
 from grpo.tasks.base import Problem, Task, reward_columns
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-from grpo.config import ArithConfig, ConfigError
+from grpo.config import ArithConfig
+from grpo.errors import ConfigError
 from grpo.tasks.base import Problem, Task
 
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo.config import ConfigError, TaskConfig
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
 from grpo.tasks.base import RESERVED_COLUMNS, ListTask, Problem
 from grpo.tasks.files import Table, expand_files, read_files, read_hub, split_files
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.config import ConfigError
+from grpo.errors import ConfigError
 
 FORMATS = (".jsonl", ".parquet", ".csv")
 

@@ -7,7 +7,8 @@ import os
 import re
 from pathlib import Path
 
-from grpo.config import ConfigError, TaskConfig
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
 from grpo.tasks.dataset import Columns, DatasetTask
 
 COLUMNS = Columns("question", "answer", re.compile(r"####\s*(.*)"), ("GSM8K's question", "GSM8K's answer"))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpo.config import ConfigError
+from grpo.errors import ConfigError
 from grpo.launch.ray import bundles, rank_environment
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo.config import ConfigError, load_config
+from grpo.config import load_config
+from grpo.errors import ConfigError
 from grpo.policy import lora
 from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch, collate, completion_logprobs

@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo.config import ConfigError, ModelConfig
+from grpo.config import ModelConfig
+from grpo.errors import ConfigError
 from grpo.policy.models import build_char_tokenizer, load_model_and_tokenizer, resolve_model_source
 
 

@@ -233,7 +233,7 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, model, tokenizer):
         (directory / "model" / "partial").write_bytes(b"x" * 100)
         raise OSError(28, "No space left on device")
 
-    from grpo.rundir.files import DiskError
+    from grpo.errors import DiskError
 
     with pytest.raises(DiskError, match="No space left on device while writing .*step_000001"):
         mgr.save(1, failing, {}, healthy=True, score=None)

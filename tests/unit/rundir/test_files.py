@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from grpo.rundir.files import DiskError, JsonlLog, atomic_write, is_disk_error, read_json
+from grpo.rundir.files import JsonlLog, atomic_write, read_json
+from grpo.errors import DiskError, is_disk_error
 
 
 def test_atomic_write_replaces_the_file_and_leaves_no_temporary(tmp_path):

@@ -1,6 +1,7 @@
 import pytest
 
-from grpo.config import ArithConfig, ConfigError
+from grpo.config import ArithConfig
+from grpo.errors import ConfigError
 from grpo.tasks.arith import ArithTask
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo.config import ConfigError, TaskConfig, load_config
+from grpo.config import TaskConfig, load_config
+from grpo.errors import ConfigError
 from grpo.tasks import build_task, reward_columns
 
 from .test_files import write_rows

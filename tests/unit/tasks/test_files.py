@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grpo.config import ConfigError
+from grpo.errors import ConfigError
 from grpo.tasks.files import expand_files, read_files, split_files
 
 ROWS = [

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo.config import ConfigError, TaskConfig
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
 from grpo.rewards import gsm8k_gold, math_reward
 from grpo.tasks import build_task
 from grpo.tasks.gsm8k import GSM8KTask, checkout_dir
