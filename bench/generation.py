@@ -17,7 +17,7 @@ from grpo.config import ArithConfig, ModelConfig, TaskConfig
 from grpo.rollout.engines import SamplingParams
 from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.policy.models import load_model_and_tokenizer, resolve_device
-from grpo.prompts import encode_prompt
+from grpo.tasks.prompts import encode_prompt
 from grpo.tasks.arith import ArithTask
 
 

@@ -17,7 +17,7 @@ import torch
 
 from grpo.config import ArithConfig, ModelConfig, TaskConfig
 from grpo.policy.models import load_model_and_tokenizer, resolve_device
-from grpo.prompts import encode_prompt
+from grpo.tasks.prompts import encode_prompt
 from grpo.tasks.arith import ArithTask
 from grpo.policy.update import TrainBatch, collate, completion_logprobs, micro_batches
 

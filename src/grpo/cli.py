@@ -1,71 +1,19 @@
-"""`grpo train | eval | quickstart`."""
+"""The `grpo` command: train, quickstart, eval, config show, export, doctor, health."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 from pathlib import Path
 
-from grpo.rundir.files import atomic_write
-from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_DISK, EXIT_INTERRUPTED, EXIT_STOPPED, DiskError,
-                         RunDirLocked)
-
-from grpo.config import TaskConfig, load_config
-from grpo.errors import ConfigError
 from grpo import progress
+from grpo.config import TaskConfig, load_config
 from grpo.console import alert, say
-from grpo.progress import Progress
 from grpo.console import setup as setup_console
-
-def _train(config: str | None, overrides: list[str], run_dir: str | None) -> int:
-    from grpo.dist import from_environment
-    from grpo.guard.recovery import resume_command
-    from grpo.errors import RunStopped
-    from grpo.policy.models import resolve_device
-    from grpo.loop import TrainingLoop
-    from grpo.errors import RunInterrupted
-    from grpo.rundir.run import RunDir
-
-    if run_dir:
-        overrides = [*overrides, f"run_dir={run_dir}"]
-    resume_from = None
-    kept = []
-    for override in overrides:  # resume_from is a run action, not part of the saved config
-        if override.startswith("resume_from="):
-            resume_from = override.split("=", 1)[1]
-        else:
-            kept.append(override)
-    cfg = load_config(config, kept)
-    ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
-    # The lock comes first: a second trainer on this directory must not even open its log. Under
-    # torchrun, rank 0 holds it and writes the run directory.
-    run = RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
-    setup_console(run.path if ranks.main else None, quiet=not ranks.main)
-    try:
-        summary = TrainingLoop(cfg, resume_from=resume_from, run=run, ranks=ranks).train()
-    except RunStopped as stop:
-        alert(f"\nSTOPPED: {stop}")
-        return EXIT_STOPPED
-    except RunInterrupted as interrupted:
-        alert(f"\n{interrupted}")
-        return EXIT_INTERRUPTED
-    except (ConfigError, DiskError, FileNotFoundError):
-        raise
-    except Exception as exc:  # a bug or an unexpected failure: the traceback goes to train.log too
-        logging.getLogger("grpo").exception("the run crashed")
-        alert(f"\ncrashed: {type(exc).__name__}: {exc}\nthe traceback is in {run.path / 'train.log'}; "
-              f"resume from the newest checkpoint with: {resume_command(run.path, None)}")
-        return EXIT_CRASH
-    before, after = summary.get("before"), summary.get("after")
-    if before and after:
-        say(f"\nheld-out greedy accuracy on {after['n']} problems: "
-            f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
-            f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
-    say(f"run directory: {cfg.resolved_run_dir}")
-    return 0
+from grpo.errors import ConfigError, DiskError, RunDirLocked, exit_status, one_line
+from grpo.progress import Progress
+from grpo.rundir.files import atomic_write
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -170,16 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("run_dir", nargs="?", help="default: the most recently active run under ./runs")
 
     args = parser.parse_args(argv)
-    try:
-        if args.command == "train" and args.launcher == "ray":
-            from grpo.launch.ray import launch
+    if args.command in ("train", "quickstart") and args.run_dir:
+        args.overrides = [*args.overrides, f"run_dir={args.run_dir}"]
+    if args.command == "train" and args.launcher == "ray":
+        from grpo.launch.ray import launch
 
-            overrides = [*args.overrides, *([f"run_dir={args.run_dir}"] if args.run_dir else [])]
-            return launch(args.config, overrides, args.nproc, args.ray_address, args.max_restarts)
-        if args.command == "train":
-            return _train(args.config, args.overrides, args.run_dir)
-        if args.command == "quickstart":
-            return _train("quickstart", args.overrides, args.run_dir)
+        return launch(args.config, args.overrides, args.nproc, args.ray_address, args.max_restarts)
+    if args.command in ("train", "quickstart"):
+        from grpo.entry import run
+
+        return run(args.config if args.command == "train" else "quickstart", args.overrides)
+    try:
         if args.command == "config":
             from grpo.config_doc import render
 
@@ -202,19 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(diagnose(Path(args.run_dir))))
             return 0
         return _eval(args)
-    except ConfigError as exc:
-        alert(f"config error: {exc}")
-        return EXIT_BAD_INPUT
-    except RunDirLocked as exc:
-        alert(f"error: {exc}")
-        return EXIT_BAD_INPUT
-    except FileNotFoundError as exc:
-        alert(f"error: {exc}")
-        return EXIT_BAD_INPUT
-    except DiskError as exc:
-        alert(f"disk error: {exc}. Checkpoints already saved are intact: free space, then run the same "
-              "command again to resume.")
-        return EXIT_DISK
+    except (ConfigError, RunDirLocked, FileNotFoundError, DiskError) as exc:
+        alert(one_line(exc))
+        return exit_status(exc)
 
 
 def _version() -> str:

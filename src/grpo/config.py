@@ -355,6 +355,19 @@ def resolve_config_path(name_or_path: str) -> Path:
     raise ConfigError(f"config {name_or_path!r} is neither a file nor a preset; presets: {', '.join(presets)}")
 
 
+def split_overrides(overrides: list[str]) -> tuple[list[str], str | None]:
+    """-> (the config's overrides, the checkpoint named by resume_from=, if any): resume_from acts on
+    this start of a run and is not part of its saved config."""
+    resume_from = None
+    kept = []
+    for override in overrides:
+        if override.startswith("resume_from="):
+            resume_from = override.split("=", 1)[1]
+        else:
+            kept.append(override)
+    return kept, resume_from
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     data: dict[str, Any] = {}
     if path is not None:

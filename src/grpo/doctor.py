@@ -12,7 +12,7 @@ from typing import Any
 
 from grpo.config import CheckpointConfig, RunConfig, load_config
 from grpo.errors import ConfigError
-from grpo.guard.recovery import resume_command
+from grpo.rundir.resume import resume_command
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, read_json
 from grpo.rundir.lock import current_holder, describe_holder

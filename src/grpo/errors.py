@@ -119,3 +119,33 @@ def _size(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def exit_status(exc: BaseException) -> int:
+    """The exit status of a run that ended with `exc`."""
+    if isinstance(exc, (ConfigError, RunDirLocked, FileNotFoundError)):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, RunStopped):
+        return EXIT_STOPPED
+    if isinstance(exc, RunInterrupted):
+        return EXIT_INTERRUPTED
+    if is_disk_error(exc):
+        return EXIT_DISK
+    return EXIT_CRASH
+
+
+def one_line(exc: BaseException) -> str:
+    """What the user reads of an error that refuses or ends a run; for a crash, the caller adds where the
+    traceback went."""
+    if isinstance(exc, ConfigError):
+        return f"config error: {exc}"
+    if isinstance(exc, (RunDirLocked, FileNotFoundError)):
+        return f"error: {exc}"
+    if isinstance(exc, RunStopped):
+        return f"\nSTOPPED: {exc}"
+    if isinstance(exc, RunInterrupted):
+        return f"\n{exc}"
+    if is_disk_error(exc):
+        return (f"disk error: {exc}. Checkpoints already saved are intact: free space, then run the same "
+                "command again to resume.")
+    return f"\ncrashed: {type(exc).__name__}: {exc}"

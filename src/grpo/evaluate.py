@@ -8,7 +8,7 @@ from typing import Any
 from grpo.config import TaskConfig
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import RolloutEngine, SamplingParams
-from grpo.prompts import encode_prompt
+from grpo.tasks.prompts import encode_prompt
 from grpo.rewards import RewardFn, extract_answer, parse_number, score_completions
 from grpo.tasks import Problem, reward_columns
 

@@ -33,10 +33,11 @@ from grpo import progress
 from grpo.console import alert, say
 from grpo.evaluate import evaluate, format_table, merge_evaluations
 from grpo.guard.breakers import Guard, Trip, Verdict
-from grpo.guard.faults import FaultInjector
-from grpo.guard.recovery import notify, resume_command, wait_while_paused, write_stop_report
+from grpo.faults import FaultInjector
+from grpo.guard.recovery import notify, wait_while_paused
+from grpo.rundir.resume import resume_command, write_stop_report
 from grpo.errors import RunInterrupted, RunStopped
-from grpo.guard.signals import SignalWatch, StopRequested
+from grpo.signals import SignalWatch, StopRequested
 from grpo.metrics import MetricsLogger
 from grpo.phases import PhaseTimer
 from grpo.progress import Progress

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo.cli import EXIT_DISK, main
+from grpo.cli import main
+from grpo.errors import EXIT_DISK
 from grpo.config import CheckpointConfig
 from grpo.doctor import diagnose
 from grpo.rundir.checkpoints import CheckpointStore

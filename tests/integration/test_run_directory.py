@@ -18,7 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, main
+from grpo.cli import main
+from grpo.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.doctor import diagnose
 from grpo.rundir.files import JsonlLog
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo.cli import EXIT_STOPPED
+from grpo.errors import EXIT_STOPPED
 from grpo.config import load_config
 from grpo.doctor import diagnose
 from grpo.loop import TrainingLoop

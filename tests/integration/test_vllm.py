@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo.cli import EXIT_STOPPED
+from grpo.errors import EXIT_STOPPED
 from grpo.config import load_config
 from grpo.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog

@@ -4,7 +4,8 @@ with the adapted model's logits; a full checkpoint copied; bad input refused in 
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo.cli import EXIT_BAD_INPUT, main
+from grpo.cli import main
+from grpo.errors import EXIT_BAD_INPUT
 from grpo.config import CheckpointConfig, TinyModelConfig, load_config
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.policy import Policy

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shlex
 import subprocess
 import threading
 import time
@@ -12,7 +11,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from grpo.rundir.files import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -34,28 +32,6 @@ def notify(event: dict[str, Any], command: str | None, webhook: str | None) -> l
         except OSError as exc:
             errors.append(f"on_trip_webhook failed: {exc}")
     return errors
-
-
-def resume_command(run_dir: Path, checkpoint: Path | None) -> str:
-    parts = ["grpo", "train", "--config", str(run_dir / "config.yaml")]
-    if checkpoint is not None:
-        parts.append(f"resume_from={checkpoint}")
-    return shlex.join(parts)
-
-
-def write_stop_report(run_dir: Path, cause: str, step: int, evidence: dict[str, Any], last_good: Path | None,
-                      write: bool = True) -> dict:
-    report = {
-        "cause": cause,
-        "step": step,
-        "time": time.time(),
-        "evidence": evidence,
-        "last_good_checkpoint": str(last_good) if last_good else None,
-        "resume_command": resume_command(run_dir, last_good),
-    }
-    if write:  # under torchrun, rank 0 writes it
-        atomic_write_json(run_dir / "STOPPED.json", report)
-    return report
 
 
 def wait_while_paused(pause_file: Path, poll_s: float, timeout_s: float,

@@ -20,9 +20,9 @@ import os
 import socket
 from pathlib import Path
 
-from grpo.config import load_config
+from grpo.config import load_config, split_overrides
 from grpo.errors import ConfigError
-from grpo.guard.events import EventLog
+from grpo.rundir.events import EventLog
 
 EXIT_GAVE_UP = 1  # the group kept losing ranks: as a crash, the newest good checkpoint resumes it
 # After a rank exits with an error by itself, how long the others may take to end theirs before they
@@ -64,11 +64,11 @@ class TrainerRank:
 
         return ray.util.get_node_ip_address(), port, os.getpid()
 
-    def train(self, argv: list[str], env: dict[str, str]) -> int:
+    def train(self, config: str | None, overrides: list[str], env: dict[str, str]) -> int:
         os.environ.update(env)
-        from grpo.cli import main
+        from grpo.entry import run
 
-        return main(argv)
+        return run(config, overrides)
 
 
 def _last_step(run_dir: Path) -> int:
@@ -87,10 +87,9 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    cfg = load_config(config, [o for o in overrides if not o.startswith("resume_from=")])
+    cfg = load_config(config, split_overrides(overrides)[0])
     gpus = cfg.model.device.startswith("cuda") or (cfg.model.device == "auto" and _has_cuda())
     run_dir = Path(cfg.resolved_run_dir)
-    argv = ["train", *(["--config", config] if config else []), *overrides]
 
     # A local cluster's raylet may take longer than Ray's default to register on a busy machine
     # (seen on 2 loaded cores): give it two minutes rather than fail the launch.
@@ -107,7 +106,7 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
             ).remote() for rank in range(nproc)]
             addresses = ray.get([a.address.remote() for a in actors])
             master_addr, master_port, _ = addresses[0]
-            runs = [a.train.remote(argv, rank_environment(rank, nproc, master_addr, master_port, attempt))
+            runs = [a.train.remote(config, overrides, rank_environment(rank, nproc, master_addr, master_port, attempt))
                     for rank, a in enumerate(actors)]
             outcome = _watch(ray, runs)
             if isinstance(outcome, int):

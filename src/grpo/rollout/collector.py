@@ -12,7 +12,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -21,12 +21,20 @@ from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
-from grpo.guard.faults import FaultInjector
-from grpo.prompts import encode_prompt
+from grpo.tasks.prompts import encode_prompt
 from grpo.rewards import RewardFn, score_completions
 from grpo.tasks import Problem, Task, reward_columns
 
 log = logging.getLogger(__name__)
+
+
+class RolloutFaults(Protocol):
+    """Deliberate failures the collector lets in (grpo.faults implements them), so the guard can be
+    rehearsed against the same code paths a real failure takes."""
+
+    def corrupt_completions(self, completions: list[Completion], step: int) -> list[Completion]: ...
+
+    def wrap_reward(self, fn: RewardFn, step: int) -> RewardFn: ...
 
 
 @dataclass
@@ -82,7 +90,7 @@ class RolloutCollector:
         task_cfg: TaskConfig,
         cfg: RolloutConfig,
         reward_fn: RewardFn,
-        faults: FaultInjector,
+        faults: RolloutFaults,
         data_seed: int,
         sleep: Callable[[float], None] = time.sleep,
         ranks: Ranks = SINGLE,

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from grpo.config import CheckpointConfig
-from grpo.guard.events import EventLog
+from grpo.rundir.events import EventLog
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, atomic_write
 from grpo.rundir.lock import RunLock

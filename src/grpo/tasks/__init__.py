@@ -10,7 +10,7 @@ from grpo.tasks.base import Problem, Task, reward_columns
 def build_task(cfg: TaskConfig) -> Task:
     """The task with its data read and checked, and the chat template loaded: every data and prompt error
     surfaces here, before a model is loaded."""
-    from grpo.prompts import load_chat_template
+    from grpo.tasks.prompts import load_chat_template
 
     load_chat_template(cfg.chat_template)
     if cfg.name == "arith":

@@ -6,7 +6,7 @@ from collections import deque
 
 from grpo.config import ArithConfig, FaultsConfig, RolloutConfig, TaskConfig
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
-from grpo.guard.faults import FaultInjector
+from grpo.faults import FaultInjector
 from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import math_batch_reward
 from grpo.rollout.collector import RolloutCollector, rollout_metrics

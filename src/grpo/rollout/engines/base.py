@@ -68,7 +68,7 @@ class RolloutEngine(abc.ABC):
         return {}
 
     def arm_faults(self, faults: set[str]) -> None:
-        """Rehearse server failures in the next generation or sync (grpo.guard.faults)."""
+        """Rehearse server failures in the next generation or sync (grpo.faults)."""
         if faults:
             raise ValueError(f"faults {sorted(faults)} need a server engine (rollout.engine=vllm or sglang)")
 

@@ -1,0 +1,101 @@
+"""No import cycle between grpo's packages and top-level modules.
+
+Every import counts, wherever it sits in a file: a lazy import inside a function, or one under
+TYPE_CHECKING, still ties the two packages together. Nodes are grpo's direct children (`grpo.rollout`,
+`grpo.loop`, ...); an import inside one package is no edge.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grpo
+
+SRC = Path(next(iter(grpo.__path__))).resolve()
+
+
+def node_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "grpo" and len(parts) > 1 else None
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, relative imports resolved."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found |= {f"{target}.{alias.name}" for alias in node.names}  # `from grpo import loop`
+    return found
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        here = node_of(module_name(path))
+        if here is None:  # grpo/__init__.py
+            continue
+        for target in imported_modules(path):
+            there = node_of(target)
+            if there and there != here and ((SRC / there).is_dir() or (SRC / f"{there}.py").is_file()):
+                graph.setdefault(here, set()).add(there)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            return cycle
+    return None
+
+
+def test_the_graph_is_read_from_every_import():
+    graph = package_graph()
+    assert "loop" in graph and "policy" in graph["loop"]
+    assert "rollout" in graph.get("health", set())  # a lazy import inside a function counts
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}}) is None
+
+
+def test_no_package_level_import_cycle():
+    assert find_cycle(package_graph()) is None, " -> ".join(find_cycle(package_graph()) or [])
+
+
+def test_no_role_imports_the_loop():
+    importers = sorted(node for node, targets in package_graph().items() if "loop" in targets)
+    assert set(importers) <= {"cli", "entry", "api"}, importers
