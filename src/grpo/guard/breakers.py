@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from grpo.config import BreakerConfig, GuardConfig
+from grpo.guard import inputs as k
 from grpo.rundir.checkpoints import CheckpointInfo
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
@@ -89,10 +90,10 @@ class Guard:
 
     def observe(self, m: dict[str, Any]) -> None:
         """Feed a step that tripped nothing into the moving baselines."""
-        if m.get("reward/mean") is not None:
-            self.reward_history = (self.reward_history + [m["reward/mean"]])[-self.cfg.baseline_steps :]
-        if m.get("update/applied") and m.get("actor/grad_norm") is not None:
-            self.grad_norm_history = (self.grad_norm_history + [m["actor/grad_norm"]])[-self.cfg.baseline_steps :]
+        if m.get(k.REWARD_MEAN) is not None:
+            self.reward_history = (self.reward_history + [m[k.REWARD_MEAN]])[-self.cfg.baseline_steps :]
+        if m.get(k.APPLIED) and m.get(k.GRAD_NORM) is not None:
+            self.grad_norm_history = (self.grad_norm_history + [m[k.GRAD_NORM]])[-self.cfg.baseline_steps :]
 
     @property
     def healthy(self) -> bool:
@@ -111,33 +112,33 @@ class Guard:
     # Each breaker: (bad?, message, evidence), or None when its metric is absent this step.
 
     def _failed_rollouts(self, b: BreakerConfig, m: dict[str, Any]):
-        frac = m.get("rollout/failed_frac")
+        frac = m.get(k.FAILED_FRAC)
         if frac is None:
             return None
-        counts = {k: v for k, v in m.items() if k.startswith("rollout/") and not k.endswith("_frac")}
+        counts = {key: v for key, v in m.items() if key.startswith(k.ROLLOUT_PREFIX) and not key.endswith("_frac")}
         return frac >= b.threshold, f"{frac:.0%} of rollout attempts failed (threshold {b.threshold:.0%})", {
             "failed_frac": frac, **counts}
 
     def _unscorable_rewards(self, b: BreakerConfig, m: dict[str, Any]):
-        frac = m.get("rollout/unscorable_frac")
-        if frac is None or not m.get("rollout/unscorable"):
+        frac = m.get(k.UNSCORABLE_FRAC)
+        if frac is None or not m.get(k.UNSCORABLE):
             return None
         return frac >= b.threshold, (
             f"{frac:.0%} of generated answers could not be scored: the task's gold answers or the reward "
             f"function are at fault, not the model, and rolling back cannot fix them; check the data "
-            f"(task.path) and task.reward (reward errors this step: {m.get('rollout/reward_errors', 0)})"
-        ), {"unscorable_frac": frac, "unscorable": m.get("rollout/unscorable"),
-            "reward_errors": m.get("rollout/reward_errors")}
+            f"(task.path) and task.reward (reward errors this step: {m.get(k.REWARD_ERRORS, 0)})"
+        ), {"unscorable_frac": frac, "unscorable": m.get(k.UNSCORABLE),
+            "reward_errors": m.get(k.REWARD_ERRORS)}
 
     def _zero_reward(self, b: BreakerConfig, m: dict[str, Any]):
-        reward = m.get("reward/mean")
+        reward = m.get(k.REWARD_MEAN)
         if reward is None:
             return None
         return reward <= b.threshold, f"mean reward {reward:g} <= {b.threshold:g}", {
-            "reward_mean": reward, "reward_max": m.get("reward/max")}
+            "reward_mean": reward, "reward_max": m.get(k.REWARD_MAX)}
 
     def _reward_collapse(self, b: BreakerConfig, m: dict[str, Any]):
-        reward = m.get("reward/mean")
+        reward = m.get(k.REWARD_MEAN)
         if reward is None or len(self.reward_history) < MIN_HISTORY:
             return None
         baseline = statistics.fmean(self.reward_history)
@@ -148,32 +149,32 @@ class Guard:
         ), {"reward_mean": reward, "baseline": baseline, "recent": self.reward_history[-5:]}
 
     def _empty_responses(self, b: BreakerConfig, m: dict[str, Any]):
-        frac = m.get("response/empty_frac")
+        frac = m.get(k.EMPTY_FRAC)
         if frac is None:
             return None
         return frac >= b.threshold, f"{frac:.0%} of responses empty", {"empty_frac": frac}
 
     def _truncated_responses(self, b: BreakerConfig, m: dict[str, Any]):
-        frac = m.get("response/truncated_frac")
+        frac = m.get(k.TRUNCATED_FRAC)
         if frac is None:
             return None
         return frac >= b.threshold, f"{frac:.0%} of responses truncated at max_new_tokens", {
-            "truncated_frac": frac, "length_mean": m.get("response/length_mean")}
+            "truncated_frac": frac, "length_mean": m.get(k.LENGTH_MEAN)}
 
     def _nonfinite(self, b: BreakerConfig, m: dict[str, Any]):
-        bad = bool(m.get("update/nonfinite"))
-        return bad, m.get("update/skip_reason") or "non-finite loss, gradients or parameters", {
-            "loss": m.get("actor/loss"), "grad_norm": m.get("actor/grad_norm")}
+        bad = bool(m.get(k.NONFINITE))
+        return bad, m.get(k.SKIP_REASON) or "non-finite loss, gradients or parameters", {
+            "loss": m.get(k.LOSS), "grad_norm": m.get(k.GRAD_NORM)}
 
     def _zero_loss(self, b: BreakerConfig, m: dict[str, Any]):
-        no_signal = bool(m.get("update/no_signal"))
-        loss = m.get("actor/loss")
-        bad = no_signal or (bool(m.get("update/applied")) and loss is not None and loss == b.threshold)
+        no_signal = bool(m.get(k.NO_SIGNAL))
+        loss = m.get(k.LOSS)
+        bad = no_signal or (bool(m.get(k.APPLIED)) and loss is not None and loss == b.threshold)
         return bad, "loss exactly 0: every group's answers got the same reward (no learning signal)", {
-            "loss": loss, "zero_std_frac": m.get("groups/zero_std_frac")}
+            "loss": loss, "zero_std_frac": m.get(k.ZERO_STD_FRAC)}
 
     def _grad_norm_spike(self, b: BreakerConfig, m: dict[str, Any]):
-        norm = m.get("actor/grad_norm")
+        norm = m.get(k.GRAD_NORM)
         if norm is None or not math.isfinite(norm) or len(self.grad_norm_history) < MIN_HISTORY:
             return None
         median = statistics.median(self.grad_norm_history)
@@ -181,7 +182,7 @@ class Guard:
             "grad_norm": norm, "median": median}
 
     def _kl_explosion(self, b: BreakerConfig, m: dict[str, Any]):
-        kl = m.get("actor/kl", m.get("actor/approx_kl_old"))
+        kl = m.get(k.KL, m.get(k.APPROX_KL_OLD))
         if kl is None:
             return None
         return (not math.isfinite(kl)) or kl > b.threshold, f"KL {kl:.3g} > {b.threshold:g}", {"kl": kl}
