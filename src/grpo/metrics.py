@@ -119,8 +119,3 @@ class MetricsLogger:
 def _width(fmt: str) -> int:
     match = re.search(r":>(\d+)", fmt)
     return int(match.group(1)) if match else 0
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Every readable metrics line (a torn or garbled line is skipped: `grpo doctor` counts them)."""
-    return JsonlLog(Path(run_dir) / "metrics.jsonl").read()[0]

@@ -27,7 +27,6 @@ from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.update import (
     Collective, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
 )
-from grpo.rundir.checkpoints import load_weights
 
 
 class Policy:
@@ -212,15 +211,6 @@ class Policy:
         if self.model.generation_config is not None:
             self.model.generation_config.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-
-    def load_model(self, directory: Path) -> None:
-        """Restore what `save_model` wrote; a LoRA checkpoint for a full model or the reverse is refused."""
-        self._check_kind(directory)
-        if self.lora:
-            lora.load_adapter(self.model, directory, self.base_hash)
-        else:
-            load_weights(directory, self.model)
-        self.revision += 1
 
     def _check_kind(self, model_dir: Path) -> None:
         if lora.is_adapter_dir(model_dir) != self.lora:

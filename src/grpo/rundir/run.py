@@ -43,10 +43,6 @@ class RunDir:
         self.paused_path = self.path / "PAUSED"
         self.summary_path = self.path / "summary.json"
 
-    @property
-    def metrics(self) -> JsonlLog:
-        return self.logs["metrics.jsonl"]
-
     def acquire(self) -> "RunDir":
         """Take the lock; raises RunDirLocked when another process writes this directory."""
         if self.writes:

@@ -223,7 +223,9 @@ def test_a_saved_adapter_is_small_and_loads_back_exactly(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(adapter_weights(fresh).values(),
                                                      adapter_weights(policy).values()))
     revision = fresh.revision
-    fresh.load_model(tmp_path / "m")
+    policy.save_state(tmp_path / "policy")  # a checkpoint: model/ (the adapter) and policy/ beside it
+    (tmp_path / "m").rename(tmp_path / "model")
+    fresh.load_state(tmp_path)
     assert fresh.revision == revision + 1
     for (name, a), b in zip(adapter_weights(policy).items(), adapter_weights(fresh).values()):
         assert torch.equal(a, b), name
@@ -231,16 +233,16 @@ def test_a_saved_adapter_is_small_and_loads_back_exactly(tmp_path):
 
 def test_an_adapter_is_refused_on_another_base_rank_or_a_full_model(tmp_path):
     policy = trained()
-    policy.save_model(tmp_path / "m")
+    policy.save_model(tmp_path / "adapter" / "model")
     with pytest.raises(ValueError, match="trained on other base weights"):
-        tiny_policy(*LORA, seed=1).load_model(tmp_path / "m")
+        tiny_policy(*LORA, seed=1).load_state(tmp_path / "adapter")
     with pytest.raises(ValueError, match="has r=4, this model 8"):
-        tiny_policy("model.lora.rank=8").load_model(tmp_path / "m")
+        tiny_policy("model.lora.rank=8").load_state(tmp_path / "adapter")
     with pytest.raises(ValueError, match="holds a LoRA adapter, but model.lora.rank=0"):
-        tiny_policy().load_model(tmp_path / "m")
-    tiny_policy().save_model(tmp_path / "full")
+        tiny_policy().load_state(tmp_path / "adapter")
+    tiny_policy().save_model(tmp_path / "full" / "model")
     with pytest.raises(ValueError, match="holds a full model, but model.lora.rank=4"):
-        policy.load_model(tmp_path / "full")
+        policy.load_state(tmp_path / "full")
 
 
 @pytest.mark.parametrize("dtype,tolerance", [("float32", 1e-5), ("bfloat16", 0.1)])

@@ -58,6 +58,7 @@ def test_revision_changes_with_every_weight_change_and_version_only_with_updates
     assert (policy.version, policy.revision) == (0, 0)
     assert policy.update(batch).applied
     assert (policy.version, policy.revision) == (1, 1)
-    policy.save_model(tmp_path / "m")
-    policy.load_model(tmp_path / "m")
+    policy.save_model(tmp_path / "m" / "model")
+    policy.save_state(tmp_path / "m" / "policy")
+    policy.load_state(tmp_path / "m")
     assert (policy.version, policy.revision) == (1, 2)
