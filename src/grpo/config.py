@@ -213,7 +213,6 @@ class EvalConfig:
     before_training: bool = False  # evaluate once before the first step (a fresh run only)
     after_training: bool = False  # and once after the last
     max_samples: int = 128  # held-out problems per evaluation (the first N of the test split)
-    batch_size: int = 64  # rows per generation batch
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
     # the reward that scores evaluations (e.g. plain `math` while training with a shaped reward); null: task.reward
     reward: str | None = None
@@ -518,7 +517,6 @@ def validate(cfg: RunConfig) -> None:
         (0 <= act.min_lr_ratio <= 1, "actor.min_lr_ratio must be in [0, 1]", act.min_lr_ratio),
         (cfg.eval.every_steps >= 0, "eval.every_steps must be 0 (off) or more", cfg.eval.every_steps),
         (cfg.eval.max_samples >= 1, "eval.max_samples must be at least 1", cfg.eval.max_samples),
-        (cfg.eval.batch_size >= 1, "eval.batch_size must be at least 1", cfg.eval.batch_size),
         (cfg.eval.max_new_tokens is None or cfg.eval.max_new_tokens >= 1, "eval.max_new_tokens must be at least 1",
          cfg.eval.max_new_tokens),
         (cfg.checkpoint.every_steps >= 0, "checkpoint.every_steps must be 0 (off) or more", cfg.checkpoint.every_steps),

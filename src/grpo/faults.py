@@ -1,7 +1,12 @@
 """Deliberate failures from the config, so users and tests can rehearse what the guard does.
 
-Each fault fires at most once per step number in a process: a step replayed after a rollback runs
-clean, as it would after a transient outage.
+Every fault goes through this injector, at named points of a step: `before_rollout` (arms the server
+engine's failures), `corrupt_completions` and `wrap_reward` (inside the collector), `after_rollout`
+(a rank killed mid-step), `nan_loss` (inside the update), `before_record` (the process stops itself, so
+a test can attach to it), and `after_step` (a crash once the step is recorded).
+
+Each fault of the rollout and update fires at most once per step number in a process: a step replayed
+after a rollback runs clean, as it would after a transient outage.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import signal
 from pathlib import Path
 
 from grpo.config import FaultsConfig
-from grpo.rollout.engines import Completion, SampleStatus
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
 from grpo.rewards import RewardFn
 
 
@@ -32,6 +37,21 @@ class FaultInjector:
 
     def step_done(self, step: int) -> None:
         self.done.add(step)
+
+    def before_rollout(self, step: int, engine: RolloutEngine) -> None:
+        engine.arm_faults(self.server_faults(step))
+
+    def after_rollout(self, step: int, run_dir: Path) -> None:
+        self.kill_rank(step, run_dir)
+
+    def before_record(self, step: int) -> None:
+        """Stop this process (SIGSTOP) just before the step is recorded: a test attaches to it there."""
+        if self.cfg.stop_before_record_at_step == step:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def after_step(self, step: int) -> None:
+        if self.cfg.crash_at_step == step:
+            raise RuntimeError(f"injected crash after step {step} (faults.crash_at_step)")
 
     def corrupt_completions(self, completions: list[Completion], step: int) -> list[Completion]:
         if self._active(self.cfg.empty_rollouts_at_steps, step):

@@ -9,6 +9,8 @@ import signal
 import threading
 from types import FrameType
 
+from grpo.dist import Ranks
+
 
 class StopRequested(Exception):
     """A signal asked the run to stop; whatever was in progress is abandoned, not trained on."""
@@ -50,3 +52,12 @@ class SignalWatch:
     def check(self) -> None:
         if self.signum is not None:
             raise StopRequested(self.signum)
+
+    def check_together(self, ranks: Ranks) -> None:
+        """A stop at a step's boundary; under torchrun every rank must agree, so the ranks decide
+        together (a signal that reached one rank stops them all)."""
+        if ranks.distributed:
+            if ranks.any(self.requested):
+                raise StopRequested(self.signum or signal.SIGTERM)
+            return
+        self.check()

@@ -105,7 +105,7 @@ def test_zero_reward_rolls_back_when_configured(tmp_path):
     rollbacks = [e for e in events if e["kind"] == "rollback"]
     assert len(rollbacks) == 1 and rollbacks[0]["step"] == 4
     assert rollbacks[0]["evidence"]["checkpoint"].endswith("step_000002")
-    assert trainer.step == 6 and trainer.lr_scale == 0.5
+    assert trainer.step == 6 and trainer.state.lr_scale == 0.5
 
 
 def test_nan_loss_applies_no_update_rolls_back_and_the_run_finishes(tmp_path):

@@ -44,7 +44,7 @@ def test_resume_from_a_named_checkpoint(tmp_path):
                       resume_from=str(run_dir / "checkpoints" / "step_000003"))
     assert trainer.step == 3
     # the abandoned branch is kept, but where automatic recovery never looks
-    assert trainer.checkpoints.latest().step == 3
+    assert trainer.run.checkpoints.latest().step == 3
     assert len(list((run_dir / "checkpoints" / "abandoned").iterdir())) == 1
     assert '"kind": "crash"' not in (run_dir / "events.jsonl").read_text()
 
@@ -65,7 +65,7 @@ def test_resume_on_a_dataset_task_continues_at_the_same_row(tmp_path):
     with pytest.raises(RuntimeError, match="injected crash after step 3"):
         run_tiny([f"run_dir={tmp_path / 'resumed'}", *task, "faults.crash_at_step=3"])
     resumed = run_tiny([f"run_dir={tmp_path / 'resumed'}", *task])
-    assert resumed.data_index == straight.data_index > len(rows)  # into the second epoch's shuffle
+    assert resumed.state.data_index == straight.state.data_index > len(rows)  # into the second epoch's shuffle
     assert max_param_diff(params(straight.policy.model), params(resumed.policy.model)) <= 1e-6
     assert ([deterministic(line) for line in metric_lines(tmp_path / "straight")]
             == [deterministic(line) for line in metric_lines(tmp_path / "resumed")])

@@ -1,1 +1,1 @@
-"""The guard: circuit breakers that return verdicts, deliberate faults, recovery actions' records, events."""
+"""The guard: circuit breakers that watch each step and return verdicts (grpo.verdicts carries them out)."""

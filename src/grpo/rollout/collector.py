@@ -16,9 +16,10 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from grpo.algo.advantages import zero_variance_groups
+from grpo.algo.advantages import group_advantages, zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
+from grpo.policy.update import TrainBatch
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
@@ -79,6 +80,21 @@ class RolloutBatch:
     def rewards(self) -> torch.Tensor:
         """[N, G] rewards of the kept groups."""
         return torch.tensor([[s.reward for s in g.samples] for g in self.groups], dtype=torch.float32)
+
+    def train_batch(self, advantage_norm: str, uses_reference: bool) -> tuple[TrainBatch, bool]:
+        """-> (the rows to train on, whether they carry a learning signal). All-zero advantages carry
+        none unless a reference KL term still pulls: then the update is skipped, since a zero-gradient
+        step would still move AdamW by its momentum."""
+        samples = [s for g in self.groups for s in g.samples]
+        if not samples:
+            return TrainBatch([], [], [], torch.zeros(0)), False
+        advantages = group_advantages(self.rewards(), advantage_norm).flatten()  # [N*G]
+        return TrainBatch(
+            prompt_ids=[s.prompt_ids for s in samples],
+            completion_ids=[s.completion.token_ids for s in samples],
+            old_logprobs=[s.completion.logprobs for s in samples],
+            advantages=advantages,
+        ), uses_reference or not bool((advantages == 0).all())
 
 
 class RolloutCollector:

@@ -1,0 +1,94 @@
+"""Every component of a training run, built from its config in one place and in dependency order: the
+task (data errors surface here, before any model loads), the reward functions, the policy, the fault
+injector, the rollout engine, the collector and the guard."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from grpo.config import RunConfig
+from grpo.dist import Ranks
+from grpo.errors import ConfigError
+from grpo.faults import FaultInjector
+from grpo.guard.breakers import Guard
+from grpo.policy.models import resolve_device
+from grpo.policy.policy import Policy
+from grpo.rewards import RewardFn, get_reward
+from grpo.rollout.collector import RolloutCollector
+from grpo.rollout.engines import RolloutEngine
+from grpo.rollout.engines.embedded import EmbeddedEngine
+from grpo.rollout.engines.select import resolve_engine
+from grpo.signals import SignalWatch
+from grpo.tasks import Task, build_task
+
+
+@dataclass
+class Components:
+    task: Task
+    total_steps: int
+    reward_fn: RewardFn
+    eval_reward_fn: RewardFn
+    device: torch.device
+    policy: Policy
+    faults: FaultInjector
+    engine: RolloutEngine
+    recompute_old: bool  # recompute old log-probs with the trainer rather than trust the sampler's
+    collector: RolloutCollector
+    guard: Guard
+
+
+def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
+          record_server_event: Callable[..., Any]) -> Components:
+    seed = cfg.train.seed
+    random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    task = build_task(cfg.task)
+    total_steps = _total_steps(cfg, task)
+    reward_fn = _reward("task.reward", cfg.task.reward)
+    eval_reward_fn = _reward("eval.reward", cfg.eval.reward) if cfg.eval.reward else reward_fn
+    device = resolve_device(cfg.model.device, ranks.local_rank)
+    engine_name = resolve_engine(cfg.rollout.engine)
+    if ranks.distributed and engine_name != "embedded":
+        raise ConfigError(f"rollout.engine={engine_name} does not run under torchrun yet: use "
+                          "rollout.engine=embedded (each rank generates its share)")
+    policy = Policy(cfg, device, ranks)
+    faults = FaultInjector(cfg.faults, seed, ranks.rank)
+    if engine_name == "embedded":
+        # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
+        engine: RolloutEngine = EmbeddedEngine(policy.model, policy.tokenizer, cfg.rollout.generation_batch_size,
+                                               cancel=None if ranks.distributed else signals.event,
+                                               inference=policy.inference_weights)
+    else:
+        from grpo.rollout.engines.server import ServerEngine, make_backend
+
+        engine = ServerEngine(make_backend(engine_name), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
+                              dtype=cfg.model.dtype, seed=seed, record=record_server_event, cancel=signals.event)
+    # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
+    # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs.
+    recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
+                     else engine_name != "embedded" or not policy.inference_is_exact)
+    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, reward_fn, faults, seed,
+                                 ranks=ranks)
+    return Components(task, total_steps, reward_fn, eval_reward_fn, device, policy, faults, engine,
+                      recompute_old, collector, Guard(cfg.guard))
+
+
+def _reward(key: str, name: str) -> RewardFn:
+    try:
+        return get_reward(name)
+    except (KeyError, AttributeError, TypeError, ImportError) as exc:
+        raise ConfigError(f"{key}={name!r}: {exc}") from exc
+
+
+def _total_steps(cfg: RunConfig, task: Task) -> int:
+    if cfg.train.steps is not None:
+        return cfg.train.steps
+    if task.num_train is None:
+        raise ConfigError(f"task {task.name} is unlimited: set train.steps")
+    return math.ceil(task.num_train * cfg.train.epochs / cfg.rollout.problems_per_step)
