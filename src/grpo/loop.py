@@ -42,7 +42,7 @@ from grpo.policy.models import resolve_device
 from grpo.policy.optim import lr_at
 from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch, UpdateResult
-from grpo.rewards import get_reward
+from grpo.rewards import resolve_rewards
 from grpo.rollout.collector import RolloutBatch, RolloutCollector, rollout_metrics, sample_records
 from grpo.rollout.engines import GenerationCancelled, RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
@@ -94,14 +94,8 @@ class TrainingLoop:
         random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
         self.task = build_task(cfg.task)  # data errors surface here, before the model is loaded
         self.total_steps = self._total_steps()
-        try:
-            self.reward_fn = get_reward(cfg.task.reward)
-        except (KeyError, AttributeError, TypeError, ImportError) as exc:
-            raise ConfigError(f"task.reward={cfg.task.reward!r}: {exc}") from exc
-        try:
-            self.eval_reward_fn = get_reward(cfg.eval.reward) if cfg.eval.reward else self.reward_fn
-        except (KeyError, AttributeError, TypeError, ImportError) as exc:
-            raise ConfigError(f"eval.reward={cfg.eval.reward!r}: {exc}") from exc
+        self.rewards = resolve_rewards(cfg.task.reward, cfg.task.reward_weights, "task.reward")
+        self.eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else self.rewards
         self.device = resolve_device(cfg.model.device, self.ranks.local_rank)
         self.engine_name = resolve_engine(cfg.rollout.engine)
         if self.ranks.distributed and self.engine_name != "embedded":
@@ -115,9 +109,10 @@ class TrainingLoop:
         self.recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
                               else self.engine_name != "embedded" or not self.policy.inference_is_exact)
         self.collector = RolloutCollector(
-            self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.reward_fn, self.faults, seed,
+            self.engine, self.policy.tokenizer, self.task, cfg.task, cfg.rollout, self.rewards, self.faults, seed,
             ranks=self.ranks,
         )
+        self.collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
         self.guard = Guard(cfg.guard)
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
         self.last_save = time.monotonic()
@@ -545,7 +540,7 @@ class TrainingLoop:
         problems = self.task.eval_problems(self.cfg.eval.max_samples)[self.ranks.rank :: self.ranks.world]
         try:
             with progress.phase(f"evaluate ({label})"), self.policy.unsharded():
-                result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.eval_reward_fn,
+                result = evaluate(self.engine, self.policy.tokenizer, problems, self.cfg.task, self.eval_rewards,
                                   max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
         except GenerationCancelled:
             return None
@@ -571,7 +566,7 @@ class TrainingLoop:
                       "a task matched to the model, or a small format bonus in the reward")
             if truncated > 0.3:
                 remedy = f"longer answers (rollout.max_new_tokens: {truncated:.0%} were cut off), " + remedy
-            alert(f"step {step}: NO UPDATE: {why} (mean reward {mean}), so GRPO has no signal. Try {remedy}.")
+            alert(f"step {step}: NO UPDATE: {why} (mean reward {mean:.3g}), so GRPO has no signal. Try {remedy}.")
         elif reason == "no trainable groups":
             alert(f"step {step}: NO UPDATE: no group had every sample generated and scored "
                   f"({m.get('rollout/failed', 0)} failed, {m.get('rollout/unscorable', 0)} unscorable); "

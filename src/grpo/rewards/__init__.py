@@ -24,13 +24,28 @@ from __future__ import annotations
 
 from grpo.rewards.builtin import FORMAT_BONUS, digit_fraction_reward, math_batch_reward, math_format_reward
 from grpo.rewards.extraction import extract_answer, parse_number
-from grpo.rewards.harness import score_completions
+from grpo.rewards.harness import (
+    Reward,
+    RewardError,
+    Scores,
+    TrainerState,
+    call_reward,
+    check_rewards,
+    score,
+    score_completions,
+)
 from grpo.rewards.math_score import gsm8k_gold, math_reward
-from grpo.rewards.registry import RewardFn, get_reward, register_reward, registered_rewards
+from grpo.rewards.registry import RewardFn, get_reward, register_reward, registered_rewards, resolve_rewards
 
 __all__ = [
     "FORMAT_BONUS",
+    "Reward",
+    "RewardError",
     "RewardFn",
+    "Scores",
+    "TrainerState",
+    "call_reward",
+    "check_rewards",
     "digit_fraction_reward",
     "extract_answer",
     "get_reward",
@@ -41,5 +56,7 @@ __all__ = [
     "parse_number",
     "register_reward",
     "registered_rewards",
+    "resolve_rewards",
+    "score",
     "score_completions",
 ]
