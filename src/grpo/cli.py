@@ -138,12 +138,12 @@ def _eval(args: argparse.Namespace) -> int:
                             batch_size=args.batch_size or cfg.eval.batch_size, seed=args.seed,
                             keep_answers=output is not None)
     answers = result.pop("answers", None)
+    if output is not None:  # the summary and every answer, to see what the model wrote
+        atomic_write(output, json.dumps({**result, "answers": answers}, indent=2))
+        say(f"every answer is in {output}")
     say(format_table({k: v for k, v in result.items() if not isinstance(v, str)},
                      f"{args.model} on {cfg.task.name}/{args.split}"))
     say(json.dumps(result))
-    if output is not None:  # the summary and every answer, to see what the model wrote
-        atomic_write(output, json.dumps({**result, "answers": answers}, indent=2))
-        say(f"answers written to {output}")
     return 0
 
 
