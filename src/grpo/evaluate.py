@@ -9,7 +9,7 @@ from typing import Any
 from grpo.config import TaskConfig
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import RolloutEngine, SamplingParams
-from grpo.prompts import encode_prompt
+from grpo.tasks.prompts import encode_prompt
 from grpo.rewards import Reward, TrainerState, extract_answer, parse_number, score
 from grpo.tasks import Problem, reward_inputs
 

@@ -23,7 +23,7 @@ from grpo.dist import SINGLE, Ranks
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.guard.faults import FaultInjector
-from grpo.prompts import encode_prompt
+from grpo.tasks.prompts import encode_prompt
 from grpo.rewards import Reward, TrainerState, check_rewards, score
 from grpo.tasks import Problem, Task, reward_inputs
 

@@ -13,7 +13,7 @@ def build_task(cfg: TaskConfig, splits: tuple[str, ...] = ("train", "test")) -> 
     surfaces here, before a model is loaded. `splits`: which of train and test to read (an evaluation
     needs only its own). Relative paths in `cfg` are made absolute in place, so the config a run saves
     reads the same files when resumed from another folder."""
-    from grpo.prompts import load_chat_template
+    from grpo.tasks.prompts import load_chat_template
 
     absolute_paths(cfg)
     load_chat_template(cfg.chat_template)

@@ -4,7 +4,7 @@ import pytest
 
 from grpo.config import ConfigError, TaskConfig
 from grpo.policy.models import build_char_tokenizer
-from grpo.prompts import encode_prompt, load_chat_template
+from grpo.tasks.prompts import encode_prompt, load_chat_template
 from grpo.tasks import Problem, build_task
 
 TEXT = Problem("t-0", "What is 1 + 1?", "2")
