@@ -25,7 +25,7 @@ class SkipAdvice:
                       "a task matched to the model, or a small format bonus in the reward")
             if truncated > 0.3:
                 remedy = f"longer answers (rollout.max_new_tokens: {truncated:.0%} were cut off), " + remedy
-            alert(f"step {step}: NO UPDATE: {why} (mean reward {mean}), so GRPO has no signal. Try {remedy}.")
+            alert(f"step {step}: NO UPDATE: {why} (mean reward {mean:.3g}), so GRPO has no signal. Try {remedy}.")
         elif reason == "no trainable groups":
             alert(f"step {step}: NO UPDATE: no group had every sample generated and scored "
                   f"({m.get('rollout/failed', 0)} failed, {m.get('rollout/unscorable', 0)} unscorable); "

@@ -20,7 +20,7 @@ from grpo.faults import FaultInjector
 from grpo.guard.breakers import Guard
 from grpo.policy.models import resolve_device
 from grpo.policy.policy import Policy
-from grpo.rewards import RewardFn, get_reward
+from grpo.rewards import Reward, resolve_rewards
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
@@ -33,8 +33,8 @@ from grpo.tasks import Task, build_task
 class Components:
     task: Task
     total_steps: int
-    reward_fn: RewardFn
-    eval_reward_fn: RewardFn
+    rewards: list[Reward]  # the training reward functions, with their weights
+    eval_rewards: list[Reward]  # what scores held-out evaluations (eval.reward, else the training rewards)
     device: torch.device
     policy: Policy
     faults: FaultInjector
@@ -50,8 +50,8 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     task = build_task(cfg.task)
     total_steps = _total_steps(cfg, task)
-    reward_fn = _reward("task.reward", cfg.task.reward)
-    eval_reward_fn = _reward("eval.reward", cfg.eval.reward) if cfg.eval.reward else reward_fn
+    rewards = resolve_rewards(cfg.task.reward, cfg.task.reward_weights, "task.reward")
+    eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else rewards
     device = resolve_device(cfg.model.device, ranks.local_rank)
     engine_name = resolve_engine(cfg.rollout.engine)
     if ranks.distributed and engine_name != "embedded":
@@ -73,17 +73,11 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs.
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
                      else engine_name != "embedded" or not policy.inference_is_exact)
-    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, reward_fn, faults, seed,
+    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, faults, seed,
                                  ranks=ranks)
-    return Components(task, total_steps, reward_fn, eval_reward_fn, device, policy, faults, engine,
+    collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
+    return Components(task, total_steps, rewards, eval_rewards, device, policy, faults, engine,
                       recompute_old, collector, Guard(cfg.guard))
-
-
-def _reward(key: str, name: str) -> RewardFn:
-    try:
-        return get_reward(name)
-    except (KeyError, AttributeError, TypeError, ImportError) as exc:
-        raise ConfigError(f"{key}={name!r}: {exc}") from exc
 
 
 def _total_steps(cfg: RunConfig, task: Task) -> int:

@@ -7,22 +7,47 @@ import json
 import sys
 from pathlib import Path
 
-from grpo import progress
-from grpo.config import TaskConfig, load_config
+import os
+
+from grpo.config import load_config
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.errors import ConfigError, DiskError, RunDirLocked, exit_status, one_line
-from grpo.progress import Progress
 from grpo.rundir.files import atomic_write
+
+DEFAULT_EVAL_TOKENS = 256  # grpo eval's answer budget when neither a flag nor the config sets one
+
+
+# What `grpo eval` reads from a config; any other key given on its command line is refused, never ignored.
+EVAL_KEYS = ("task.", "eval.reward", "eval.max_new_tokens", "eval.max_samples", "eval.batch_size",
+             "rollout.max_new_tokens", "model.dtype", "model.device", "model.attn_implementation", "model.tiny.",
+             "train.seed")
+
+
+def _given_keys(config: str | None, overrides: list[str]) -> set[str]:
+    """The dotted keys the config file and the overrides set (not those left at their defaults)."""
+    import yaml
+
+    from grpo.config import apply_override, resolve_config_path
+
+    data = yaml.safe_load(resolve_config_path(config).read_text()) or {} if config else {}
+    for override in overrides:
+        apply_override(data, override)
+
+    def flat(tree: dict, prefix: str = "") -> set[str]:
+        keys: set[str] = set()
+        for key, value in tree.items():
+            keys |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}"}
+        return keys
+
+    return flat(data)
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from grpo.config import ModelConfig
-    from grpo.rollout.engines.embedded import EmbeddedEngine
-    from grpo.evaluate import evaluate, format_table
-    from grpo.policy.models import load_model_and_tokenizer, resolve_device
-    from grpo.rewards import get_reward
-    from grpo.tasks import build_task
+    from dataclasses import replace
+
+    from grpo.api import run_evaluation
+    from grpo.evaluate import format_table
 
     for flag in ("max_samples", "samples", "max_new_tokens", "batch_size"):
         value = getattr(args, flag)
@@ -31,33 +56,40 @@ def _eval(args: argparse.Namespace) -> int:
     if args.temperature < 0:
         raise ConfigError(f"--temperature must be 0 or more; got {args.temperature}")
     cfg = load_config(args.config, args.overrides)
-    task_cfg: TaskConfig = cfg.task
-    task_cfg.name = args.task or task_cfg.name
-    task = build_task(task_cfg)  # data errors before the model is loaded
-    if args.split == "train":
-        problems = [task.train_problem(i, cfg.train.seed) for i in range(args.max_samples or task.num_train or 500)]
-    else:
-        problems = task.eval_problems(args.max_samples)
-    if not problems:
-        raise ConfigError(f"task {task_cfg.name} has no {args.split} problems to evaluate")
-    model_cfg = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
+    unused = sorted(k for k in _given_keys(None, args.overrides) if not k.startswith(EVAL_KEYS))
+    if unused:
+        raise ConfigError(f"grpo eval does not use {unused[0]}; it reads task.*, eval.reward, eval.max_new_tokens, "
+                          "eval.max_samples, eval.batch_size, rollout.max_new_tokens, model.dtype, model.device, "
+                          "model.tiny.* and train.seed (the order of --split train); the model is --model")
+    given = _given_keys(args.config, args.overrides)
+    output = Path(args.output) if args.output else None
+    if output is not None:  # made (and checked) now, not after the whole evaluation
+        if output.is_dir():
+            raise ConfigError(f"--output {output} is a directory; give a file name, e.g. {output / 'eval.json'}")
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--output {output}: cannot make its folder ({exc.strerror or exc})") from None
+        if not os.access(output.parent, os.W_OK):
+            raise ConfigError(f"--output {output}: its folder {output.parent} is not writable")
+    cfg.task.name = args.task or cfg.task.name
+    cfg.model = replace(cfg.model, name=args.model, dtype=args.dtype or cfg.model.dtype,
+                        device=args.device or cfg.model.device)
+    max_new_tokens = (args.max_new_tokens or cfg.eval.max_new_tokens
+                      or (cfg.rollout.max_new_tokens if "rollout.max_new_tokens" in given else DEFAULT_EVAL_TOKENS))
+    max_samples = args.max_samples or (cfg.eval.max_samples if "eval.max_samples" in given else None)
     setup_console()
-    device = resolve_device(model_cfg.device)
-    model, tokenizer = load_model_and_tokenizer(model_cfg, device)
-    engine = EmbeddedEngine(model, tokenizer, args.batch_size)
-    progress.activate(Progress(0, interval_s=30.0))
-    with progress.phase(f"evaluate {len(problems)} problems"):
-        result = evaluate(engine, tokenizer, problems, task_cfg, get_reward(cfg.eval.reward or task_cfg.reward),
-                          max_new_tokens=args.max_new_tokens, samples=args.samples, temperature=args.temperature,
-                          seed=args.seed, keep_answers=bool(args.output))
-    progress.activate(None)
+    result = run_evaluation(cfg, split=args.split, max_samples=max_samples, samples=args.samples,
+                            temperature=args.temperature, max_new_tokens=max_new_tokens,
+                            batch_size=args.batch_size or cfg.eval.batch_size, seed=args.seed,
+                            keep_answers=output is not None)
     answers = result.pop("answers", None)
-    result = {"model": args.model, "task": task_cfg.name, "split": args.split, **result}
+    if output is not None:  # the summary and every answer, to see what the model wrote
+        atomic_write(output, json.dumps({**result, "answers": answers}, indent=2))
+        say(f"every answer is in {output}")
     say(format_table({k: v for k, v in result.items() if not isinstance(v, str)},
-                     f"{args.model} on {task_cfg.name}/{args.split}"))
+                     f"{args.model} on {cfg.task.name}/{args.split}"))
     say(json.dumps(result))
-    if args.output:  # the summary and every answer, to see what the model wrote
-        atomic_write(Path(args.output), json.dumps({**result, "answers": answers}, indent=2))
     return 0
 
 
@@ -86,18 +118,24 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--model", required=True, help="hub name, local directory, checkpoint model dir or short name")
     ev.add_argument("--task", choices=["gsm8k", "arith", "dataset"])
     ev.add_argument("--split", choices=["test", "train"], default="test")
-    ev.add_argument("--max-samples", type=int, default=None)
+    ev.add_argument("--max-samples", type=int, default=None, help="the first N problems of the split (default: "
+                                                                    "eval.max_samples if the config sets it, else all)")
     ev.add_argument("--samples", type=int, default=1)
     ev.add_argument("--temperature", type=float, default=1.0)
-    ev.add_argument("--max-new-tokens", type=int, default=256)
-    ev.add_argument("--batch-size", type=int, default=64)
-    ev.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
-    ev.add_argument("--device", default="auto")
+    ev.add_argument("--max-new-tokens", type=int, default=None,
+                    help="the answer budget (default: eval.max_new_tokens, else rollout.max_new_tokens if the config "
+                         f"sets it, else {DEFAULT_EVAL_TOKENS})")
+    ev.add_argument("--batch-size", type=int, default=None, help="rows per generation batch (default: "
+                                                                   "eval.batch_size)")
+    ev.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                    help="default: model.dtype (bfloat16)")
+    ev.add_argument("--device", default=None, help="default: model.device (auto)")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--config", help="config whose task section (prompt, data path, arith knobs) to use")
     ev.add_argument("--output", help="also write the result and every answer (question, gold, completion, "
                                      "reward, status) to this JSON file")
-    ev.add_argument("overrides", nargs="*", help="dotted overrides of the task section, e.g. task.path=...")
+    ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. task.path=... task.reward=math "
+                                                 "eval.max_new_tokens=512 (keys eval does not use are refused)")
 
     config = sub.add_parser("config", help="grpo config show [--config X] [overrides]")
     show = config.add_subparsers(dest="config_command", required=True).add_parser(
@@ -151,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(diagnose(Path(args.run_dir))))
             return 0
         return _eval(args)
-    except (ConfigError, RunDirLocked, FileNotFoundError, DiskError) as exc:
+    except (ConfigError, RunDirLocked, FileNotFoundError, PermissionError, DiskError) as exc:
         alert(one_line(exc))
         return exit_status(exc)
 

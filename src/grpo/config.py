@@ -97,7 +97,13 @@ class TaskConfig:
     system_prompt: str | None = None  # a system message before each text prompt
     instruction: str = "Put your final answer within \\boxed{}."  # appended to text prompts on a new line
     chat_template: str | None = None  # a Jinja chat template, or a file holding one; null: the tokenizer's
-    reward: str = "math"  # a registered reward name or `module:function`
+    # A registered reward name or `module:function` (a module in the working directory imports as
+    # Python would), or a list of them, summed with task.reward_weights; each is logged on its own.
+    reward: str | list[str] = "math"
+    reward_weights: list[float] | None = None  # one weight per task.reward entry; null: each 1
+    # An answer whose total reward is at least this counts as correct: reward/accuracy in training, and
+    # evaluation's accuracy, pass@k and maj@k (never the mean reward)
+    correct_threshold: float = 1.0
     arith: ArithConfig = field(default_factory=ArithConfig)
 
 
@@ -214,8 +220,10 @@ class EvalConfig:
     after_training: bool = False  # and once after the last
     max_samples: int = 128  # held-out problems per evaluation (the first N of the test split)
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
-    # the reward that scores evaluations (e.g. plain `math` while training with a shaped reward); null: task.reward
-    reward: str | None = None
+    batch_size: int = 64  # grpo eval's rows per generation batch (--batch-size); a run's evaluations use rollout's
+    # the reward that scores evaluations (e.g. plain `math` while training with a shaped reward), or a list of
+    # them (weights 1); null: task.reward with task.reward_weights
+    reward: str | list[str] | None = None
 
 
 @dataclass
@@ -505,6 +513,7 @@ def validate(cfg: RunConfig) -> None:
         (r.max_refill_rounds >= 0, "rollout.max_refill_rounds must be 0 or more", r.max_refill_rounds),
         (a.updates_per_batch >= 1, "algo.updates_per_batch must be at least 1", a.updates_per_batch),
         (a.micro_batch_size >= 1, "algo.micro_batch_size must be at least 1", a.micro_batch_size),
+        (cfg.eval.batch_size >= 1, "eval.batch_size must be at least 1", cfg.eval.batch_size),
         (0 <= a.clip_low < 1, "algo.clip_low must be in [0, 1)", a.clip_low),
         (a.clip_high >= 0, "algo.clip_high must be 0 or more", a.clip_high),
         (a.kl_coef >= 0, "algo.kl_coef must be 0 or more", a.kl_coef),
@@ -523,6 +532,13 @@ def validate(cfg: RunConfig) -> None:
         (cfg.checkpoint.every_minutes >= 0, "checkpoint.every_minutes must be 0 (off) or more",
          cfg.checkpoint.every_minutes),
         (cfg.checkpoint.keep_last >= 1, "checkpoint.keep_last must be at least 1", cfg.checkpoint.keep_last),
+        (cfg.task.reward_weights is None or len(cfg.task.reward_weights) == (
+            1 if isinstance(cfg.task.reward, str) else len(cfg.task.reward)),
+         "task.reward_weights needs one weight per task.reward entry", cfg.task.reward_weights),
+        (cfg.task.reward_weights is None or all(math.isfinite(w) for w in cfg.task.reward_weights),
+         "task.reward_weights must be finite numbers", cfg.task.reward_weights),
+        (math.isfinite(cfg.task.correct_threshold), "task.correct_threshold must be a finite number",
+         cfg.task.correct_threshold),
         (cfg.task.max_train_problems is None or cfg.task.max_train_problems >= 1,
          "task.max_train_problems must be at least 1 (or null for all)", cfg.task.max_train_problems),
         (g.max_rollbacks >= 0, "guard.max_rollbacks must be 0 or more", g.max_rollbacks),

@@ -25,7 +25,7 @@ def run(config: str | None, overrides: list[str]) -> int:
         # The lock comes first: a second trainer on this directory must not even open its log. Under
         # torchrun, rank 0 holds it and writes the run directory.
         run_dir = RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
-    except (ConfigError, RunDirLocked, FileNotFoundError, DiskError) as exc:
+    except (ConfigError, RunDirLocked, FileNotFoundError, PermissionError, DiskError) as exc:
         alert(one_line(exc))
         return exit_status(exc)
     setup_console(run_dir.path if ranks.main else None, quiet=not ranks.main)

@@ -123,7 +123,7 @@ def _size(n: float) -> str:
 
 def exit_status(exc: BaseException) -> int:
     """The exit status of a run that ended with `exc`."""
-    if isinstance(exc, (ConfigError, RunDirLocked, FileNotFoundError)):
+    if isinstance(exc, (ConfigError, RunDirLocked, FileNotFoundError, PermissionError)):
         return EXIT_BAD_INPUT
     if isinstance(exc, RunStopped):
         return EXIT_STOPPED
@@ -141,6 +141,13 @@ def one_line(exc: BaseException) -> str:
         return f"config error: {exc}"
     if isinstance(exc, (RunDirLocked, FileNotFoundError)):
         return f"error: {exc}"
+    if isinstance(exc, PermissionError):  # nothing was changed: the same command works once access is given
+        where = str(exc.filename or ".")
+        parent = os.path.dirname(where) or "."
+        if not os.access(parent, os.R_OK | os.W_OK | os.X_OK):  # the folder is what shuts the user out
+            where = parent
+        return (f"error: permission denied: {where}; give this user read and write access to it "
+                f"(e.g. chmod -R u+rwX {where}), then run the same command again")
     if isinstance(exc, RunStopped):
         return f"\nSTOPPED: {exc}"
     if isinstance(exc, RunInterrupted):

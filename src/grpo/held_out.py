@@ -10,18 +10,18 @@ from grpo.config import RunConfig
 from grpo.dist import Ranks
 from grpo.evaluate import evaluate, merge_evaluations
 from grpo.policy.policy import Policy
-from grpo.rewards import RewardFn
+from grpo.rewards import Reward
 from grpo.rollout.engines import GenerationCancelled, RolloutEngine
 from grpo.tasks import Task
 
 
-def evaluate_held_out(cfg: RunConfig, task: Task, engine: RolloutEngine, policy: Policy, reward_fn: RewardFn,
+def evaluate_held_out(cfg: RunConfig, task: Task, engine: RolloutEngine, policy: Policy, rewards: list[Reward],
                       ranks: Ranks, label: str) -> dict[str, Any] | None:
     """-> the merged result, or None when a stop signal cut the evaluation short."""
     problems = task.eval_problems(cfg.eval.max_samples)[ranks.rank :: ranks.world]
     try:
         with progress.phase(f"evaluate ({label})"), policy.unsharded():
-            result = evaluate(engine, policy.tokenizer, problems, cfg.task, reward_fn,
+            result = evaluate(engine, policy.tokenizer, problems, cfg.task, rewards,
                               max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens)
     except GenerationCancelled:
         return None

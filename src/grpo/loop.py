@@ -59,7 +59,7 @@ class TrainingLoop:
             parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
             self.policy, self.engine, self.collector, self.guard = parts.policy, parts.engine, parts.collector, parts.guard
-            self.faults, self.recompute_old, self.eval_reward_fn = parts.faults, parts.recompute_old, parts.eval_reward_fn
+            self.faults, self.recompute_old, self.eval_rewards = parts.faults, parts.recompute_old, parts.eval_rewards
             self.state = RunState(cfg, self.run, self.policy, self.guard, ranks)
             self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals)
             self.advice = SkipAdvice()
@@ -234,7 +234,7 @@ class TrainingLoop:
 
     def _evaluate(self, label: str) -> dict[str, Any] | None:
         """Held-out accuracy, recorded; None when a stop signal cut it short (the step itself stands)."""
-        result = evaluate_held_out(self.cfg, self.task, self.engine, self.policy, self.eval_reward_fn, self.ranks, label)
+        result = evaluate_held_out(self.cfg, self.task, self.engine, self.policy, self.eval_rewards, self.ranks, label)
         if result is not None:
             self.state.score = result["accuracy"]
             self.run.logs["eval.jsonl"].append({"step": self.state.step, "label": label, **result})

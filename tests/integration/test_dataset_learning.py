@@ -8,10 +8,13 @@ import statistics
 from .helpers import metric_lines, run_tiny
 
 
-def target_char_reward(completions: list[str], target: list[str], gold: list[str], **columns) -> list[float | None]:
-    """The fraction of a completion's characters that are the row's target character."""
+def target_char_reward(completions: list[list[dict]], target: list[str], gold: list[str], **columns
+                       ) -> list[float | None]:
+    """The fraction of a completion's characters that are the row's target character. Chat data: as in TRL,
+    each completion is a list of one assistant message."""
     assert gold == target  # the answer column's gold arrives too, beside the data's own columns
-    return [sum(ch == t for ch in text) / len(text) if text else 0.0 for text, t in zip(completions, target)]
+    texts = [completion[0]["content"] for completion in completions]
+    return [sum(ch == t for ch in text) / len(text) if text else 0.0 for text, t in zip(texts, target)]
 
 
 def write_rows(path, n: int, seed: int) -> None:

@@ -280,7 +280,8 @@ def test_an_unreachable_hub_model_is_a_one_line_error(tmp_path, capsys, monkeypa
 
 def test_unscorable_golds_stop_at_once_naming_the_data_without_rolling_back(tmp_path, capsys):
     no_gold = {"question": "What is 1 + 1?", "answer": "two, but no gold line"}
-    data = gsm8k_dir(tmp_path, [no_gold] * 8, [PROBLEM])
+    # One row has a gold: a split where none has one is refused at load (tests/integration/test_first_hour.py).
+    data = gsm8k_dir(tmp_path, [no_gold] * 7 + [PROBLEM], [PROBLEM])
     run_dir = tmp_path / "r"
     code = train(run_dir, "task.name=gsm8k", f"task.path={data}", "task.reward=math", "train.steps=6")
     err = capsys.readouterr().err

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpo.rewards import (
+    RewardError,
     extract_answer,
     get_reward,
     gsm8k_gold,
@@ -225,7 +226,7 @@ def test_score_completions_wrong_length_raises() -> None:
     def short(completions: list[str], **_: object) -> list[float | None]:
         return [1.0]
 
-    with pytest.raises(TypeError, match=r"short.*1 rewards for 2"):
+    with pytest.raises(RewardError, match=r"short returned 1 rewards for 2 completions"):
         score_completions(short, ["a", "b"], {})
 
 
@@ -233,7 +234,7 @@ def test_score_completions_wrong_type_raises() -> None:
     def stringy(completions: list[str], **_: object) -> list[object]:
         return ["1.0" for _ in completions]
 
-    with pytest.raises(TypeError, match="stringy.*str"):
+    with pytest.raises(RewardError, match="stringy returned str '1.0' at index 0"):
         score_completions(stringy, ["a"], {})
 
 
@@ -260,3 +261,99 @@ def test_math_format_gives_a_small_bonus_for_a_readable_wrong_answer_only():
     fn = get_reward("math_format")
     completions = ["so \\boxed{7}", "the answer is 8", "I think it is seven-ish", "#### 9"]
     assert fn(completions, gold=["7", "7", "7", None]) == [1.0, FORMAT_BONUS, 0.0, None]
+
+
+# --- TRL's contract: several functions, weights, None, the check at start -----------------------------------
+
+def test_several_rewards_are_summed_with_weights_and_none_means_does_not_apply() -> None:
+    from grpo.rewards import Reward, score
+
+    def length(completions, **kwargs):
+        return [float(len(c)) for c in completions]
+
+    def only_digits(completions, **kwargs):  # None: does not apply (TRL's nansum)
+        return [float(c.isdigit()) if c[0].isdigit() else None for c in completions]
+
+    def never(completions, **kwargs):
+        return [None] * len(completions)
+
+    scores = score([Reward("length", length, 0.5), Reward("only_digits", only_digits, 2.0)],
+                   {"completions": ["12", "ab", "3x"]})
+    assert scores.total == [0.5 * 2 + 2.0, 0.5 * 2, 0.5 * 2 + 0.0]
+    assert scores.parts == {"length": [2.0, 2.0, 2.0], "only_digits": [1.0, None, 0.0]}
+    assert score([Reward("never", never)], {"completions": ["a"]}).total == [None]  # no function scored it
+
+
+def test_a_function_that_raises_on_a_sample_makes_it_unscorable_whatever_the_others_say() -> None:
+    from grpo.rewards import Reward, score
+
+    def fine(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def picky(completions, **kwargs):
+        if "bad" in completions:
+            raise ValueError("cannot read it")
+        return [1.0] * len(completions)
+
+    scores = score([Reward("fine", fine), Reward("picky", picky)], {"completions": ["ok", "bad"]})
+    assert scores.total == [2.0, None]
+    assert scores.errors == [None, "picky: ValueError: cannot read it"]
+
+
+def test_returned_tuples_and_arrays_are_accepted() -> None:
+    import numpy as np
+    import torch
+
+    for out in ((1, 0.5), np.array([1.0, 0.5]), torch.tensor([1.0, 0.5])):
+        assert score_completions(lambda completions, **kw: out, ["a", "b"], {})[0] == [1.0, 0.5]
+
+
+def test_the_check_at_start_names_the_function_and_how_it_was_called() -> None:
+    from grpo.config import ConfigError
+    from grpo.rewards import Reward, check_rewards
+
+    def positional(completions_text, gold):
+        return [1.0]
+
+    with pytest.raises(ConfigError, match=r"^reward function .*positional failed on 1 row: TypeError: .*positional\(\) "
+                                          r"got an unexpected keyword argument 'completions' \(it is called by keyword "
+                                          r"with completions, gold; take \*\*kwargs for those it does not use\)$"):
+        check_rewards([Reward("positional", positional)], {"completions": ["4"], "gold": ["4"]}, "1 row")
+    with pytest.raises(RewardError, match=r"returned float 1.0: it must return a list .* \(called on 1 row\)$"):
+        check_rewards([Reward("scalar", lambda completions, **kw: 1.0)], {"completions": ["4"]}, "1 row")
+
+
+def test_resolve_rewards_names_each_function_and_checks_the_weights() -> None:
+    from grpo.config import ConfigError
+    from grpo.rewards import resolve_rewards
+
+    rewards = resolve_rewards(["math", "digits", "math", lambda completions, **kw: []], [1, 0.5, 2, 3], "task.reward")
+    assert [(r.name, r.weight) for r in rewards] == [("math", 1.0), ("digits", 0.5), ("math_2", 2.0), ("lambda", 3.0)]
+    assert resolve_rewards("math", None, "task.reward")[0].name == "math"
+    with pytest.raises(ConfigError, match=r"^task.reward_weights has 1 weights for 2 reward functions"):
+        resolve_rewards(["math", "digits"], [1.0], "task.reward")
+    with pytest.raises(ConfigError, match=r"^eval.reward='nope': unknown reward 'nope'; registered rewards: "):
+        resolve_rewards("nope", None, "eval.reward")
+
+
+def test_a_reward_module_in_the_working_directory_imports_without_pythonpath(tmp_path, monkeypatch) -> None:
+    from grpo.config import ConfigError
+    from grpo.rewards import resolve_rewards
+
+    (tmp_path / "cwd_rewards_mod.py").write_text("def fn(completions, **kw):\n    return [1.0] * len(completions)\n")
+    (tmp_path / "broken_rewards_mod.py").write_text("import not_installed_anywhere\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        assert resolve_rewards("cwd_rewards_mod:fn", None, "task.reward")[0].fn(completions=["a"]) == [1.0]
+        with pytest.raises(ConfigError, match=r"^task.reward='broken_rewards_mod:fn': importing broken_rewards_mod "
+                                              r"failed: ModuleNotFoundError: No module named 'not_installed_anywhere'"):
+            resolve_rewards("broken_rewards_mod:fn", None, "task.reward")
+    finally:
+        sys.modules.pop("cwd_rewards_mod", None)
+        sys.modules.pop("broken_rewards_mod", None)
+
+
+def test_builtin_rewards_read_chat_completions_as_trl_passes_them() -> None:
+    chat = [[{"role": "assistant", "content": "so \\boxed{7}"}], [{"role": "assistant", "content": "8"}]]
+    assert get_reward("math")(completions=chat, gold=["7", "7"]) == [1.0, 0.0]

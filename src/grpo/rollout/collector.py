@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -23,8 +24,8 @@ from grpo.policy.update import TrainBatch
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
-from grpo.rewards import RewardFn, score_completions
-from grpo.tasks import Problem, Task, reward_columns
+from grpo.rewards import Reward, RewardFn, TrainerState, check_rewards, score
+from grpo.tasks import Problem, Task, reward_inputs
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,9 @@ class Sample:
     prompt_ids: list[int]
     completion: Completion
     status: SampleStatus
-    reward: float | None = None
+    reward: float | None = None  # the weighted total of the reward functions
     error: str | None = None
+    reward_parts: dict[str, float | None] = field(default_factory=dict)  # each reward function's own
 
 
 @dataclass
@@ -72,6 +74,8 @@ class RolloutBatch:
     groups_zero_variance: int = 0
     groups_complete: int = 0
     complete_rewards: list[float] = field(default_factory=list)  # every valid group, filtered or not
+    complete_parts: list[tuple[str, float]] = field(default_factory=list)  # (reward name, its reward), likewise
+    complete_correct: list[bool] = field(default_factory=list)  # reward >= task.correct_threshold, likewise
     reward_errors: list[str] = field(default_factory=list)
     generated_tokens: int = 0
     generate_s: float = 0.0
@@ -105,7 +109,7 @@ class RolloutCollector:
         task: Task,
         task_cfg: TaskConfig,
         cfg: RolloutConfig,
-        reward_fn: RewardFn,
+        rewards: Sequence[Reward],
         faults: RolloutFaults,
         data_seed: int,
         sleep: Callable[[float], None] = time.sleep,
@@ -113,10 +117,20 @@ class RolloutCollector:
     ) -> None:
         self.ranks = ranks
         self.engine, self.tokenizer, self.task, self.task_cfg = engine, tokenizer, task, task_cfg
-        self.cfg, self.reward_fn, self.faults, self.data_seed, self.sleep = cfg, reward_fn, faults, data_seed, sleep
+        self.cfg, self.rewards, self.faults, self.data_seed, self.sleep = cfg, list(rewards), faults, data_seed, sleep
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
         self.jitter = random.Random(data_seed)
         self.revision: int | None = None
+
+    def check_rewards(self, rows: int = 4) -> None:
+        """Call each reward function once on the first training rows, their gold answers as completions, so a
+        wrong signature, shape or type is a one-line error before the first rollout, not a crash in it."""
+        count = min(rows, self.task.num_train) if self.task.num_train is not None else rows
+        problems = [self.task.train_problem(i, self.data_seed) for i in range(count)]
+        golds = [p.gold for p in problems]
+        ids = [self.tokenizer(g, add_special_tokens=False)["input_ids"] for g in golds]
+        inputs = {**reward_inputs(problems, golds, ids), "trainer_state": TrainerState(0)}
+        check_rewards(self.rewards, inputs, f"{count} training rows with their gold answers as completions")
 
     def collect(self, step: int, data_index: int, revision: int | None = None) -> RolloutBatch:
         """`revision`: the policy weights the samples must come from; an engine that tags its
@@ -176,13 +190,13 @@ class RolloutCollector:
         start = time.perf_counter()
         scorable = [s for g in groups for s in g.samples if s.status.trainable]
         if scorable:
-            rewards, errors = score_completions(
-                self.faults.wrap_reward(self.reward_fn, step),
-                [s.completion.text for s in scorable],
-                reward_columns([s.problem for s in scorable]),
-            )
-            for sample, reward, error in zip(scorable, rewards, errors):
+            rewards = [Reward(r.name, self.faults.wrap_reward(r.fn, step), r.weight) for r in self.rewards]
+            inputs = reward_inputs([s.problem for s in scorable], [s.completion.text for s in scorable],
+                                   [s.completion.token_ids for s in scorable])
+            scores = score(rewards, {**inputs, "trainer_state": TrainerState(step)})
+            for i, (sample, reward, error) in enumerate(zip(scorable, scores.total, scores.errors)):
                 sample.reward = reward
+                sample.reward_parts = {name: values[i] for name, values in scores.parts.items()}
                 if reward is None:
                     batch.attempts[sample.status.value] -= 1
                     batch.attempts[SampleStatus.UNSCORABLE.value] += 1
@@ -202,6 +216,9 @@ class RolloutCollector:
                 continue
             batch.groups_complete += 1
             batch.complete_rewards.extend(s.reward for s in group.samples)
+            batch.complete_parts.extend((name, value) for s in group.samples for name, value in s.reward_parts.items()
+                                        if value is not None)
+            batch.complete_correct.extend(s.reward >= self.task_cfg.correct_threshold for s in group.samples)
             rewards = torch.tensor([[s.reward for s in group.samples]])
             if bool(zero_variance_groups(rewards)[0]):
                 batch.groups_zero_variance += 1
@@ -265,8 +282,12 @@ def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any
             "reward/std": rewards.std(unbiased=False).item(),
             "reward/min": rewards.min().item(),
             "reward/max": rewards.max().item(),
-            "reward/accuracy": (rewards >= 1.0).float().mean().item(),
+            "reward/accuracy": sum(t["correct"]) / len(t["correct"]),  # reward >= task.correct_threshold
         })
+    for name in dict.fromkeys(name for name, _ in t["parts"]):  # each reward function on its own
+        values = torch.tensor([value for n, value in t["parts"] if n == name])
+        m[f"reward/{name}/mean"] = values.mean().item()
+        m[f"reward/{name}/std"] = values.std(unbiased=False).item()
     if t["sources"]:  # which server incarnations produced what is trained on (none that failed)
         m["rollout/sources"] = sorted(t["sources"])
     if t["lengths"]:
@@ -287,6 +308,7 @@ def _summary(batch: RolloutBatch) -> dict[str, Any]:
         "reward_errors": len(batch.reward_errors), "trained": len(batch.groups),
         "dropped_invalid": batch.groups_dropped_invalid, "dropped_zero_std": batch.groups_dropped_zero_variance,
         "zero_std": batch.groups_zero_variance, "complete": batch.groups_complete, "rewards": batch.complete_rewards,
+        "parts": batch.complete_parts, "correct": batch.complete_correct,
         "sources": {f"{s.completion.meta['server']}#{s.completion.meta['incarnation']}"
                     for s in trained if "server" in s.completion.meta},
         "lengths": [len(s.completion.token_ids) for s in trained],

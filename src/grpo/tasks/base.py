@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Keywords a reward function always gets besides the data's own columns; a column may not take these names.
-RESERVED_COLUMNS = ("completions", "gold", "question")
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "gold", "question")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,19 @@ def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:
     columns["gold"] = [p.gold for p in problems]
     columns["question"] = [p.question for p in problems]
     return columns
+
+
+def reward_inputs(problems: list[Problem], completions: list[str], completion_ids: list[list[int]]
+                  ) -> dict[str, list[Any]]:
+    """TRL's reward keywords for one completion per problem: `prompts` and `completions` as text, or for a chat
+    prompt as message lists (the completion as one assistant message), `completion_ids`, and every column."""
+    return {
+        "prompts": [[dict(m) for m in p.messages] if p.messages is not None else p.question for p in problems],
+        "completions": [[{"role": "assistant", "content": text}] if p.messages is not None else text
+                        for p, text in zip(problems, completions)],
+        "completion_ids": [list(ids) for ids in completion_ids],
+        **reward_columns(problems),
+    }
 
 
 class Task(abc.ABC):

@@ -12,7 +12,7 @@ from typing import Any
 from grpo.config import TaskConfig
 from grpo.errors import ConfigError
 from grpo.tasks.base import RESERVED_COLUMNS, ListTask, Problem
-from grpo.tasks.files import Table, expand_files, read_files, read_hub, split_files
+from grpo.tasks.files import Table, expand_files, read_files, read_hub, read_memory, split_files
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ class Columns:
     answer: str | None  # None: the data has no gold answer
     gold_pattern: re.Pattern[str] | None  # None: the whole answer is the gold
     keys: tuple[str, str]  # where the prompt and answer columns were set, for error messages
+    pattern_key: str = "task.gold_pattern"  # where the gold pattern was set, likewise
 
     @classmethod
     def from_config(cls, cfg: TaskConfig) -> Columns:
@@ -110,6 +111,25 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
     return problems
 
 
+def _without_gold(problems: list[Problem], table: Table, columns: Columns) -> str:
+    """The load-time report's note on rows without a gold answer; a gold pattern that matches no row is refused
+    (every answer would be unscorable, found only steps into a run)."""
+    if columns.answer is None:
+        return " (no answer column: every gold is empty)"
+    missing = [i for i, p in enumerate(problems) if not p.gold]
+    if columns.gold_pattern is not None and len(missing) == len(problems):
+        answered = next((i for i in missing if table.rows[i][columns.answer] not in (None, "")), missing[0])
+        fix = ("Fix the pattern (its first group is the gold), or set task.gold_pattern=null to use the whole answer"
+               if columns.pattern_key == "task.gold_pattern" else "For data in another format use task.name=dataset")
+        raise ConfigError(f"{columns.pattern_key} '{columns.gold_pattern.pattern}' matches no answer in "
+                          f"{table.source} (column {columns.answer!r}); e.g. {table.where[answered]}: "
+                          f"{_short(table.rows[answered][columns.answer])}. {fix}")
+    if not missing:
+        return ""
+    return (f" ({len(missing)} without a gold answer, e.g. {table.where[missing[0]]}: the math reward cannot score "
+            "them)")
+
+
 def read_split(source: str | None, split: str, files: list[str], files_key: str) -> Table:
     """A split from explicit files (`files_key`), else from `source`: a directory, or hub:NAME[:CONFIG]."""
     if files:
@@ -121,24 +141,33 @@ def read_split(source: str | None, split: str, files: list[str], files_key: str)
         raise ConfigError("task.path=hub is GSM8K's shorthand; name the dataset: hub:ORG/NAME or hub:ORG/NAME:CONFIG")
     if source.startswith("hub:"):
         return read_hub(source, split)
+    if source.startswith("memory:"):
+        return read_memory(source, split)
     return read_files(split_files(Path(source).expanduser(), split, files_key))
 
 
 class DatasetTask(ListTask):
     name = "dataset"
 
-    def __init__(self, cfg: TaskConfig, source: str | None = None, columns: Columns | None = None) -> None:
-        """`source` and `columns` default to task.path and the task.*_column keys; named tasks pass their own."""
+    def __init__(self, cfg: TaskConfig, source: str | None = None, columns: Columns | None = None,
+                 splits: tuple[str, ...] = ("train", "test")) -> None:
+        """`source` and `columns` default to task.path and the task.*_column keys; named tasks pass their own.
+        `splits`: which of train and test to read; the other is left empty."""
         source = cfg.path if source is None else source
         columns = columns or Columns.from_config(cfg)
-        splits, sources = [], []
-        for split, files, key in ((cfg.train_split, cfg.train_files, "task.train_files"),
-                                  (cfg.test_split, cfg.test_files, "task.test_files")):
+        loaded: dict[str, list[Problem]] = {"train": [], "test": []}
+        report = []
+        for which, split, files, key in (("train", cfg.train_split, cfg.train_files, "task.train_files"),
+                                         ("test", cfg.test_split, cfg.test_files, "task.test_files")):
+            if which not in splits:
+                continue
             table = read_split(source, split, files, key)
-            splits.append(to_problems(table, columns, f"{self.name}-{split}", cfg.system_prompt))
-            sources.append(table.source)
-        train, test = splits
-        super().__init__(train=train[: cfg.max_train_problems] if cfg.max_train_problems else train, test=test)
-        # Logged once both splits loaded, so a data error stays the only line a failed start prints.
-        log.info("%s: %d training problems from %s; %d held-out from %s", self.name, len(self._train), sources[0],
-                 len(test), sources[1])
+            problems = to_problems(table, columns, f"{self.name}-{split}", cfg.system_prompt)
+            if which == "train" and cfg.max_train_problems:
+                problems = problems[: cfg.max_train_problems]
+            report.append(f"{len(problems)} {'training' if which == 'train' else 'held-out'} problems from "
+                          f"{table.source}{_without_gold(problems, table, columns)}")
+            loaded[which] = problems
+        super().__init__(train=loaded["train"], test=loaded["test"])
+        # Logged once every split loaded, so a data error stays the only line a failed start prints.
+        log.info("%s: %s", self.name, "; ".join(report))

@@ -158,3 +158,28 @@ def read_hub(spec: str, split: str) -> Table:
     for i, row in enumerate(rows, 1):
         table.add(dict(row), f"{spec} {split} row {i}")
     return table
+
+
+_MEMORY: dict[str, dict[str, list[dict[str, Any]]]] = {}
+
+
+def register_memory(name: str, splits: dict[str, list[dict[str, Any]]]) -> str:
+    """Rows held in memory (the Python API's datasets), by split, read like files as `memory:NAME`."""
+    _MEMORY[name] = splits
+    return f"memory:{name}"
+
+
+def read_memory(spec: str, split: str) -> Table:
+    name = spec.removeprefix("memory:")
+    if name not in _MEMORY:
+        raise ConfigError(f"task.path={spec}: no in-memory dataset {name!r} in this process (a dataset given to "
+                          "grpo.api lives only in its own Python process; for the command line, write it to files)")
+    if split not in _MEMORY[name]:
+        raise ConfigError(f"task.path={spec} has no {split} split; it has: {', '.join(_MEMORY[name]) or 'none'}")
+    table = Table(source=f"{spec} {split}")
+    for i, row in enumerate(_MEMORY[name][split], 1):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{spec} {split} row {i}: each row must be a dict of columns, got {type(row).__name__}")
+        table.add(dict(row), f"{spec} {split} row {i}")
+    table.fill_missing()
+    return table

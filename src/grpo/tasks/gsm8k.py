@@ -11,7 +11,8 @@ from grpo.config import TaskConfig
 from grpo.errors import ConfigError
 from grpo.tasks.dataset import Columns, DatasetTask
 
-COLUMNS = Columns("question", "answer", re.compile(r"####\s*(.*)"), ("GSM8K's question", "GSM8K's answer"))
+COLUMNS = Columns("question", "answer", re.compile(r"####\s*(.*)"), ("GSM8K's question", "GSM8K's answer"),
+                  "GSM8K's gold pattern")
 HUB = "hub:openai/gsm8k:main"
 # Keys that choose other files or columns: a GSM8K run that set them would silently not use them.
 DATASET_KEYS = ("train_files", "test_files", "train_split", "test_split", "prompt_column", "answer_column",
@@ -50,11 +51,11 @@ def find_gsm8k() -> Path:
 class GSM8KTask(DatasetTask):
     name = "gsm8k"
 
-    def __init__(self, cfg: TaskConfig) -> None:
+    def __init__(self, cfg: TaskConfig, splits: tuple[str, ...] = ("train", "test")) -> None:
         defaults = TaskConfig()
         changed = [key for key in DATASET_KEYS if getattr(cfg, key) != getattr(defaults, key)]
         if changed:
             raise ConfigError(f"task.{changed[0]} is for task.name=dataset; gsm8k reads GSM8K's question and answer "
                               "columns: for other files or columns use task.name=dataset")
         source = HUB if cfg.path == "hub" else str(find_gsm8k()) if cfg.path is None else cfg.path
-        super().__init__(cfg, source, COLUMNS)
+        super().__init__(cfg, source, COLUMNS, splits)

@@ -185,3 +185,33 @@ def test_problem_ids_name_the_task_split_and_row(tmp_path):
     task = dataset(tmp_path, [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}])
     assert sorted(task.train_problem(i, 0).id for i in range(2)) == ["dataset-train-0", "dataset-train-1"]
     assert json.dumps([p.id for p in task.eval_problems(1)]) == '["dataset-test-0"]'
+
+
+def test_an_evaluation_reads_only_its_split(tmp_path):
+    (tmp_path / "test.jsonl").write_text('{"prompt": "p", "answer": "1"}\n')
+    task = build_task(TaskConfig(name="dataset", test_files=[str(tmp_path / "test.jsonl")]), splits=("test",))
+    assert [p.gold for p in task.eval_problems(None)] == ["1"] and task.num_train == 0
+
+
+def test_relative_paths_are_saved_absolute(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "data" / f"{split}.jsonl").write_text('{"prompt": "p", "answer": "1"}\n')
+    monkeypatch.chdir(tmp_path)
+    cfg = TaskConfig(name="dataset", path="data")
+    build_task(cfg)
+    assert cfg.path == str(tmp_path / "data")
+    cfg = TaskConfig(name="dataset", train_files=["data/train.jsonl"], test_files=["data/*.jsonl"])
+    build_task(cfg)
+    assert cfg.train_files == [str(tmp_path / "data" / "train.jsonl")]
+    assert cfg.test_files == [str(tmp_path / "data" / "*.jsonl")]
+
+
+def test_rows_in_memory_read_like_files():
+    from grpo.tasks.files import register_memory
+
+    path = register_memory("unit-test", {"train": [{"prompt": "p", "answer": "2"}], "test": [{"prompt": "q", "answer": None}]})
+    task = build_task(TaskConfig(name="dataset", path=path))
+    assert task.train_problem(0, 0).gold == "2" and task.eval_problems(None)[0].gold == ""
+    with pytest.raises(ConfigError, match="no in-memory dataset 'other' in this process"):
+        build_task(TaskConfig(name="dataset", path="memory:other"))

@@ -31,11 +31,24 @@ def test_reads_question_and_gold_after_the_hashes(tmp_path):
     assert [p.gold for p in task.eval_problems(None)] == ["-5"]
 
 
-def test_an_answer_without_hashes_keeps_an_empty_gold_that_is_unscorable(tmp_path):
-    write(tmp_path / "train.jsonl", ['{"question": "q", "answer": "no marker"}'])
+def test_an_answer_without_hashes_keeps_an_empty_gold_that_is_unscorable(tmp_path, caplog):
+    write(tmp_path / "train.jsonl", ['{"question": "q", "answer": "no marker"}', '{"question": "r", "answer": "#### 2"}'])
     write(tmp_path / "test.jsonl", ['{"question": "q", "answer": "#### 1"}'])
-    problem = gsm8k(tmp_path).train_problem(0, seed=0)
+    with caplog.at_level("INFO"):
+        task = gsm8k(tmp_path)
+    problem = next(p for p in (task.train_problem(i, seed=0) for i in range(2)) if p.question == "q")
     assert problem.gold == "" and math_reward("\\boxed{3}", problem.gold) is None
+    assert f"2 training problems from {tmp_path / 'train.jsonl'} (1 without a gold answer, e.g. " in caplog.text
+
+
+def test_answers_without_hashes_in_every_row_are_refused_at_load(tmp_path):
+    write(tmp_path / "train.jsonl", ['{"question": "q", "answer": "The answer is 4."}'])
+    write(tmp_path / "test.jsonl", ['{"question": "q", "answer": "#### 1"}'])
+    with pytest.raises(ConfigError) as info:
+        gsm8k(tmp_path)
+    assert str(info.value).startswith("GSM8K's gold pattern '####\\s*(.*)' matches no answer in ")
+    assert f"{tmp_path / 'train.jsonl'}:1: 'The answer is 4.'. For data in another format use task.name=dataset" in (
+        str(info.value))
 
 
 def test_a_line_without_a_question_names_the_file_and_line(tmp_path):

@@ -1,0 +1,171 @@
+"""Scoring a batch of completions with reward functions, and checking what each one returned.
+
+Reward functions take TRL's contract as is: they are called by keyword with ``prompts``,
+``completions``, ``completion_ids``, ``trainer_state`` and every column of the data (one list per
+column, one value per completion), and return one float, or None, per completion. Several functions
+are summed with their weights; a function's None means "does not apply to this sample" (TRL's
+``nansum``), and a sample that no function scores is unscorable. A function that raises is an error
+for the samples it raised on: they are unscorable, never scored 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any
+
+from grpo.config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+RewardFn = Callable[..., list[float | None]]
+
+
+class RewardError(ConfigError):
+    """A reward function broke its contract (wrong length, wrong type): the function must be fixed."""
+
+
+@dataclass(frozen=True)
+class Reward:
+    """One reward function of a run, with the name its metric is logged under and its weight."""
+
+    name: str
+    fn: RewardFn
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """What TRL's ``trainer_state`` keyword carries that reward functions use (curricula)."""
+
+    global_step: int
+    max_steps: int | None = None
+
+
+@dataclass
+class Scores:
+    """A batch's rewards: the weighted total, each function's own, and per-sample errors."""
+
+    total: list[float | None]  # None: unscorable (no function scored it, or one raised on it)
+    parts: dict[str, list[float | None]] = field(default_factory=dict)  # reward name -> its rewards
+    errors: list[str | None] = field(default_factory=list)
+
+
+def _fn_name(fn: RewardFn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _validated(fn: RewardFn, out: Any, expected_len: int) -> list[float | None]:
+    """The rewards as floats/None; a malformed return value is the reward author's bug."""
+    if hasattr(out, "tolist") and not isinstance(out, (str, bytes)):  # numpy arrays, torch tensors
+        out = out.tolist()
+    if not isinstance(out, (list, tuple)):
+        raise RewardError(f"reward function {_fn_name(fn)} returned {type(out).__name__} {_short(out)}: it must "
+                          f"return a list with one float (or None) per completion")
+    if len(out) != expected_len:
+        raise RewardError(f"reward function {_fn_name(fn)} returned {len(out)} rewards for {expected_len} "
+                          "completions: it must return one float (or None) per completion")
+    rewards: list[float | None] = []
+    for i, value in enumerate(out):
+        if value is None:
+            rewards.append(None)
+        elif isinstance(value, numbers.Real):
+            rewards.append(float(value))
+        else:
+            raise RewardError(f"reward function {_fn_name(fn)} returned {type(value).__name__} {_short(value)} at "
+                              f"index {i}: rewards must be float, int, bool or None")
+    return rewards
+
+
+def _row(inputs: dict[str, Any], i: int) -> dict[str, Any]:
+    """Sample i's inputs: one-element lists, and the values shared by the batch (trainer_state) as they are."""
+    return {key: [value[i]] if isinstance(value, list) else value for key, value in inputs.items()}
+
+
+def call_reward(fn: RewardFn, inputs: dict[str, Any]) -> tuple[list[float | None], list[str | None]]:
+    """One function's rewards and per-sample error strings for a batch (``inputs["completions"]``). If the
+    batch call raises, each sample is scored alone, so one bad sample costs only its own reward (None)."""
+    n = len(inputs["completions"])
+    for key, values in inputs.items():
+        if isinstance(values, list) and len(values) != n:
+            raise ValueError(f"column {key!r} has {len(values)} rows for {n} completions")
+    errors: list[str | None] = [None] * n
+    try:
+        out = fn(**inputs)
+    except Exception as exc:  # user code: any failure falls back to per-sample scoring
+        rewards, errors = _score_one_by_one(fn, inputs, exc)
+    else:
+        rewards = _validated(fn, out, n)
+    for i, reward in enumerate(rewards):
+        if reward is not None and not math.isfinite(reward):
+            rewards[i] = None
+            errors[i] = "non-finite reward"
+    return rewards, errors
+
+
+def _score_one_by_one(fn: RewardFn, inputs: dict[str, Any], batch_exc: Exception
+                      ) -> tuple[list[float | None], list[str | None]]:
+    logger.warning("reward function %s failed on the batch (%s: %s); scoring samples one by one", _fn_name(fn),
+                   type(batch_exc).__name__, batch_exc)
+    rewards: list[float | None] = []
+    errors: list[str | None] = []
+    for i in range(len(inputs["completions"])):
+        try:
+            out = fn(**_row(inputs, i))
+        except Exception as exc:  # user code: this sample's failure is recorded, not raised
+            rewards.append(None)
+            errors.append(f"{type(exc).__name__}: {exc}")
+            continue
+        rewards.append(_validated(fn, out, 1)[0])
+        errors.append(None)
+    return rewards, errors
+
+
+def score_completions(fn: RewardFn, completions: list[str], columns: dict[str, list[Any]]
+                      ) -> tuple[list[float | None], list[str | None]]:
+    """One function's rewards for `completions`, given the data's `columns`."""
+    return call_reward(fn, {"completions": completions, **columns})
+
+
+def score(rewards: Sequence[Reward], inputs: dict[str, Any]) -> Scores:
+    """Every reward function on the batch, and their weighted sum per sample."""
+    n = len(inputs["completions"])
+    scores = Scores(total=[None] * n, errors=[None] * n)
+    for reward in rewards:
+        values, errors = call_reward(reward.fn, inputs)
+        scores.parts[reward.name] = values
+        for i, (value, error) in enumerate(zip(values, errors)):
+            if error is not None and scores.errors[i] is None:
+                scores.errors[i] = f"{reward.name}: {error}" if len(rewards) > 1 else error
+            if value is not None:
+                scores.total[i] = (scores.total[i] or 0.0) + reward.weight * value
+    for i, error in enumerate(scores.errors):
+        if error is not None:  # a function failed on it: the rest alone would be a different reward
+            scores.total[i] = None
+    return scores
+
+
+def check_rewards(rewards: Sequence[Reward], inputs: dict[str, Any], what: str) -> None:
+    """Call each function once on `inputs` (`what` says which rows, for the message): a function that
+    raises or returns the wrong shape or type is a one-line error now, not a crash mid-run."""
+    n = len(inputs["completions"])
+    for reward in rewards:
+        try:
+            out = reward.fn(**inputs)
+        except Exception as exc:  # user code: reported in one line, with how it was called
+            raise ConfigError(
+                f"reward function {_fn_name(reward.fn)} failed on {what}: {type(exc).__name__}: {exc} (it is called "
+                f"by keyword with {', '.join(inputs)}; take **kwargs for those it does not use)") from exc
+        try:
+            _validated(reward.fn, out, n)
+        except RewardError as exc:
+            raise RewardError(f"{exc} (called on {what})") from None

@@ -1,0 +1,36 @@
+"""The Python API: the tiny model trains on rows in memory with a lambda reward, then is evaluated."""
+
+import pytest
+
+from grpo import api
+from grpo.config import ConfigError
+
+from .helpers import metric_lines
+
+ROWS = [{"prompt": f"What is {a} + {b}?", "answer": str(a + b)} for a in range(4) for b in range(4)]
+
+
+def test_the_api_trains_the_tiny_model_on_rows_in_memory_with_a_lambda_reward(tmp_path):
+    result = api.train("tiny", dataset=ROWS, eval_dataset=ROWS[:4],
+                       rewards=[lambda completions, **kwargs: [float(c.strip() != "") for c in completions]],
+                       overrides=[f"run_dir={tmp_path / 'r'}", "train.steps=3", "eval.after_training=true"])
+    assert result.run_dir == tmp_path / "r"
+    lines = metric_lines(result.run_dir)
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert all(0.0 <= line["reward/lambda/mean"] <= 1.0 for line in lines)
+    assert result.summary["after"]["n"] == 4  # eval_dataset is the held-out split
+    assert result.final_model == tmp_path / "r" / "checkpoints" / "step_000003" / "model"
+
+    evaluation = api.evaluate(result.final_model, "tiny", dataset=ROWS[:6], rewards=["math"], max_new_tokens=4)
+    assert evaluation["n"] == 6 and evaluation["max_new_tokens"] == 4 and 0.0 <= evaluation["accuracy"] <= 1.0
+
+
+def test_the_api_raises_config_errors_before_any_work(tmp_path):
+    with pytest.raises(ConfigError, match="dataset has no rows"):
+        api.train("tiny", dataset=[], overrides=[f"run_dir={tmp_path / 'r'}"])
+    with pytest.raises(ConfigError, match=r"dataset row 1: each row must be a dict of columns, got str"):
+        api.train("tiny", dataset=[ROWS[0], "nope"], overrides=[f"run_dir={tmp_path / 'r'}"])
+    with pytest.raises(ConfigError, match="task.reward_weights needs one weight per task.reward entry"):
+        api.train("tiny", dataset=ROWS, rewards=["math"], reward_weights=[1.0, 2.0],
+                  overrides=[f"run_dir={tmp_path / 'r'}"])
+    assert not (tmp_path / "r").exists()

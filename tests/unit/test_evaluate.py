@@ -1,0 +1,50 @@
+"""Evaluation's accuracy is the fraction of answers judged correct (reward >= task.correct_threshold), never a
+mean reward: a shaped reward above 1 cannot make it pass 100%."""
+
+from grpo.config import ArithConfig, TaskConfig
+from grpo.evaluate import evaluate
+from grpo.policy.models import build_char_tokenizer
+from grpo.rewards import Reward
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
+from grpo.tasks.arith import ArithTask
+
+
+class AnswerEngine(RolloutEngine):
+    """Answers every prompt with the next of `texts`, in turn."""
+
+    def __init__(self, texts):
+        self.texts, self.i = texts, 0
+
+    def generate(self, prompts, params, seeds=None):
+        out = []
+        for _ in prompts:
+            text = self.texts[self.i % len(self.texts)]
+            self.i += 1
+            out.append(Completion([5, 6], [-0.1, -0.1], text, "stop", SampleStatus.OK))
+        return out
+
+
+def shaped(completions, **kwargs):
+    """1.125 for a right answer (1 plus a bonus), 0.1 for any other."""
+    return [1.125 if c == "right" else 0.1 for c in completions]
+
+
+def test_accuracy_is_the_fraction_judged_correct_not_the_mean_reward():
+    problems = ArithTask(ArithConfig()).eval_problems(4)
+    engine = AnswerEngine(["right", "wrong", "right", "wrong"])
+    result = evaluate(engine, build_char_tokenizer(), problems, TaskConfig(), [Reward("shaped", shaped)],
+                      max_new_tokens=4)
+    assert result["accuracy"] == 0.5
+    assert abs(result["mean_reward"] - (1.125 + 0.1) / 2) < 1e-9
+    high = evaluate(AnswerEngine(["right"]), build_char_tokenizer(), problems, TaskConfig(correct_threshold=2.0),
+                    [Reward("shaped", shaped)], max_new_tokens=4)
+    assert high["accuracy"] == 0.0  # the threshold says what counts as correct
+
+
+def test_pass_at_k_counts_answers_over_the_threshold():
+    problems = ArithTask(ArithConfig()).eval_problems(2)
+    # greedy: 2 answers; then 3 samples per problem: problem 0 gets one right, problem 1 none
+    engine = AnswerEngine(["wrong", "wrong", "wrong", "right", "wrong", "wrong", "wrong", "wrong"])
+    result = evaluate(engine, build_char_tokenizer(), problems, TaskConfig(), [Reward("shaped", shaped)],
+                      max_new_tokens=4, samples=3)
+    assert result["pass@3"] == 0.5 and abs(result["sample_accuracy"] - 1 / 6) < 1e-9
