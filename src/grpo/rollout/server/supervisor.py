@@ -211,12 +211,7 @@ class Supervisor:
                 return None
             except ServerError as exc:
                 last = str(exc)
-            pause = min(1.0, max(deadline - time.monotonic(), 0))
-            if self.process is not None:
-                self.process.exited.wait(pause)  # an exit ends the pause at once
-            else:
-                self.cancel.wait(pause)
-            self._check_cancel()
+            self._pause(min(time.monotonic() + 1.0, deadline))
         return f"not ready after {self.cfg.startup_timeout_s:g}s (last: {last})"
 
     def _interruptible(self, call: Callable[[], Any]) -> Any:
@@ -231,6 +226,13 @@ class Supervisor:
                 if not wait([future], timeout=5).done:
                     raise ServerError("cancelled", "the server process exited")
         return future.result()
+
+    def _pause(self, until: float) -> None:
+        """Until `until`, or the server process's exit; StartCancelled on a stop signal."""
+        while time.monotonic() < until and not (self.process is not None and self.process.exited.is_set()):
+            self._check_cancel()
+            self.cancel.wait(min(0.1, max(until - time.monotonic(), 0)))
+        self._check_cancel()
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
