@@ -30,7 +30,7 @@ from grpo.config import ConfigError, RunConfig, config_yaml, to_dict
 from grpo.dist import SINGLE, Ranks
 from grpo import progress
 from grpo.console import alert, say
-from grpo.evaluate import evaluate, format_table, merge_evaluations
+from grpo.evaluate import EvaluationFailed, evaluate, format_table, merge_evaluations
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.guard.faults import FaultInjector
 from grpo.guard.recovery import RunStopped, notify, resume_command, wait_while_paused, write_stop_report
@@ -549,12 +549,26 @@ class TrainingLoop:
                                   max_new_tokens=self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens)
         except GenerationCancelled:
             return None
+        except (EvaluationFailed, ServerGaveUp, WeightSyncFailed) as exc:
+            self._evaluation_failed(label, exc)
         result = merge_evaluations(self.ranks.gather(result))
         self.score = result["accuracy"]
         self.run.logs["eval.jsonl"].append({"step": self.step, "label": label, **result})
         self.metrics.log_eval(self.step, label, result)
         say(format_table(result, f"held-out evaluation ({label}, step {self.step})"))
         return result
+
+    def _evaluation_failed(self, label: str, exc: EvaluationFailed | ServerGaveUp | WeightSyncFailed) -> NoReturn:
+        """An evaluation that cannot complete has no accuracy: it is recorded as failed (never as 0%)
+        and stops the run (exit 3); resuming evaluates again."""
+        self.run.logs["eval.jsonl"].append({"step": self.step, "label": label, "status": "failed", "error": str(exc)})
+        breaker, evidence = (("evaluation", exc.evidence) if isinstance(exc, EvaluationFailed) else
+                             ("inference_server", exc.diagnosis) if isinstance(exc, ServerGaveUp) else
+                             ("weight_sync", exc.evidence))
+        trip = Trip(breaker, "stop", self.step, f"held-out evaluation ({label}) failed: {exc}", evidence)
+        self._record_trips([trip], self.step)
+        self._act(self.guard.decide([trip], self.checkpoints.last_good()))
+        raise AssertionError("a stop verdict always stops")
 
     def _explain_skip(self, step: int, result: UpdateResult, m: dict[str, Any]) -> None:
         """The first time an update is skipped for a reason, say why and what to change, loudly."""
