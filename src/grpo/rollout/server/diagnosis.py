@@ -30,7 +30,7 @@ KNOWN_CAUSES: list[tuple[re.Pattern, str]] = [
 ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(Error|Exception)\b: \S")
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|See root cause above|see stack trace above")
-PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((ERROR|WARNING|INFO|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?")
+PREFIX = re.compile(r"^(\([\w-]+ pid=\d+\)\s*)?((ERROR|WARNING|INFO|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?")
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -49,6 +49,14 @@ def server_error(lines: list[str]) -> tuple[str | None, str | None]:
                 return one_line(PREFIX.sub("", line.strip()), 400), knob
     own = [line for line in lines if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
     return (one_line(PREFIX.sub("", own[-1].strip()), 400), None) if own else (None, None)
+
+
+def same_failure(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two failures alike: the same exit and the same error line, up to its numbers (pids, free memory)."""
+    def shape(failure: dict[str, Any]) -> tuple:
+        return failure.get("exit"), re.sub(r"\d+(\.\d+)?", "N", failure.get("server_error") or "")
+
+    return shape(a) == shape(b)
 
 
 def likely_cause(failure: dict[str, Any], attached: bool) -> str:

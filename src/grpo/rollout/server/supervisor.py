@@ -28,7 +28,7 @@ from grpo.config import ConfigError, ServerConfig
 from grpo.rollout.engines.base import GenerationCancelled
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient, ServerError
-from grpo.rollout.server.diagnosis import likely_cause, server_error
+from grpo.rollout.server.diagnosis import likely_cause, same_failure, server_error
 from grpo.rollout.server.process import ServerProcess, free_port, oom_kills
 
 Record = Callable[..., None]  # record(kind, message, **evidence) into the run's event log
@@ -151,9 +151,8 @@ class Supervisor:
         if len(self.failures) < 2:
             return False
         a, b = self.failures[-2:]
-        same = ("exit", "server_error")
-        return (a.get("while_starting") and b.get("while_starting") and b["incarnation"] == a["incarnation"] + 1
-                and all(a.get(k) == b.get(k) for k in same))
+        return bool(a.get("while_starting") and b.get("while_starting") and b["incarnation"] == a["incarnation"] + 1
+                    and same_failure(a, b))
 
     def _start_once(self) -> bool:
         self.incarnation += 1
