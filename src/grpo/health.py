@@ -98,8 +98,8 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
         if server.get("state") in ("starting", "failed"):  # status.json follows every start and failure
             pid = server.get("pid")
             alive = pid is None or _alive(pid)
-            out.append(f"         {name}: {'starting' if server.get('state') == 'starting' else 'failed, to be restarted'}"
-                       + ("" if alive else f"; its process {pid} is gone"))
+            doing = "starting" if server.get("state") == "starting" else "failed, to be restarted"
+            out.append(f"         {name}: {doing}" + ("" if alive else f"; its process {pid} is gone"))
             if not alive and server.get("state") == "starting":
                 problems.append(f"{name}'s process {pid} is gone while starting")
             continue

@@ -306,7 +306,8 @@ def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tm
         httpd.server_close()
     else:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    overrides = [f"run_dir={tmp_path / 'r'}", f"rollout.engine={engine}", f"rollout.server.urls=[http://127.0.0.1:{port}]"]
+    overrides = [f"run_dir={tmp_path / 'r'}", f"rollout.engine={engine}",
+                 f"rollout.server.urls=[http://127.0.0.1:{port}]"]
     try:
         started = time.monotonic()
         with pytest.raises(ConfigError):

@@ -14,7 +14,6 @@ starts the server from the exported weights), `generate` raises GenerationCancel
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import threading

@@ -27,7 +27,7 @@ KNOWN_CAUSES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"No module named"), "point rollout.server.python at the Python of the server's environment "
                                      "(e.g. .venv-vllm/bin/python)"),
 ]
-ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(Error|Exception)\b: \S")
+ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")  # a traceback's last line, as logged
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|See root cause above|see stack trace above")
 PREFIX = re.compile(r"^(\([\w-]+ pid=\d+\)\s*)?((ERROR|WARNING|INFO|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?")
@@ -47,8 +47,9 @@ def server_error(lines: list[str]) -> tuple[str | None, str | None]:
         for line in lines:
             if pattern.search(line):
                 return one_line(PREFIX.sub("", line.strip()), 400), knob
-    own = [line for line in lines if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
-    return (one_line(PREFIX.sub("", own[-1].strip()), 400), None) if own else (None, None)
+    own = [said for said in (PREFIX.sub("", line.strip()) for line in lines)
+           if ERROR_LINE.search(said) and not WRAPPERS.search(said)]
+    return (one_line(own[-1], 400), None) if own else (None, None)
 
 
 def same_failure(a: dict[str, Any], b: dict[str, Any]) -> bool:

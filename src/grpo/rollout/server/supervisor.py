@@ -109,8 +109,8 @@ class Supervisor:
             self.backend.identify(client)
         except ServerError as exc:
             if exc.kind == "connect":
-                raise ConfigError(f"rollout.server.urls: nothing answers at {self.attached_url} ({exc}): start "
-                                  "the server first, or leave rollout.server.urls empty for grpo to start one") from None
+                raise ConfigError(f"rollout.server.urls: nothing answers at {self.attached_url} ({exc}): start the "
+                                  "server first, or leave rollout.server.urls empty for grpo to start one") from None
             raise ConfigError(f"rollout.server.urls: {self.attached_url} does not answer as a {self.backend.name} "
                               f"server ({exc}): check the URL and rollout.engine") from None
         finally:
@@ -285,9 +285,10 @@ class Supervisor:
             failure.update(exit=self.process.describe_exit(), pid=self.process.pid, server_error=said, knob=knob,
                            log_tail=self.process.tail(20), oom_kills=oom_kills(self.process.started_at))
         self.failures.append(failure)
-        self.record("server_failed", f"{self.name}: {reason}" + (f" (the server said: {said})"
-                                                                if self.process is not None and said else ""),
-                    **failure)
+        # A kill is not explained in the server's log: its error line is quoted for its own exits only.
+        quote = failure.get("server_error") and "killed by" not in failure.get("exit", "")
+        self.record("server_failed", f"{self.name}: {reason}" + (f" (the server said: {failure['server_error']})"
+                                                                if quote else ""), **failure)
 
     def _give_up(self, why: str) -> ServerGaveUp:
         self.state = ServerState.GAVE_UP

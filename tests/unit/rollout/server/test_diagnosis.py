@@ -46,3 +46,10 @@ def test_the_cause_says_what_was_said_and_what_to_change():
     cause = likely_cause({"exit": "exited with status 1", "server_error": said, "knob": knob, "oom_kills": []}, False)
     assert cause.startswith('it exited with status 1; the server said: "ValueError: Available memory')
     assert cause.endswith(knob)
+
+
+def test_a_warning_that_mentions_an_error_is_not_the_servers_error():
+    warning = ("WARNING 11-22 20:41:02 [system_utils.py:12] Found ulimit of 20000 and failed to automatically "
+               "increase with error current limit exceeds maximum limit. This can cause fd limit errors like "
+               "`OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n")
+    assert server_error([warning, "INFO shutting down"]) == (None, None)

@@ -135,16 +135,16 @@ def test_a_start_that_fails_the_same_way_twice_is_given_up_quoting_the_server_an
 
 def test_starts_failing_differently_use_the_restart_budget(tmp_path):
     counter = tmp_path / "starts"
-    backend = ScriptedBackend(f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); n = len(p.read_text()) "
-                              f"if p.exists() else 0; p.write_text('x' * (n + 1)); print(f'RuntimeError: attempt {{n}}'); "
-                              "sys.exit(3)")
+    backend = ScriptedBackend(f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); "
+                              "n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); "
+                              "print('RuntimeError: ' + ['first', 'second', 'third'][n] + ' way'); sys.exit(3)")
     backend.healthy = False
     sup, events = supervisor(tmp_path, backend, max_restarts=2)
     with pytest.raises(ServerGaveUp, match="2 restarts used up") as info:
         sup.ensure_ready()
     assert delays(events) == [0.05, 0.1]  # doubling backoff, then the budget is spent
     assert info.value.diagnosis["exit"] == "exited with status 3" and info.value.diagnosis["restarts"] == 2
-    assert info.value.diagnosis["server_error"] == "RuntimeError: attempt 2"
+    assert info.value.diagnosis["server_error"] == "RuntimeError: third way"  # (numbers alone would not differ)
     assert "exited with status 3" in info.value.diagnosis["likely_cause"]
     assert kinds(events).count("server_start") == 3 and kinds(events)[-1] == "server_gave_up"
 
@@ -231,7 +231,8 @@ def test_restart_budget_doubles_and_caps():
 
 
 def test_likely_cause_prefers_oom_evidence_and_says_whether_the_kernel_log_was_read():
-    assert "OOM" in likely_cause({"oom_kills": ["Out of memory: Killed process 42"], "exit": "killed by SIGKILL"}, False)
+    oom = {"oom_kills": ["Out of memory: Killed process 42"], "exit": "killed by SIGKILL"}
+    assert "OOM" in likely_cause(oom, False)
     unread = likely_cause({"exit": "killed by SIGKILL", "reason": "x", "oom_kills": None}, False)
     read = likely_cause({"exit": "killed by SIGKILL", "reason": "x", "oom_kills": []}, False)
     assert "not readable" in unread and "not readable" not in read and "no OOM kill in the kernel log" in read
