@@ -12,7 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from grpo.rollout.server.process import ServerProcess
+from grpo.rollout.server.process import ServerProcess, oom_kills
 
 # A "server" whose worker is a separate process of the same session, as vLLM's API server and EngineCore.
 FORKING_SERVER = textwrap.dedent("""
@@ -101,3 +101,9 @@ def test_a_sigkilled_trainer_leaves_no_server_process_and_no_weight_copy(tmp_pat
     assert wait_for(lambda: not session(sid), 10), session(sid)
     assert wait_for(lambda: not weights.exists(), 5)
     assert "trainer" in (tmp_path / "s.log").read_text() and "is gone" in (tmp_path / "s.log").read_text()
+
+
+def test_oom_kills_are_read_from_the_kernel_log_where_it_is_readable():
+    readable = subprocess.run(["dmesg"], capture_output=True).returncode == 0
+    kills = oom_kills(time.time() + 3600)  # none can have happened after now
+    assert kills == [] if readable else kills is None  # [] (read, none) is not None (could not read)
