@@ -329,3 +329,23 @@ def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tm
         assert f"http://127.0.0.1:{port} does not answer as a vllm server" in lines[0] and "HTTP 404" in lines[0]
     assert in_process < 3 and seconds < 30
     assert not (tmp_path / "r" / "checkpoints").exists()  # refused before any work
+
+
+def test_a_server_given_up_during_the_evaluation_after_training_stops_the_run_recording_it_failed(tmp_path,
+                                                                                                  monkeypatch):
+    from grpo.evaluate import evaluate
+    from grpo.guard.recovery import RunStopped
+
+    def killed(engine, *args, **kwargs):
+        engine.arm_faults({"kill_server"})
+        return evaluate(engine, *args, **kwargs)
+
+    monkeypatch.setattr("grpo.loop.evaluate", killed)
+    run_dir = tmp_path / "r"
+    with pytest.raises(RunStopped, match=r"held-out evaluation \(after\) failed: inference server sglang-0 gave up"):
+        run(run_dir, "train.steps=2", "eval.after_training=true", "rollout.server.max_restarts=0")
+    (line,) = JsonlLog(run_dir / "eval.jsonl").read()[0]
+    assert line["status"] == "failed" and line["label"] == "after" and "accuracy" not in line
+    stop = json.loads((run_dir / "STOPPED.json").read_text())
+    assert stop["cause"].startswith("inference_server: held-out evaluation (after) failed")
+    assert stop["last_good_checkpoint"].endswith("step_000002")  # training itself is saved; resuming evaluates again
