@@ -13,6 +13,7 @@ from typing import Any
 from grpo.config import CheckpointConfig, RunConfig, load_config
 from grpo.errors import ConfigError
 from grpo.rundir.resume import resume_command
+from grpo.rollout.server.history import server_history
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, read_json
 from grpo.rundir.lock import current_holder, describe_holder
@@ -43,6 +44,7 @@ def diagnose(run_dir: Path) -> list[str]:
         out += _time_lines(steps)
     out += _trip_lines(events)
     out += _recovery_lines(events)
+    out += server_history(events)
     evals, _ = JsonlLog(run_dir / "eval.jsonl").read()
     if evals:
         out.append("EVAL     " + ", ".join(f"step {e.get('step')} ({e.get('label')}): {e.get('accuracy', 0):.1%}"

@@ -1,17 +1,61 @@
-"""Held-out evaluation: greedy accuracy, and pass@k / majority@k when sampling k answers per problem."""
+"""Held-out evaluation: greedy accuracy, and pass@k / majority@k when sampling k answers per problem.
+
+Under the guarantees of training: an answer the engine failed to produce (a dead or hung server, a
+garbled answer) is retried like a rollout and never scored; an evaluation with answers still failed
+after the retries has no accuracy and raises EvaluationFailed.
+"""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 from grpo.config import TaskConfig
 from grpo.rollout.seeds import sample_seed
-from grpo.rollout.engines import RolloutEngine, SamplingParams
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
 from grpo.rewards import Reward, TrainerState, extract_answer, parse_number, score
 from grpo.tasks import Problem, reward_inputs
+
+
+ENGINE_FAILURES = (SampleStatus.FAILED, SampleStatus.TIMEOUT)  # not answers: an empty answer is one
+
+
+class EvaluationFailed(Exception):
+    """Answers still failed after their retries: the evaluation has no accuracy."""
+
+    def __init__(self, message: str, evidence: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.evidence = evidence
+
+
+def generate_answers(engine: RolloutEngine, prompts: list[list[int]], params: SamplingParams,
+                     seeds: list[int] | None = None, *, max_retries: int = 2, retry_backoff_s: float = 0.5,
+                     sleep: Callable[[float], None] = time.sleep) -> tuple[list[Completion], int]:
+    """Every prompt answered: failed answers retried with backoff (on a server, the engine restarts
+    and verifies a failed server first). -> (the completions, how many retries it took), or
+    EvaluationFailed."""
+    completions = engine.generate(prompts, params, seeds)
+    retried = 0
+    for attempt in range(max_retries):
+        failed = [i for i, c in enumerate(completions) if c.status in ENGINE_FAILURES]
+        if not failed:
+            break
+        retried += len(failed)
+        sleep(retry_backoff_s * 2**attempt)
+        again = engine.generate([prompts[i] for i in failed], params, [seeds[i] for i in failed] if seeds else None)
+        for i, completion in zip(failed, again):
+            completions[i] = completion
+    failed = [i for i, c in enumerate(completions) if c.status in ENGINE_FAILURES]
+    if failed:
+        raise EvaluationFailed(
+            f"{len(failed)} of {len(prompts)} answers still failed after {max_retries} retries "
+            f"(first: {completions[failed[0]].error})",
+            {"answers": len(prompts), "failed": len(failed), "retried": retried, "max_retries": max_retries,
+             "errors": sorted({str(completions[i].error) for i in failed})[:5]})
+    return completions, retried
 
 
 def _answer_key(text: str) -> str | None:
@@ -34,13 +78,17 @@ def evaluate(
     temperature: float = 1.0,
     seed: int = 0,
     keep_answers: bool = False,
+    max_retries: int = 2,
+    retry_backoff_s: float = 0.5,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
     task.correct_threshold (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
-    with its problem, reward and status under "answers"."""
+    with its problem, reward and status under "answers". Failed answers are retried (`max_retries`,
+    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed."""
     threshold = task_cfg.correct_threshold
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
-    greedy = engine.generate(prompts, SamplingParams(max_new_tokens, temperature=0.0))
+    retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s}
+    greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
     rewards = _score(reward_fns, problems, greedy)
     scored = [r for r in rewards if r is not None]
     result = {
@@ -48,7 +96,8 @@ def evaluate(
         "accuracy": sum(r >= threshold for r in scored) / len(scored) if scored else 0.0,
         "mean_reward": sum(scored) / len(scored) if scored else 0.0,
         "unscorable": len(rewards) - len(scored),
-        "failed": sum(not c.status.trainable for c in greedy),
+        "empty": sum(c.status == SampleStatus.EMPTY for c in greedy),
+        "retried": retried,  # answers the engine failed to produce at first: generated again, never scored
         "mean_length": sum(len(c.token_ids) for c in greedy) / max(len(greedy), 1),
     }
     if keep_answers:
@@ -57,7 +106,7 @@ def evaluate(
     if samples > 1:
         params = SamplingParams(max_new_tokens, temperature=temperature)
         seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
-        sampled = engine.generate([p for p in prompts for _ in range(samples)], params, seeds)
+        sampled, _ = generate_answers(engine, [p for p in prompts for _ in range(samples)], params, seeds, **retries)
         sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled)
         correct = [r is not None and r >= threshold for r in sample_rewards]
         keys = [_answer_key(c.text) for c in sampled]
@@ -91,7 +140,8 @@ def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "accuracy": sum(p["accuracy"] * k for p, k in zip(parts, scored)) / max(sum(scored), 1),
         "mean_reward": sum(p["mean_reward"] * k for p, k in zip(parts, scored)) / max(sum(scored), 1),
         "unscorable": sum(p["unscorable"] for p in parts),
-        "failed": sum(p["failed"] for p in parts),
+        "empty": sum(p["empty"] for p in parts),
+        "retried": sum(p["retried"] for p in parts),
         "mean_length": sum(p["mean_length"] * p["n"] for p in parts) / max(n, 1),
     }
     for key in parts[0]:

@@ -95,6 +95,14 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
         out.append(line)
         if not running:
             continue  # a finished or stopped run's servers are gone by design
+        if server.get("state") in ("starting", "failed"):  # status.json follows every start and failure
+            pid = server.get("pid")
+            alive = pid is None or _alive(pid)
+            doing = "starting" if server.get("state") == "starting" else "failed, to be restarted"
+            out.append(f"         {name}: {doing}" + ("" if alive else f"; its process {pid} is gone"))
+            if not alive and server.get("state") == "starting":
+                problems.append(f"{name}'s process {pid} is gone while starting")
+            continue
         if server.get("state") == "gave_up":
             problems.append(f"{name} was given up on")
         pid = server.get("pid")

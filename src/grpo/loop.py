@@ -24,7 +24,7 @@ from grpo.config import RunConfig, to_dict
 from grpo.console import say
 from grpo.dist import SINGLE, Ranks
 from grpo.errors import RunStopped
-from grpo.evaluate import format_table
+from grpo.evaluate import EvaluationFailed, format_table
 from grpo.held_out import evaluate_held_out
 from grpo.metrics import MetricsLogger
 from grpo.phases import PhaseTimer
@@ -111,8 +111,8 @@ class TrainingLoop:
             self.engine.start(self.policy)
         except (ServerGaveUp, WeightSyncFailed) as exc:
             self.verdicts.server_stop(exc, self.state.step)
-        if self.cfg.eval.before_training and self.state.step == 0:
-            summary["before"] = self._evaluate("before")
+        if self.cfg.eval.before_training:  # a resumed run reports the evaluation its first start made
+            summary["before"] = self._evaluate("before") if self.state.step == 0 else self.state.evaluation("before")
         while self.state.step < self.total_steps:
             self.signals.check_together(self.ranks)
             if self.progress is not None:
@@ -234,7 +234,11 @@ class TrainingLoop:
 
     def _evaluate(self, label: str) -> dict[str, Any] | None:
         """Held-out accuracy, recorded; None when a stop signal cut it short (the step itself stands)."""
-        result = evaluate_held_out(self.cfg, self.task, self.engine, self.policy, self.eval_rewards, self.ranks, label)
+        try:
+            result = evaluate_held_out(self.cfg, self.task, self.engine, self.policy, self.eval_rewards, self.ranks,
+                                       label)
+        except (EvaluationFailed, ServerGaveUp, WeightSyncFailed) as exc:
+            self.verdicts.evaluation_failed(label, exc, self.state.step)
         if result is not None:
             self.state.score = result["accuracy"]
             self.run.logs["eval.jsonl"].append({"step": self.state.step, "label": label, **result})

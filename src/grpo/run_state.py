@@ -109,6 +109,11 @@ class RunState:
         restore_rng(snapshot["rng"])
         self.guard.load_state_dict(snapshot["guard"])
 
+    def evaluation(self, label: str) -> dict[str, Any] | None:
+        """The last completed evaluation recorded under `label` in eval.jsonl (it survives resumes)."""
+        records = [r for r in self.run.logs["eval.jsonl"].read()[0] if r.get("label") == label and "accuracy" in r]
+        return {k: v for k, v in records[-1].items() if k not in ("step", "label")} if records else None
+
     # --- checkpoints -------------------------------------------------------------------------------
 
     def restore(self, info: CheckpointInfo) -> None:

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from grpo.config import GuardConfig
 from grpo.dist import Ranks
 from grpo.errors import RunStopped
+from grpo.evaluate import EvaluationFailed
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
@@ -96,10 +97,28 @@ class VerdictActions:
 
     def server_stop(self, exc: ServerGaveUp | WeightSyncFailed, step: int) -> NoReturn:
         """The server side cannot go on: the guard turns that into a stop with its diagnosis."""
-        breaker = "inference_server" if isinstance(exc, ServerGaveUp) else "weight_sync"
-        evidence = exc.diagnosis if isinstance(exc, ServerGaveUp) else exc.evidence
-        self.act_on([Trip(breaker, "stop", step, str(exc), evidence)], step)
+        self.act_on([Trip(*_breaker_of(exc), step, str(exc), _evidence_of(exc))], step)
         raise AssertionError("a stop verdict always stops")
+
+    def evaluation_failed(self, label: str, exc: EvaluationFailed | ServerGaveUp | WeightSyncFailed,
+                          step: int) -> NoReturn:
+        """An evaluation that cannot complete has no accuracy: it is recorded as failed (never as 0%)
+        and stops the run (exit 3); resuming evaluates again."""
+        self.run.logs["eval.jsonl"].append({"step": step, "label": label, "status": "failed", "error": str(exc)})
+        message = f"held-out evaluation ({label}) failed: {exc}"
+        self.act_on([Trip(*_breaker_of(exc), step, message, _evidence_of(exc))], step)
+        raise AssertionError("a stop verdict always stops")
+
+
+def _breaker_of(exc: Exception) -> tuple[str, str]:
+    """-> (the breaker a failure outside the step's metrics trips, its action: always a stop)."""
+    if isinstance(exc, EvaluationFailed):
+        return "evaluation", "stop"
+    return ("inference_server" if isinstance(exc, ServerGaveUp) else "weight_sync"), "stop"
+
+
+def _evidence_of(exc: Exception) -> dict[str, Any]:
+    return exc.diagnosis if isinstance(exc, ServerGaveUp) else exc.evidence  # type: ignore[attr-defined]
 
 
 def notify(event: dict[str, Any], command: str | None, webhook: str | None) -> list[str]:

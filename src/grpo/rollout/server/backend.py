@@ -65,6 +65,10 @@ class Backend(abc.ABC):
         worker extension): {"embed_sha256", "head_vs_embed_maxdiff", ...}. None where it cannot."""
         return None
 
+    def identify(self, client: HttpClient) -> None:
+        """Raise ServerError unless this is such a server: for a URL given by the user, before any work."""
+        self.health_generate(client, [1, 2, 3], client.timeout_s)
+
     def health_generate(self, client: HttpClient, token_ids: list[int], timeout_s: float) -> None:
         """A real one-token generation: ready means this answers, not that a port is open."""
         result = self.generate(client, token_ids, SamplingParams(max_new_tokens=1, temperature=0.0), seed=0,

@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import urlparse
 
+from grpo.rollout.server.diagnosis import one_line
+
 T = TypeVar("T")
 R = TypeVar("R")
 RETRY_STATUSES = {429, 502, 503}
@@ -104,12 +106,12 @@ class HttpClient:
             raise ServerError("cancelled", f"{method} {path}: cancelled (server restarting)")
         text = raw.decode("utf-8", errors="replace")
         if response.status >= 400:
-            raise ServerError("http", f"{method} {path}: HTTP {response.status}: {text[:300]}", response.status)
+            raise ServerError("http", f"{method} {path}: HTTP {response.status}: {one_line(text)}", response.status)
         if not text.strip():
             return None
         try:
             return json.loads(text)
         except json.JSONDecodeError:
             if "json" in (response.getheader("Content-Type") or ""):
-                raise ServerError("garbage", f"{method} {path}: malformed JSON: {text[:200]!r}") from None
+                raise ServerError("garbage", f"{method} {path}: malformed JSON: {one_line(text, 120)!r}") from None
             return text

@@ -1,19 +1,24 @@
-"""One launched server process: started in its own process group with its log captured, watched by
-a thread that sees its exit the moment it happens, and killed as a group (servers fork workers).
+"""One launched server: a session of processes led by grpo's reaper (reaper.py), its log captured,
+watched by a thread that sees its exit the moment it happens, and ended as one unit: whatever ends it
+(a crash of any of its processes, a restart, the trainer's death by any signal) ends all of them.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Callable
+
+REAPER = Path(__file__).with_name("reaper.py")
+
 
 def free_port(host: str) -> int:
     with socket.socket() as s:
@@ -21,24 +26,22 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent(argv: list[str]) -> list[str]:
-    """The kernel kills the server when the thread that started it dies, even by SIGKILL, so a
-    killed trainer never leaves a server holding memory (util-linux setpriv, where installed)."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
-
-
 class ServerProcess:
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path,
-                 on_exit: Callable[["ServerProcess"], None]) -> None:
+                 on_exit: Callable[["ServerProcess"], None], remove_when_orphaned: Path | None = None) -> None:
+        """`remove_when_orphaned`: a directory (the weights in /dev/shm) the reaper deletes when the
+        trainer dies without doing it."""
         self.argv, self.env, self.log_path, self.on_exit = argv, env, log_path, on_exit
+        self.remove_when_orphaned = remove_when_orphaned
         self.proc: subprocess.Popen | None = None
         self.exited = threading.Event()
         self.expected_exit = False  # set before grpo itself stops or kills it
         self.started_at = 0.0
+        self.log_offset = 0  # where this start begins in the log
 
     @property
     def pid(self) -> int | None:
+        """The reaper's: the id of the server's session and process group too."""
         return self.proc.pid if self.proc else None
 
     def start(self) -> None:
@@ -46,15 +49,20 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(_die_with_parent(self.argv), stdout=log, stderr=subprocess.STDOUT,
+            self.log_offset = log.tell()
+            reaper = [sys.executable, "-I", str(REAPER), "--trainer", str(os.getpid())]
+            if self.remove_when_orphaned is not None:
+                reaper += ["--remove-when-orphaned", str(self.remove_when_orphaned)]
+            self.proc = subprocess.Popen([*reaper, "--", *self.argv], stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env={**os.environ, **self.env},
-                                         start_new_session=True)  # its own group, killed as one
+                                         start_new_session=True)
         self.started_at = time.time()
         threading.Thread(target=self._watch, name=f"watch-{self.proc.pid}", daemon=True).start()
 
     def _watch(self) -> None:
         assert self.proc is not None
         self.proc.wait()
+        self._signal_group(signal.SIGKILL)  # the reaper ends the rest on its way out; this is the backstop
         self.exited.set()
         if not self.expected_exit:
             self.on_exit(self)
@@ -85,6 +93,7 @@ class ServerProcess:
         self.exited.wait(30)
 
     def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `grace_s`; the exit counts as expected."""
         self.expected_exit = True
         self._signal_group(signal.SIGTERM)
         if not self.exited.wait(grace_s):
@@ -95,6 +104,15 @@ class ServerProcess:
         """A signal from outside grpo's own control (fault injection): its exit is unexpected."""
         self._signal_group(sig)
 
+    def output(self, limit: int = 4 * 2**20) -> list[str]:
+        """What the server wrote since this start (its last `limit` bytes)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(self.log_offset, os.path.getsize(self.log_path) - limit))
+                return f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return []
+
     def tail(self, lines: int = 20) -> list[str]:
         try:
             with open(self.log_path, "rb") as f:
@@ -104,13 +122,22 @@ class ServerProcess:
             return []
 
 
-def oom_kills(pid: int | None) -> list[str]:
-    """Kernel log lines recording an out-of-memory kill of `pid`, where the kernel log is readable."""
-    if pid is None:
-        return []
+def oom_kills(since: float) -> list[str] | None:
+    """Kernel log lines of out-of-memory kills since `since` (a time.time()), or None where the kernel
+    log is not readable. By time, not pid: the OOM killer picks the largest process, which in a server
+    is a worker, not the process grpo started."""
     try:
-        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line for line in out.splitlines() if "out of memory" in line.lower() and f"process {pid}" in line.lower()
-            or f"Killed process {pid} " in line]
+        result = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+        with open("/proc/uptime") as f:
+            booted = time.time() - float(f.read().split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if result.returncode != 0:
+        return None
+    kills = []
+    for line in result.stdout.splitlines():
+        stamp = re.match(r"\[\s*(\d+\.\d+)\]", line)
+        if ("out of memory" in line.lower() or "oom-kill" in line.lower()) and stamp \
+                and booted + float(stamp.group(1)) >= since - 1:
+            kills.append(line.strip())
+    return kills

@@ -29,6 +29,11 @@ class SGLangBackend(Backend):
             argv += ["--mem-fraction-static", str(cfg.memory_fraction)]
         return LaunchSpec(argv)
 
+    def identify(self, client: HttpClient) -> None:
+        answer = client.request("GET", "/get_model_info", retries=0)
+        expect(isinstance(answer, dict) and "model_path" in answer,
+               f"GET /get_model_info gave {str(answer)[:80]!r}, not model info")
+
     def generate(self, client: HttpClient, prompt_ids: list[int], params: SamplingParams, seed: int,
                  timeout_s: float | None = None) -> Generation:
         sampling = {"max_new_tokens": params.max_new_tokens, "temperature": params.temperature,

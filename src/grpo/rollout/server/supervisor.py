@@ -1,14 +1,17 @@
 """Supervision of one inference server: start it, know when it is ready (a real one-token
 generation answered), see it fail (exit seen at once by a watcher thread; a hang seen by a request
 timeout and then a failed health generation), restart it with backoff within a budget, and when
-the budget is spent, give up with a diagnosis: exit code or signal, OOM kills from the kernel log
-where readable, and the last lines of its log.
+the budget is spent or a start fails the same way twice, give up with a diagnosis: exit code or
+signal, OOM kills from the kernel log where readable, the server's own error line with the knob to
+change, and the last lines of its log. Every wait (a start, a backoff) ends within a fraction of a
+second of a stop signal (`cancel`): a SIGTERM during a 2-minute vLLM start is not left waiting.
 
     STOPPED --ensure_ready--> STARTING --one token--> READY --exit | hang--> FAILED
     FAILED --ensure_ready, budget left--> STARTING          FAILED --budget spent--> GAVE_UP
 
-A server grpo did not start (attached by URL) is watched the same way but cannot be restarted: a
-failed one is waited for, then given up on, and the diagnosis says so.
+A server grpo did not start (attached by URL) is checked at once (`check_attached`: nothing listening,
+or something that is not such a server, is a config error), watched the same way, and never
+restarted: once failed, it is given up on, and the diagnosis says so.
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from concurrent.futures import wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from grpo.config import ServerConfig
+from grpo.config import ConfigError, ServerConfig
+from grpo.rollout.engines.base import GenerationCancelled
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient, ServerError
+from grpo.rollout.server.diagnosis import likely_cause, same_failure, server_error
 from grpo.rollout.server.process import ServerProcess, free_port, oom_kills
 
 Record = Callable[..., None]  # record(kind, message, **evidence) into the run's event log
@@ -34,6 +40,10 @@ class ServerState(str, enum.Enum):
     READY = "ready"
     FAILED = "failed"
     GAVE_UP = "gave_up"
+
+
+class StartCancelled(GenerationCancelled):
+    """A stop signal ended a server start or a restart's wait: the caller stops, nothing failed."""
 
 
 class ServerGaveUp(Exception):
@@ -63,14 +73,19 @@ class RestartBudget:
 class Supervisor:
     def __init__(self, name: str, backend: Backend, cfg: ServerConfig, *, model_dir: Path, dtype: str, seed: int,
                  log_dir: Path, record: Record, health_ids: list[int], url: str | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 cancel: threading.Event | None = None, last_incarnation: int = 0,
+                 remove_when_orphaned: Path | None = None) -> None:
+        """`last_incarnation`: the highest this server had in the run before (a resume goes on from it,
+        so `rollout/sources` never names two servers alike); `remove_when_orphaned`: see ServerProcess."""
         self.name, self.backend, self.cfg = name, backend, cfg
         self.model_dir, self.dtype, self.seed = model_dir, dtype, seed
         self.log_path = log_dir / f"{name}.log"
-        self.record, self.health_ids, self.sleep = record, health_ids, sleep
+        self.record, self.health_ids = record, health_ids
+        self.cancel = cancel or threading.Event()
+        self.remove_when_orphaned = remove_when_orphaned
         self.attached_url = url
         self.state = ServerState.STOPPED
-        self.incarnation = 0  # bumped at every (re)start: samples carry it
+        self.incarnation = last_incarnation  # bumped at every (re)start: samples carry it
         self.dead: set[int] = set()  # incarnations that failed: nothing they produced is used
         self.process: ServerProcess | None = None
         self.client: HttpClient | None = None
@@ -86,27 +101,58 @@ class Supervisor:
 
     # --- starting ---------------------------------------------------------------------------
 
+    def check_attached(self) -> None:
+        """For a server given by URL, before any work: something answers there, and answers as this
+        backend's server. -> ConfigError in one line (the CLI's exit 2) otherwise."""
+        client = HttpClient(self.attached_url, min(self.cfg.health_timeout_s, 10.0), 1, retries=0)
+        try:
+            self.backend.identify(client)
+        except ServerError as exc:
+            if exc.kind == "connect":
+                raise ConfigError(f"rollout.server.urls: nothing answers at {self.attached_url} ({exc}): start the "
+                                  "server first, or leave rollout.server.urls empty for grpo to start one") from None
+            raise ConfigError(f"rollout.server.urls: {self.attached_url} does not answer as a {self.backend.name} "
+                              f"server ({exc}): check the URL and rollout.engine") from None
+        finally:
+            client.close()
+
     def ensure_ready(self) -> bool:
         """Block until the server is READY, (re)starting it if needed: -> True when it was (re)started
-        (its weights must be verified again). Raises ServerGaveUp when that cannot be done."""
+        (its weights must be verified again). Raises ServerGaveUp when that cannot be done, and
+        StartCancelled when a stop signal came first."""
         with self._lock:
             if self.state == ServerState.READY and not (self.process and self.process.exited.is_set()):
                 return False
             if self.state == ServerState.GAVE_UP:
                 raise self._gave_up("it was given up on earlier")
             first = self.state == ServerState.STOPPED
+            if self.attached and not first:
+                raise self._give_up("an attached server failed")
             while True:
                 if not first:
+                    if self._failed_alike():
+                        raise self._give_up("it failed the same way twice")
                     delay = self.budget.next_delay()
                     if delay is None:
                         raise self._give_up(f"{self.cfg.max_restarts} restarts used up")
                     self.record("server_restart", f"{self.name}: restarting in {delay:g}s "
                                 f"(restart {self.budget.used} of {self.cfg.max_restarts})",
                                 server=self.name, restart=self.budget.used, delay_s=delay)
-                    self.sleep(delay)
+                    if self.cancel.wait(delay):
+                        raise StartCancelled(f"{self.name}: a stop signal came before its restart")
                 first = False
                 if self._start_once():
                     return True
+                if self.attached:
+                    raise self._give_up("an attached server never became ready")
+
+    def _failed_alike(self) -> bool:
+        """The last two starts failed with the same exit and the same error line: a third would too."""
+        if len(self.failures) < 2:
+            return False
+        a, b = self.failures[-2:]
+        return bool(a.get("while_starting") and b.get("while_starting") and b["incarnation"] == a["incarnation"] + 1
+                    and same_failure(a, b))
 
     def _start_once(self) -> bool:
         self.incarnation += 1
@@ -128,38 +174,68 @@ class Supervisor:
                                                     seed=self.seed).split()
             spec.argv += self.cfg.extra_args
             spec.env.update(dict(kv.split("=", 1) for kv in self.cfg.env))
-            self.process = ServerProcess(spec.argv, spec.env, self.log_path, self._on_exit)
+            self.process = ServerProcess(spec.argv, spec.env, self.log_path, self._on_exit,
+                                         remove_when_orphaned=self.remove_when_orphaned)
             self.process.start()
         self.url = url
         self.client = HttpClient(url, self.cfg.request_timeout_s, self.cfg.max_concurrent_requests)
         self.record("server_start", f"{self.name}: starting at {url}" + (" (attached)" if self.attached else ""),
                     server=self.name, url=url, incarnation=self.incarnation,
                     pid=self.process.pid if self.process else None, log=str(self.log_path))
-        error = self._wait_ready(time.monotonic() + self.cfg.startup_timeout_s)
+        try:
+            error = self._wait_ready(time.monotonic() + self.cfg.startup_timeout_s)
+        except StartCancelled:
+            if self.process is not None:
+                self.process.kill()  # a server half started holds nothing worth a graceful stop
+            self.state = ServerState.STOPPED
+            raise
         if error is None:
             self.state = ServerState.READY
             self.record("server_ready", f"{self.name}: ready in {time.monotonic() - started:.1f}s",
                         server=self.name, incarnation=self.incarnation, seconds=round(time.monotonic() - started, 2))
             return True
-        self._fail(error, kill=True)
+        self._fail(error, kill=True, while_starting=True)
         return False
 
     def _wait_ready(self, deadline: float) -> str | None:
-        """Poll with a one-token generation until it answers: -> None, or why it never did."""
+        """Poll with a one-token generation until it answers: -> None, or why it never did. A stop
+        signal cancels the generation in flight: StartCancelled within a fraction of a second."""
         last = "no answer yet"
         while time.monotonic() < deadline:
             if self.process is not None and self.process.exited.is_set():
                 return f"the server process {self.process.describe_exit()} while starting"
             try:
-                self.backend.health_generate(self.client, self.health_ids, self.cfg.health_timeout_s)
+                self._interruptible(lambda: self.backend.health_generate(self.client, self.health_ids,
+                                                                         self.cfg.health_timeout_s))
                 return None
             except ServerError as exc:
                 last = str(exc)
-            if self.process is not None:
-                self.process.exited.wait(min(1.0, max(deadline - time.monotonic(), 0)))
-            else:
-                self.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            self._pause(min(time.monotonic() + 1.0, deadline))
         return f"not ready after {self.cfg.startup_timeout_s:g}s (last: {last})"
+
+    def _interruptible(self, call: Callable[[], Any]) -> Any:
+        """`call` on the client's pool, given up (and its request cancelled) on a stop signal or the
+        server process's exit."""
+        assert self.client is not None
+        future = self.client.pool.submit(call)
+        while not wait([future], timeout=0.1).done:
+            if self.cancel.is_set() or (self.process is not None and self.process.exited.is_set()):
+                self.client.cancel_all()
+                self._check_cancel()
+                if not wait([future], timeout=5).done:
+                    raise ServerError("cancelled", "the server process exited")
+        return future.result()
+
+    def _pause(self, until: float) -> None:
+        """Until `until`, or the server process's exit; StartCancelled on a stop signal."""
+        while time.monotonic() < until and not (self.process is not None and self.process.exited.is_set()):
+            self._check_cancel()
+            self.cancel.wait(min(0.1, max(until - time.monotonic(), 0)))
+        self._check_cancel()
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise StartCancelled(f"{self.name}: a stop signal came while it was starting")
 
     # --- failing ----------------------------------------------------------------------------
 
@@ -167,10 +243,12 @@ class Supervisor:
         """From the watcher thread, the moment the process ends on its own."""
         with self._lock:
             if process is self.process and self.state in (ServerState.READY, ServerState.STARTING):
-                self._fail(f"the server process {process.describe_exit()}", kill=False)
+                self._fail(f"the server process {process.describe_exit()}", kill=False,
+                           while_starting=self.state == ServerState.STARTING)
 
     def check_health(self) -> bool:
-        """After a request timed out: a server that cannot produce one token in time is hung."""
+        """After a request timed out or a connection failed: a server that cannot produce one token in
+        time is hung; one whose process is exiting is recorded by its exit, not as hung."""
         with self._lock:
             if self.state != ServerState.READY:
                 return False
@@ -178,7 +256,14 @@ class Supervisor:
                 self.backend.health_generate(self.client, self.health_ids, self.cfg.health_timeout_s)
                 return True
             except ServerError as exc:
-                self._fail(f"hung: no one-token generation in {self.cfg.health_timeout_s:g}s ({exc})", kill=True)
+                # A refused or reset connection is how a dying process looks for a moment before its
+                # watcher sees the exit (0.1 s after a SIGKILL): wait for that, and name the exit.
+                if self.process is not None and self.process.exited.wait(2.0 if exc.kind != "timeout" else 0):
+                    self._fail(f"the server process {self.process.describe_exit()}", kill=False)
+                elif exc.kind == "timeout":
+                    self._fail(f"hung: no one-token generation in {self.cfg.health_timeout_s:g}s ({exc})", kill=True)
+                else:
+                    self._fail(f"its one-token generation failed ({exc})", kill=True)
                 return False
 
     def fail(self, reason: str) -> None:
@@ -186,19 +271,24 @@ class Supervisor:
         with self._lock:
             self._fail(reason, kill=True)
 
-    def _fail(self, reason: str, kill: bool) -> None:
+    def _fail(self, reason: str, kill: bool, while_starting: bool = False) -> None:
         self.state = ServerState.FAILED
         self.dead.add(self.incarnation)
         if self.client is not None:
             self.client.cancel_all()  # nothing may keep waiting on a dead or hung server
         if kill and self.process is not None and not self.process.exited.is_set():
             self.process.kill()
-        failure = {"server": self.name, "incarnation": self.incarnation, "reason": reason, "time": time.time()}
+        failure: dict[str, Any] = {"server": self.name, "incarnation": self.incarnation, "reason": reason,
+                                   "time": time.time(), "while_starting": while_starting}
         if self.process is not None:
-            failure.update(exit=self.process.describe_exit(), pid=self.process.pid, log_tail=self.process.tail(20),
-                           oom_kills=oom_kills(self.process.pid))
+            said, knob = server_error(self.process.output())
+            failure.update(exit=self.process.describe_exit(), pid=self.process.pid, server_error=said, knob=knob,
+                           log_tail=self.process.tail(20), oom_kills=oom_kills(self.process.started_at))
         self.failures.append(failure)
-        self.record("server_failed", f"{self.name}: {reason}", **failure)
+        # A kill is not explained in the server's log: its error line is quoted for its own exits only.
+        quote = failure.get("server_error") and "killed by" not in failure.get("exit", "")
+        self.record("server_failed", f"{self.name}: {reason}" + (f" (the server said: {failure['server_error']})"
+                                                                if quote else ""), **failure)
 
     def _give_up(self, why: str) -> ServerGaveUp:
         self.state = ServerState.GAVE_UP
@@ -210,19 +300,23 @@ class Supervisor:
         last = self.failures[-1] if self.failures else {}
         cause = likely_cause(last, self.attached)
         diagnosis = {"server": self.name, "why": why, "likely_cause": cause, "last_failure": last.get("reason"),
-                     "exit": last.get("exit"), "oom_kills": last.get("oom_kills", []),
-                     "log": str(self.log_path), "log_tail": last.get("log_tail", []),
-                     "restarts": self.budget.used}
+                     "exit": last.get("exit"), "server_error": last.get("server_error"), "knob": last.get("knob"),
+                     "oom_kills": last.get("oom_kills"), "log": None if self.attached else str(self.log_path),
+                     "log_tail": last.get("log_tail", []), "restarts": self.budget.used}
         return ServerGaveUp(f"inference server {self.name} gave up ({why}): {cause}", diagnosis)
 
     # --- stopping and status ----------------------------------------------------------------
 
     def stop(self) -> None:
+        """A ready server is asked to shut down (SIGTERM, then SIGKILL); any other is killed at once."""
         with self._lock:
             if self.client is not None:
                 self.client.close()
             if self.process is not None:
-                self.process.stop()
+                if self.state == ServerState.READY:
+                    self.process.stop()
+                else:
+                    self.process.kill()
             if self.state != ServerState.GAVE_UP:
                 self.state = ServerState.STOPPED
 
@@ -233,24 +327,6 @@ class Supervisor:
             "incarnation": self.incarnation, "restarts": self.budget.used, "max_restarts": self.cfg.max_restarts,
             "failures": self.failures[-5:], "log": None if self.attached else str(self.log_path),
         }
-
-
-def likely_cause(failure: dict[str, Any], attached: bool) -> str:
-    reason, exit_ = failure.get("reason", ""), failure.get("exit") or ""
-    if failure.get("oom_kills"):
-        return ("the kernel killed it for lack of memory (OOM): lower rollout.server.memory_fraction, "
-                "kv_cache_gib or max_concurrent_requests")
-    if attached:
-        return f"an attached server stopped answering ({reason}); grpo cannot restart a server it did not start"
-    if "SIGKILL" in exit_:
-        return "it was killed by SIGKILL (often the OOM killer; the kernel log was not readable to confirm)"
-    if "killed by" in exit_:
-        return f"it was {exit_}"
-    if "hung" in reason:
-        return f"it stopped answering: {reason}"
-    if "exited with status" in exit_ or "while starting" in reason:
-        return f"it {exit_ or 'exited'} while starting or serving: see the last lines of its log"
-    return reason or "unknown"
 
 
 def _this_python() -> str:

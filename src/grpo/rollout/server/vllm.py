@@ -45,6 +45,11 @@ class VLLMBackend(Backend):
             env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
         return LaunchSpec(argv, env)
 
+    def identify(self, client: HttpClient) -> None:
+        answer = client.request("GET", "/v1/models", retries=0)
+        expect(isinstance(answer, dict) and isinstance(answer.get("data"), list),
+               f"GET /v1/models gave {str(answer)[:80]!r}, not a model list")
+
     def generate(self, client: HttpClient, prompt_ids: list[int], params: SamplingParams, seed: int,
                  timeout_s: float | None = None) -> Generation:
         body: dict[str, Any] = {"model": SERVED_NAME, "prompt": prompt_ids, "max_tokens": params.max_new_tokens,

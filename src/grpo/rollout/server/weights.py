@@ -159,3 +159,27 @@ def default_weights_dir(run_dir: Path, configured: str | None) -> Path:
         return shm / f"grpo-{digest}" / "model"
     return run_dir / "servers" / "weights"
 
+
+
+OWNER_FILE = "trainer.pid"
+
+
+def claim_weights_dir(directory: Path) -> None:
+    """Mark a weights directory in memory as this trainer's, for reclaim_orphaned_weights."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / OWNER_FILE).write_text(str(os.getpid()))
+
+
+def reclaim_orphaned_weights(shm: Path) -> list[Path]:
+    """Delete the weight copies in memory (`shm`/grpo-*) whose trainer is gone: one killed before it
+    (or its server's reaper) could give the memory back. -> what was deleted."""
+    reclaimed = []
+    for directory in shm.glob("grpo-*"):
+        try:
+            owner = int((directory / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not marked: not known to be orphaned
+        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            reclaimed.append(directory)
+    return reclaimed

@@ -1,10 +1,13 @@
 """The supervisor's state machine over real processes: ready only after a one-token generation,
-failures seen at once, restarts with backoff within a budget, a diagnosis when it gives up."""
+failures seen at once, restarts with backoff within a budget, a diagnosis when it gives up (at once
+when a start fails the same way twice), and waits that end on a stop signal."""
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,8 @@ import pytest
 from grpo.config import ServerConfig
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec
 from grpo.rollout.server.client import ServerError
-from grpo.rollout.server.supervisor import RestartBudget, ServerGaveUp, ServerState, Supervisor, likely_cause
+from grpo.rollout.server.diagnosis import likely_cause
+from grpo.rollout.server.supervisor import RestartBudget, ServerGaveUp, ServerState, StartCancelled, Supervisor
 
 
 class ScriptedBackend(Backend):
@@ -22,12 +26,15 @@ class ScriptedBackend(Backend):
 
     def __init__(self, program: str) -> None:
         self.program, self.healthy, self.health_calls = program, True, 0
+        self.on_health = None  # called (with the supervisor's process) before each health generation
 
     def launch(self, cfg, python, model_dir, host, port, dtype, seed) -> LaunchSpec:
         return LaunchSpec([sys.executable, "-c", self.program])
 
     def health_generate(self, client, token_ids, timeout_s) -> None:
         self.health_calls += 1
+        if self.on_health is not None:
+            self.on_health()
         if not self.healthy:
             raise ServerError("timeout", "no answer")
 
@@ -47,23 +54,28 @@ class ScriptedBackend(Backend):
 SLEEPER = "import time; print('serving', flush=True); time.sleep(120)"
 
 
-def supervisor(tmp_path: Path, backend: Backend, **cfg) -> tuple[Supervisor, list, list]:
-    events, sleeps = [], []
-    cfg = {"max_restarts": 2, "restart_backoff_s": 1.0, "startup_timeout_s": 5.0, **cfg}
+def supervisor(tmp_path: Path, backend: Backend, cancel: threading.Event | None = None,
+               **cfg) -> tuple[Supervisor, list]:
+    events = []
+    cfg = {"max_restarts": 2, "restart_backoff_s": 0.05, "startup_timeout_s": 5.0, **cfg}
     sup = Supervisor("s-0", backend, ServerConfig(**cfg), model_dir=tmp_path, dtype="float32", seed=0,
                      log_dir=tmp_path / "servers", health_ids=[1, 2],
                      record=lambda kind, message, **ev: events.append((kind, message, ev)),
-                     url=cfg.get("urls", [None])[0] if cfg.get("urls") else None, sleep=sleeps.append)
-    return sup, events, sleeps
+                     url=cfg.get("urls", [None])[0] if cfg.get("urls") else None, cancel=cancel)
+    return sup, events
 
 
 def kinds(events) -> list[str]:
     return [k for k, _, _ in events]
 
 
+def delays(events) -> list[float]:
+    return [ev["delay_s"] for kind, _, ev in events if kind == "server_restart"]
+
+
 def test_ready_means_a_generation_answered_and_a_kill_is_seen_at_once(tmp_path):
     backend = ScriptedBackend(SLEEPER)
-    sup, events, sleeps = supervisor(tmp_path, backend)
+    sup, events = supervisor(tmp_path, backend)
     assert sup.ensure_ready() is True
     assert sup.state == ServerState.READY and sup.incarnation == 1 and backend.health_calls >= 1
     assert kinds(events) == ["server_start", "server_ready"]
@@ -79,7 +91,7 @@ def test_ready_means_a_generation_answered_and_a_kill_is_seen_at_once(tmp_path):
     assert "serving" in "\n".join(failure["log_tail"])
 
     assert sup.ensure_ready() is True  # restarted
-    assert sup.state == ServerState.READY and sup.incarnation == 2 and sleeps == [1.0]
+    assert sup.state == ServerState.READY and sup.incarnation == 2 and delays(events) == [0.05]
     assert kinds(events)[-3:] == ["server_restart", "server_start", "server_ready"]
     sup.stop()
     assert sup.state == ServerState.STOPPED and sup.process.exited.is_set()
@@ -88,7 +100,7 @@ def test_ready_means_a_generation_answered_and_a_kill_is_seen_at_once(tmp_path):
 
 def test_a_hang_is_found_by_the_health_generation_and_the_server_killed(tmp_path):
     backend = ScriptedBackend(SLEEPER)
-    sup, events, _ = supervisor(tmp_path, backend)
+    sup, events = supervisor(tmp_path, backend)
     sup.ensure_ready()
     backend.healthy = False
     assert sup.check_health() is False
@@ -99,26 +111,103 @@ def test_a_hang_is_found_by_the_health_generation_and_the_server_killed(tmp_path
     sup.stop()
 
 
-def test_a_server_that_dies_on_every_start_is_given_up_with_a_diagnosis(tmp_path):
-    backend = ScriptedBackend("import sys; print('RuntimeError: CUDA out of memory', flush=True); sys.exit(3)")
+MEMORY_ERROR = ("(EngineCore pid=77) ValueError: Available memory on node 0 (1.2/23.0 GiB) on startup is less "
+                "than desired CPU memory utilization (0.9, 20.7 GiB).")
+
+
+def test_a_start_that_fails_the_same_way_twice_is_given_up_quoting_the_server_and_naming_the_knob(tmp_path):
+    noise = "; ".join(f"print('shutting down {i}')" for i in range(30))  # the cause far above the tail
+    backend = ScriptedBackend(f"import sys; print({MEMORY_ERROR!r}); print('RuntimeError: Engine core "
+                              f"initialization failed. See root cause above.'); {noise}; sys.exit(1)")
     backend.healthy = False
-    sup, events, sleeps = supervisor(tmp_path, backend, max_restarts=2)
-    with pytest.raises(ServerGaveUp) as info:
+    sup, events = supervisor(tmp_path, backend, max_restarts=3)
+    with pytest.raises(ServerGaveUp, match=r"gave up \(it failed the same way twice\)") as info:
         sup.ensure_ready()
     diagnosis = info.value.diagnosis
-    assert sup.state == ServerState.GAVE_UP and sleeps == [1.0, 2.0]  # doubling backoff, then the budget is spent
-    assert diagnosis["exit"] == "exited with status 3" and diagnosis["restarts"] == 2
-    assert any("CUDA out of memory" in line for line in diagnosis["log_tail"])
-    assert "exited with status 3" in diagnosis["likely_cause"]
-    assert kinds(events).count("server_start") == 3 and kinds(events)[-1] == "server_gave_up"
+    assert kinds(events).count("server_start") == 2 and delays(events) == [0.05]  # no third start
+    assert diagnosis["server_error"] == MEMORY_ERROR.split(") ", 1)[1]
+    assert not any("Available memory" in line for line in diagnosis["log_tail"])  # not in the last 20 lines
+    assert "rollout.server.memory_fraction" in str(info.value) and "kv_cache_gib" in str(info.value)
+    assert "Available memory on node 0" in str(info.value)
     with pytest.raises(ServerGaveUp):  # and it stays given up
         sup.ensure_ready()
+
+
+def test_starts_failing_differently_use_the_restart_budget(tmp_path):
+    counter = tmp_path / "starts"
+    backend = ScriptedBackend(f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); "
+                              "n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); "
+                              "print('RuntimeError: ' + ['first', 'second', 'third'][n] + ' way'); sys.exit(3)")
+    backend.healthy = False
+    sup, events = supervisor(tmp_path, backend, max_restarts=2)
+    with pytest.raises(ServerGaveUp, match="2 restarts used up") as info:
+        sup.ensure_ready()
+    assert delays(events) == [0.05, 0.1]  # doubling backoff, then the budget is spent
+    assert info.value.diagnosis["exit"] == "exited with status 3" and info.value.diagnosis["restarts"] == 2
+    assert info.value.diagnosis["server_error"] == "RuntimeError: third way"  # (numbers alone would not differ)
+    assert "exited with status 3" in info.value.diagnosis["likely_cause"]
+    assert kinds(events).count("server_start") == 3 and kinds(events)[-1] == "server_gave_up"
+
+
+def test_a_stop_signal_ends_a_start_within_a_second_and_kills_the_half_started_server(tmp_path):
+    backend = ScriptedBackend(SLEEPER)
+    backend.healthy = False
+    cancel = threading.Event()
+    sup, events = supervisor(tmp_path, backend, cancel=cancel, startup_timeout_s=600.0)
+    outcome = []
+
+    def start() -> None:
+        try:
+            sup.ensure_ready()
+        except StartCancelled as exc:
+            outcome.append((time.monotonic(), exc))
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while backend.health_calls < 2 and time.monotonic() < deadline:  # it is polling: the server is "starting"
+        thread.join(0.05)
+    signalled = time.monotonic()
+    cancel.set()
+    thread.join(5)
+    assert outcome and outcome[0][0] - signalled < 1.0
+    assert sup.process.exited.is_set() and sup.state == ServerState.STOPPED
+    assert "server_failed" not in kinds(events)  # a stop is not a failure
+
+
+def test_a_stop_signal_ends_the_backoff_before_a_restart(tmp_path):
+    backend = ScriptedBackend("import sys; sys.exit(3)")
+    backend.healthy = False
+    cancel = threading.Event()
+    sup, events = supervisor(tmp_path, backend, cancel=cancel, restart_backoff_s=60.0)
+    threading.Timer(0.5, cancel.set).start()
+    started = time.monotonic()
+    with pytest.raises(StartCancelled):
+        sup.ensure_ready()
+    assert time.monotonic() - started < 3 and kinds(events).count("server_start") == 1
+
+
+def test_a_sigkill_seen_first_by_the_health_check_is_recorded_as_the_kill_not_as_a_hang(tmp_path):
+    backend = ScriptedBackend(SLEEPER)
+    sup, events = supervisor(tmp_path, backend)
+    sup.ensure_ready()
+
+    def killed_under_the_check() -> None:  # the connection resets before the watcher sees the exit
+        sup.process.send(signal.SIGKILL)
+        raise ServerError("connect", "POST /generate: ConnectionResetError: [Errno 104] Connection reset by peer")
+
+    backend.on_health = killed_under_the_check
+    assert sup.check_health() is False
+    failed = [(m, ev) for kind, m, ev in events if kind == "server_failed"]
+    assert len(failed) == 1 and failed[0][1]["exit"] == "killed by SIGKILL"
+    assert "hung" not in failed[0][0] and failed[0][0].endswith("killed by SIGKILL")
+    sup.stop()
 
 
 def test_a_server_never_ready_within_the_startup_timeout_fails(tmp_path):
     backend = ScriptedBackend(SLEEPER)
     backend.healthy = False
-    sup, events, _ = supervisor(tmp_path, backend, max_restarts=0, startup_timeout_s=1.0)
+    sup, events = supervisor(tmp_path, backend, max_restarts=0, startup_timeout_s=1.0)
     with pytest.raises(ServerGaveUp, match="0 restarts used up"):
         sup.ensure_ready()
     assert "not ready after 1s" in events[-2][2]["reason"]
@@ -127,7 +216,7 @@ def test_a_server_never_ready_within_the_startup_timeout_fails(tmp_path):
 
 def test_an_attached_server_is_never_restarted_and_the_diagnosis_says_so(tmp_path):
     backend = ScriptedBackend(SLEEPER)
-    sup, events, _ = supervisor(tmp_path, backend, urls=["http://127.0.0.1:9"], max_restarts=1)
+    sup, events = supervisor(tmp_path, backend, urls=["http://127.0.0.1:9"], max_restarts=1)
     assert sup.ensure_ready() and sup.process is None  # nothing launched
     backend.healthy = False
     assert sup.check_health() is False
@@ -141,6 +230,9 @@ def test_restart_budget_doubles_and_caps():
     assert [budget.next_delay() for _ in range(9)] == [5, 10, 20, 40, 60, 60, 60, 60, None]
 
 
-def test_likely_cause_prefers_oom_evidence():
-    assert "OOM" in likely_cause({"oom_kills": ["Out of memory: Killed process 42"], "exit": "killed by SIGKILL"}, False)
-    assert "SIGKILL" in likely_cause({"exit": "killed by SIGKILL", "reason": "x"}, False)
+def test_likely_cause_prefers_oom_evidence_and_says_whether_the_kernel_log_was_read():
+    oom = {"oom_kills": ["Out of memory: Killed process 42"], "exit": "killed by SIGKILL"}
+    assert "OOM" in likely_cause(oom, False)
+    unread = likely_cause({"exit": "killed by SIGKILL", "reason": "x", "oom_kills": None}, False)
+    read = likely_cause({"exit": "killed by SIGKILL", "reason": "x", "oom_kills": []}, False)
+    assert "not readable" in unread and "not readable" not in read and "no OOM kill in the kernel log" in read

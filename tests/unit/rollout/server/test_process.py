@@ -1,0 +1,109 @@
+"""A server is one unit of processes: when its first process exits, or the trainer dies by SIGKILL,
+no process of its session is left (real processes: a server that forks a worker, like vLLM's
+EngineCore, and a trainer killed from outside)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from grpo.rollout.server.process import ServerProcess, oom_kills
+
+# A "server" whose worker is a separate process of the same session, as vLLM's API server and EngineCore.
+FORKING_SERVER = textwrap.dedent("""
+    import subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    print("serving", flush=True)
+    time.sleep(300)
+""")
+
+
+def session(sid: int) -> list[int]:
+    """Live (not zombie) processes of session `sid`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def wait_for(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def server_pid(log: Path) -> int:
+    """The server's first process (the reaper's child), as the reaper logs it."""
+    assert wait_for(lambda: log.is_file() and "server pid" in log.read_text(), 10), log.read_text()
+    return int(log.read_text().split("server pid ")[1].split(",")[0])
+
+
+def test_when_the_servers_first_process_is_sigkilled_its_whole_session_ends(tmp_path):
+    exits = []
+    process = ServerProcess([sys.executable, "-c", FORKING_SERVER], {}, tmp_path / "s.log", exits.append)
+    process.start()
+    sid = process.pid
+    assert os.getsid(sid) == sid  # the reaper leads the server's own session
+    assert wait_for(lambda: len(session(sid)) == 3, 10)  # reaper, server, its worker
+    os.kill(server_pid(tmp_path / "s.log"), signal.SIGKILL)  # the API server alone, from outside
+    assert wait_for(lambda: not session(sid), 10), session(sid)
+    assert process.exited.wait(10) and process.describe_exit() == "killed by SIGKILL"
+    assert wait_for(lambda: exits == [process], 5)  # an exit grpo did not cause is reported
+
+
+def test_a_stop_ends_the_whole_session(tmp_path):
+    process = ServerProcess([sys.executable, "-c", FORKING_SERVER], {}, tmp_path / "s.log", lambda p: None)
+    process.start()
+    assert wait_for(lambda: len(session(process.pid)) == 3, 10)
+    process.stop(grace_s=5)
+    assert process.exited.is_set() and wait_for(lambda: not session(process.pid), 10)
+
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from grpo.rollout.server.process import ServerProcess
+    process = ServerProcess([sys.executable, "-c", sys.argv[1]], {}, Path(sys.argv[2]), lambda p: None,
+                            remove_when_orphaned=Path(sys.argv[3]))
+    process.start()
+    print(process.pid, flush=True)
+    time.sleep(300)
+""")
+
+
+def test_a_sigkilled_trainer_leaves_no_server_process_and_no_weight_copy(tmp_path):
+    weights = tmp_path / "shm" / "grpo-test"
+    (weights / "model").mkdir(parents=True)
+    (weights / "model" / "model.safetensors").write_bytes(b"0" * 1024)
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, FORKING_SERVER, str(tmp_path / "s.log"), str(weights)],
+                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                   p for p in (str(Path(__file__).resolve().parents[4] / "src"),
+                                               os.environ.get("PYTHONPATH", "")) if p)})
+    sid = int(trainer.stdout.readline())
+    assert wait_for(lambda: len(session(sid)) == 3, 10)
+    trainer.kill()  # SIGKILL: no handler, no atexit, no finally runs in the trainer
+    trainer.wait()
+    trainer.stdout.close()
+    assert wait_for(lambda: not session(sid), 10), session(sid)
+    assert wait_for(lambda: not weights.exists(), 5)
+    assert "trainer" in (tmp_path / "s.log").read_text() and "is gone" in (tmp_path / "s.log").read_text()
+
+
+def test_oom_kills_are_read_from_the_kernel_log_where_it_is_readable():
+    readable = subprocess.run(["dmesg"], capture_output=True).returncode == 0
+    kills = oom_kills(time.time() + 3600)  # none can have happened after now
+    assert kills == [] if readable else kills is None  # [] (read, none) is not None (could not read)
