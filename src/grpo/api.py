@@ -20,7 +20,7 @@ train.log), the same guard, and the same resume when it is run again on that dir
     api.evaluate(result.final_model, dataset=held_out_rows, rewards=["math"])
 
 Errors are raised, not printed: `grpo.config.ConfigError` for bad input (the CLI's exit 2, raised before any
-work), `grpo.guard.recovery.RunStopped` when the guard stops a run (exit 3: its message says why and how to
+work), `grpo.errors.RunStopped` when the guard stops a run (exit 3: its message says why and how to
 resume), and the loop's `RunInterrupted` on Ctrl-C after the state was saved (run the same call again to
 resume). Rows are columns by name, as in files: `task.prompt_column` (default `prompt`) and
 `task.answer_column` (default `answer`) say which is which. Datasets and callables live only in this Python

@@ -250,7 +250,7 @@ def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, mon
         compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
         return result
 
-    monkeypatch.setattr("grpo.loop.evaluate", disturbed)
+    monkeypatch.setattr("grpo.held_out.evaluate", disturbed)
     run_dir = tmp_path / "r"
     run(run_dir, "train.steps=2", "eval.before_training=true", "eval.after_training=true")
     assert len(compared) == 2
@@ -267,13 +267,13 @@ def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, mon
 
 def test_an_evaluation_that_cannot_complete_is_recorded_as_failed_not_as_an_accuracy(tmp_path, monkeypatch):
     from grpo.evaluate import evaluate
-    from grpo.guard.recovery import RunStopped
+    from grpo.errors import RunStopped
 
     def garbled(engine, *args, **kwargs):
         standin_fault(run_dir, garbage="json")  # every answer garbled, however often it is retried
         return evaluate(engine, *args, **kwargs)
 
-    monkeypatch.setattr("grpo.loop.evaluate", garbled)
+    monkeypatch.setattr("grpo.held_out.evaluate", garbled)
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped, match=r"held-out evaluation \(before\) failed: (\d+) of \1 answers still failed"):
         run(run_dir, "train.steps=2", "eval.before_training=true")
@@ -334,13 +334,13 @@ def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tm
 def test_a_server_given_up_during_the_evaluation_after_training_stops_the_run_recording_it_failed(tmp_path,
                                                                                                   monkeypatch):
     from grpo.evaluate import evaluate
-    from grpo.guard.recovery import RunStopped
+    from grpo.errors import RunStopped
 
     def killed(engine, *args, **kwargs):
         engine.arm_faults({"kill_server"})
         return evaluate(engine, *args, **kwargs)
 
-    monkeypatch.setattr("grpo.loop.evaluate", killed)
+    monkeypatch.setattr("grpo.held_out.evaluate", killed)
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped, match=r"held-out evaluation \(after\) failed: inference server sglang-0 gave up"):
         run(run_dir, "train.steps=2", "eval.after_training=true", "rollout.server.max_restarts=0")

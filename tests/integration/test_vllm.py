@@ -226,7 +226,7 @@ def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, mon
         compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
         return result
 
-    monkeypatch.setattr("grpo.loop.evaluate", disturbed)
+    monkeypatch.setattr("grpo.held_out.evaluate", disturbed)
     run_dir = tmp_path / "r"
     run(run_dir, "train.steps=1", "eval.before_training=true", "eval.after_training=true")
     assert len(compared) == 2
