@@ -126,8 +126,16 @@ def _doctor(path: Path, as_json: bool) -> int:
     except UnreadableRun as exc:
         alert(f"error: {exc}")
         return EXIT_BAD_INPUT
-    print(json.dumps(diagnosis.to_json(), indent=2) if as_json else "\n".join(render(diagnosis, record, details)))
+    _print(json.dumps(diagnosis.to_json(), indent=2) if as_json else "\n".join(render(diagnosis, record, details)))
     return 0 if diagnosis.status == "healthy" else 1
+
+
+def _print(text: str) -> None:
+    """Print, and let a reader that stopped early (`grpo doctor RUN | head`) go without a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _report(path: Path, out: str | None) -> int:
@@ -139,7 +147,7 @@ def _report(path: Path, out: str | None) -> int:
     except (UnreadableRun, ReportError) as exc:
         alert(f"error: {exc}")
         return EXIT_BAD_INPUT
-    print(written)
+    _print(str(written))
     return 0
 
 

@@ -105,6 +105,17 @@ def test_a_killed_server_past_its_restart_budget(tmp_path, capsys):
     assert_resumes(result, run_dir, capsys)
 
 
+def test_a_killed_server_restarted_within_its_budget_is_recovered_not_a_problem(tmp_path, capsys):
+    """Infrastructure that failed and came back, with nothing trained on the failure, is a healthy run
+    whose timeline shows the failure."""
+    run_dir = tmp_path / "r"
+    train(run_dir, *SGLANG, f"faults.kill_server_at_steps=[{BAD}]", stops=False)
+    code, result = doctor_json(run_dir, capsys)
+    assert code == 0 and result["cause"] == "healthy", result["explanation"]
+    assert "recovered from" in result["explanation"]
+    assert {(BAD, "server_failure"), (BAD, "server_restart")} <= {(a["step"], a["kind"]) for a in result["timeline"]}
+
+
 def test_a_healthy_run_is_healthy(tmp_path, capsys):
     run_tiny([f"run_dir={tmp_path / 'r'}", f"train.steps={STEPS}"])
     code, result = doctor_json(tmp_path / "r", capsys)

@@ -82,7 +82,8 @@ def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = 
     detailed sections."""
     d = diagnosis
     out = [f"{d.source} run {record.path}",
-           f"DIAGNOSIS {d.status}: {d.cause}" + (f" from step {d.first_bad_step}" if d.first_bad_step is not None else ""),
+           f"DIAGNOSIS {d.status}" + (f": {d.cause}" if d.cause != "healthy" else "")
+           + (f" from step {d.first_bad_step}" if d.first_bad_step is not None else ""),
            f"          {d.explanation}"]
     for e in d.evidence[:6]:
         out.append(f"          evidence {e.file}:{e.line}: {e.text[:160]}")

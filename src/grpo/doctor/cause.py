@@ -50,7 +50,7 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if explaining and (onset is not None or _stopped_by(record, "server_gave_up")):
         server = explaining[0]
         step = min(server.step, onset) if onset is not None else server.step
-        backing = [server] + [a for a in servers[1:] if a is not server][:3] + [a for a in model_side if a.step <= step + 2][:3]
+        backing = explaining[:3] + [a for a in model_side if a.step <= step + SERVER_SLACK][:3]
         after = f"; {_describe(_telling(model_side))} from step {onset}" if onset is not None else ""
         return "server_failure", step, (f"the inference server failed at step {server.step} ({server.detail}), so "
                                         f"rollouts failed{after}. This is the infrastructure, not the model: "

@@ -19,7 +19,7 @@ from grpo.rundir.files import read_json
 from grpo.rundir.lock import current_holder, describe_holder
 from grpo.rundir.run import LOGS
 
-from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
+from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, LOST, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, REWARD_STD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD,
                                 Checkpoint, Evidence, Mark, RunRecord)
 from grpo.doctor.textlog import read_lines
@@ -308,6 +308,9 @@ def read_record(run_dir: Path) -> RunRecord:
                 record.put(step, name, float(line[key]))
         if KL not in record.metrics.get(step, {}) and _is_number(line.get("actor/approx_kl_old")):
             record.put(step, KL, float(line["actor/approx_kl_old"]))
+        lost = _lost_fraction(line)
+        if lost is not None:
+            record.put(step, LOST, lost)
         peaks = [v for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib") and _is_number(v)]
         if peaks:
             record.put(step, MEMORY_GIB, float(max(peaks)))
@@ -348,6 +351,16 @@ def read_record(run_dir: Path) -> RunRecord:
     valid, _ = store.scan()
     record.checkpoints = [Checkpoint(i.step, str(i.path), i.healthy) for i in valid]
     return record
+
+
+def _lost_fraction(line: dict[str, Any]) -> float | None:
+    """Groups lost to failures after retries; a step whose every group was lost trains nothing."""
+    trained, dropped = line.get("groups/trained"), line.get("groups/dropped_invalid")
+    if not (_is_number(trained) and _is_number(dropped)):
+        return None
+    if trained + dropped == 0:
+        return 1.0 if (line.get("rollout/failed_frac") or 0) > 0 else 0.0
+    return dropped / (trained + dropped)
 
 
 _STATUSES = ("ok", "truncated", "failed", "timeout", "empty", "unscorable")

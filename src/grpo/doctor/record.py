@@ -23,6 +23,7 @@ LENGTH = "length"  # mean response length in tokens
 TRUNCATED = "truncated_frac"  # responses cut at the length limit
 ZERO_STD = "zero_std_frac"  # groups whose rewards are all identical
 FAILED = "failed_frac"  # generation attempts that failed, timed out or came back empty
+LOST = "lost_frac"  # groups lost to failed generations after every retry (a retried failure costs nothing)
 STEP_S = "step_s"
 MEMORY_GIB = "memory_gib"
 PHASE_PREFIX = "time/"  # per-phase seconds: time/rollout, time/update, ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from grpo.doctor.record import (ENTROPY, FAILED, GRAD_NORM, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S, TRUNCATED,
+from grpo.doctor.record import (ENTROPY, GRAD_NORM, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S, TRUNCATED,
                                 ZERO_STD, Anomaly, Evidence, RunRecord)
 
 STREAK = 3  # steps in a row that make a streak (fewer when the run ends inside it)
@@ -32,7 +32,8 @@ def anomalies(record: RunRecord) -> list[Anomaly]:
     found += _streak(record, ZERO_STD, lambda v: v >= 0.999, "zero_variance", "every group's rewards identical")
     found += _streak(record, REWARD_STD, lambda v: v == 0.0, "zero_variance", "reward std exactly 0")
     found += _streak(record, LOSS, lambda v: v == 0.0, "loss_zero", "loss exactly 0")
-    found += _first(record, FAILED, lambda v: v >= 0.5, "failures", "half or more of the generations failed")
+    found += _first(record, LOST, lambda v: v >= 0.5, "failures", "half or more of the groups lost to failed "
+                    "generations, after retries")
     found += _nonfinite(record)
     found += _entropy_collapse(record)
     found += _length_limit(record)
