@@ -70,7 +70,8 @@ def _resume(record: RunRecord, checkpoint, what: str) -> str | None:
         return f"(verl) add trainer.resume_mode=resume_path trainer.resume_from_path={checkpoint.path}"
     if record.source == "trl":
         return f"(TRL) trainer.train(resume_from_checkpoint={checkpoint.path!r})"
-    return f"(AReaL) move the checkpoints after {Path(checkpoint.path).name} aside, then relaunch with recover.mode=auto"
+    return (f"(AReaL) restart from {checkpoint.path} (the state after step {checkpoint.step}); AReaL's own recover "
+            "would resume from its newest recover checkpoint instead")
 
 
 def _yaml(value) -> str:
