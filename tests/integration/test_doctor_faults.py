@@ -7,14 +7,16 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from grpo.cli import main
-from grpo.config import load_config
+from grpo.config import CheckpointConfig, load_config
 from grpo.guard.recovery import RunStopped
 from grpo.loop import TrainingLoop
+from grpo.rundir.checkpoints import CheckpointStore
 
 from .helpers import run_tiny
 from .test_server_engine import SGLANG
@@ -122,3 +124,41 @@ def test_a_healthy_run_is_healthy(tmp_path, capsys):
     assert code == 0 and result["status"] == "healthy" and result["cause"] == "healthy"
     assert result["first_bad_step"] is None and result["timeline"] == []
     assert result["last_good_checkpoint"] == str(tmp_path / "r" / "checkpoints" / f"step_{STEPS:06d}")
+
+
+def test_a_crash_is_stalled_at_the_step_that_did_not_finish(tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    with pytest.raises(RuntimeError, match="injected crash"):
+        TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", f"train.steps={STEPS}", "faults.crash_at_step=5"])).train()
+    code, result = doctor_json(run_dir, capsys)
+    assert code == 1 and result["cause"] == "stalled" and result["first_bad_step"] == 6
+    assert result["evidence"][0]["file"].endswith("events.jsonl") and "injected crash" in result["evidence"][0]["text"]
+    assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000003")
+
+
+def test_a_trainer_killed_without_a_word_is_stalled(tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    trainer = subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}",
+                                "train.steps=500"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while _logged_steps(run_dir) < 4 and trainer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    last = _logged_steps(run_dir)
+    assert last >= 4
+    code, result = doctor_json(run_dir, capsys)
+    assert code == 1 and result["cause"] == "stalled" and result["first_bad_step"] == last + 1
+    assert "no error recorded" in result["explanation"]
+    # the newest checkpoint committed (a kill inside a save leaves the one before it)
+    saved = CheckpointStore(run_dir / "checkpoints", CheckpointConfig()).list()
+    assert result["last_good_checkpoint"] == str(saved[-1].path) and saved[-1].step <= last
+
+
+def _logged_steps(run_dir: Path) -> int:
+    try:
+        return sum(1 for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.endswith("}"))
+    except FileNotFoundError:
+        return 0
