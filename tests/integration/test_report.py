@@ -83,3 +83,15 @@ def test_a_stopped_grpo_run_gets_its_report_in_its_directory(tmp_path, capsys):
         assert title in page
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sample, shown", [("verl/train.log", "policy_collapse from step 44"),
+                                           ("trl/output", "no_learning_signal from step 34")])
+def test_reports_of_verl_and_trl_runs(tmp_path, sample, shown):
+    from grpo.report import report_line
+
+    out = tmp_path / "r.html"
+    assert main(["report", str(SAMPLES / sample), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert shown in page and "reward and accuracy" in page and "entropy" in page
+    assert report_line(tmp_path / "missing") == f"no report: {tmp_path / 'missing'} does not exist"

@@ -14,13 +14,13 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from grpo.doctor import examine
+from grpo.doctor import UnreadableRun, examine
 from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD, Diagnosis,
                                 RunRecord)
 from grpo.rundir.files import atomic_write
 
-__all__ = ["ReportError", "default_path", "render_html", "write_report"]
+__all__ = ["ReportError", "default_path", "render_html", "report_line", "write_report"]
 
 
 class ReportError(Exception):
@@ -69,6 +69,15 @@ def write_report(path: Path, out: Path | None = None) -> Path:
     except OSError as exc:
         raise ReportError(f"cannot write {target}: {exc}") from None
     return target
+
+
+def report_line(run_dir: Path) -> str:
+    """The line `grpo train` prints at the end of a run and when the guard stops it: where the report
+    is, or why there is none (the run's own outcome must not hang on its picture)."""
+    try:
+        return f"report: {write_report(run_dir)}"
+    except (ReportError, UnreadableRun) as exc:
+        return f"no report: {exc}"
 
 
 def render_html(diagnosis: Diagnosis, record: RunRecord) -> str:
