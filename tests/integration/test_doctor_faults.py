@@ -129,7 +129,7 @@ def test_a_healthy_run_is_healthy(tmp_path, capsys):
 def test_a_crash_is_stalled_at_the_step_that_did_not_finish(tmp_path, capsys):
     run_dir = tmp_path / "r"
     with pytest.raises(RuntimeError, match="injected crash"):
-        TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", f"train.steps={STEPS}", "faults.crash_at_step=5"])).train()
+        train(run_dir, "faults.crash_at_step=5", stops=False)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1 and result["cause"] == "stalled" and result["first_bad_step"] == 6
     assert result["evidence"][0]["file"].endswith("events.jsonl") and "injected crash" in result["evidence"][0]["text"]

@@ -74,8 +74,9 @@ def test_the_network_check_catches_a_page_that_asks(tmp_path):
 def test_a_stopped_grpo_run_gets_its_report_in_its_directory(tmp_path, capsys):
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped):
-        TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "faults.fail_rollouts_at_steps=[4,5,6]",
-                                          "guard.failed_rollouts.action=stop", "rollout.max_retries=0"])).train()
+        TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "rollout.max_retries=0",
+                                          "faults.fail_rollouts_at_steps=[4,5,6]", "guard.failed_rollouts.action=stop"]
+                                 )).train()
     assert main(["report", str(run_dir)]) == 0
     page = (run_dir / "report.html").read_text()
     assert "rollout_failure from step 4" in page and "step_000003" in page

@@ -91,8 +91,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                      + (f" of {record.total_steps}" if record.total_steps else "")
                                      + " with no error recorded (killed by SIGKILL, out of memory, or power loss?)"), []
     warnings = [a for a in timeline if a.kind not in ("restart", "server_restart")]
-    return "healthy", None, _healthy_text(record) + (
-        f"; worth a look: {', '.join(_describe(a) + f' at step {a.step}' for a in warnings[:3])}" if warnings else ""), []
+    looks = ", ".join(f"{_describe(a)} at step {a.step}" for a in warnings[:3])
+    return "healthy", None, _healthy_text(record) + (f"; worth a look: {looks}" if warnings else ""), []
 
 
 _TELLING = ("reward_zero", "reward_collapse", "failures", "zero_variance", "loss_zero", "reward_error", "nonfinite")
@@ -115,9 +115,9 @@ def _stopped_by(record: RunRecord, kind: str) -> bool:
 
 def _ended_without_a_word(record: RunRecord) -> bool:
     """Only a grpo run can tell: it writes summary.json when it finishes and its own stop reports."""
+    ended_on_purpose = any(m.kind in ("stop", "interrupted") for m in record.marks)
     return (record.source == "grpo" and not record.finished and bool(record.metrics) and record.total_steps is not None
-            and max(record.metrics) < record.total_steps and not any(m.kind in ("stop", "interrupted") for m in record.marks)
-            and not record.running)
+            and max(record.metrics) < record.total_steps and not ended_on_purpose and not record.running)
 
 
 def _healthy_text(record: RunRecord) -> str:

@@ -90,8 +90,8 @@ def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
         if not isinstance(record, dict):
             bad += 1
             continue
-        clean = {k: v for k, v in record.items() if isinstance(k, str) and (
-            v is None or _is_number(v) or k in _TEXT_KEYS and isinstance(v, str) or k == "guard/trips" and isinstance(v, list))}
+        clean = {k: v for k, v in record.items() if v is None or _is_number(v)
+                 or k in _TEXT_KEYS and isinstance(v, str) or k == "guard/trips" and isinstance(v, list)}
         if isinstance(record.get("evidence"), dict):
             clean["evidence"] = record["evidence"]
         if not isinstance(clean.get("evidence"), dict):
@@ -238,7 +238,8 @@ def _checkpoint_lines(run_dir: Path, store: CheckpointStore, valid: list, invali
         out.append(f"         {path.name} is INVALID ({reason}): it will be moved to invalid/ and skipped")
     quarantined = sorted((store.root / "invalid").glob("step_*")) if (store.root / "invalid").is_dir() else []
     for path in quarantined[-5:]:
-        reason = " ".join(read_lines(path / "INVALID.txt")).strip() if (path / "INVALID.txt").is_file() else "reason unknown"
+        note = path / "INVALID.txt"
+        reason = " ".join(read_lines(note)).strip() if note.is_file() else "reason unknown"
         out.append(f"         invalid/{path.name}: {reason}")
     if good and newest is not None and newest.step != good[-1].step and not (run_dir / "STOPPED.json").is_file():
         out.append(f"         the newest checkpoint was saved unhealthy; to go back: "
@@ -322,8 +323,8 @@ def read_record(run_dir: Path) -> RunRecord:
                 record.put(step, STATUS_PREFIX + key[8:], float(value))
         record.evidence_by_step[step] = Evidence(str(metrics_path), line["_line"], _metric_text(line))
         if line.get("update/nonfinite"):
-            record.marks.append(Mark(step, "nonfinite", f"non-finite loss or gradient: {line.get('update/skip_reason')}",
-                                     record.evidence_by_step[step]))
+            record.marks.append(Mark(step, "nonfinite", "non-finite loss or gradient: "
+                                     f"{line.get('update/skip_reason')}", record.evidence_by_step[step]))
         if _is_number(line.get("rollout/unscorable_frac")) and line["rollout/unscorable_frac"] >= 0.5:
             record.marks.append(Mark(step, "reward_error", f"{line['rollout/unscorable_frac']:.0%} of answers could "
                                      "not be scored", record.evidence_by_step[step]))
@@ -340,7 +341,8 @@ def read_record(run_dir: Path) -> RunRecord:
     stop, _ = read_json(run_dir / "STOPPED.json")
     if isinstance(stop, dict) and isinstance(stop.get("step"), int):
         cause = str(stop.get("cause"))
-        kind = "server_gave_up" if cause.startswith("inference_server") else _BREAKER_MARKS.get(cause.split(":")[0], "stop")
+        breaker = cause.split(":")[0]
+        kind = "server_gave_up" if breaker == "inference_server" else _BREAKER_MARKS.get(breaker, "stop")
         evidence = Evidence(str(run_dir / "STOPPED.json"), 0, f"cause: {cause}")
         # The stop's step is the step it judged; a server given up on at the start of step s + 1
         # is recorded at s (the last finished step).

@@ -90,8 +90,8 @@ def render_html(diagnosis: Diagnosis, record: RunRecord) -> str:
     if not panels:
         figure_html = "<p>No step was logged: nothing to draw.</p>"
     else:
-        fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04 if len(panels) > 6 else 0.07,
-                            subplot_titles=[t for t, _ in panels])
+        fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=[t for t, _ in panels],
+                            vertical_spacing=0.04 if len(panels) > 6 else 0.07)
         for row, (_, spec) in enumerate(panels, 1):
             for trace in _traces(go, record, spec):
                 fig.add_trace(trace, row=row, col=1)
@@ -112,7 +112,8 @@ def _has(record: RunRecord, spec) -> bool:
     if spec == "statuses":
         return any(k.startswith(STATUS_PREFIX) for m in record.metrics.values() for k in m)
     if spec == "phases":
-        return any(k.startswith(PHASE_PREFIX) for m in record.metrics.values() for k in m) or bool(record.series(STEP_S))
+        phases = any(k.startswith(PHASE_PREFIX) for m in record.metrics.values() for k in m)
+        return phases or bool(record.series(STEP_S))
     return any(record.series(name) for name, _ in spec)
 
 
@@ -125,8 +126,9 @@ def _traces(go, record: RunRecord, spec) -> list:
         traces = []
         for name in names:
             points = record.series(prefix + name)
-            traces.append(go.Bar(x=[s for s, _ in points], y=[v for _, v in points], name=name,
-                                 legendgroup=spec, marker_color=STATUS_COLORS.get(name) if spec == "statuses" else None))
+            color = STATUS_COLORS.get(name) if spec == "statuses" else None
+            traces.append(go.Bar(x=[s for s, _ in points], y=[v for _, v in points], name=name, legendgroup=spec,
+                                 marker_color=color))
         if spec == "phases" and not names:  # only the whole step's time is known
             points = record.series(STEP_S)
             traces.append(go.Bar(x=[s for s, _ in points], y=[v for _, v in points], name="step"))
@@ -157,8 +159,8 @@ def _mark_events(fig, go, diagnosis: Diagnosis, record: RunRecord, rows: int) ->
             text=[f"{m.kind}: {html.escape(m.detail[:160])}" for m in marks], hoverinfo="text+x"), row=1, col=1)
     if diagnosis.first_bad_step is not None:
         fig.add_vline(x=diagnosis.first_bad_step, line_width=2, line_color="#d62728", row="all", col=1)
-        fig.add_annotation(x=diagnosis.first_bad_step, y=1.0, yref="y domain", text=f"first bad step: {diagnosis.cause}",
-                           showarrow=False, xanchor="left", font={"color": "#d62728"}, row=1, col=1)
+        fig.add_annotation(x=diagnosis.first_bad_step, y=1.0, yref="y domain", showarrow=False, xanchor="left",
+                           text=f"first bad step: {diagnosis.cause}", font={"color": "#d62728"}, row=1, col=1)
 
 
 def _header(d: Diagnosis, record: RunRecord) -> str:
@@ -168,19 +170,22 @@ def _header(d: Diagnosis, record: RunRecord) -> str:
             f"<p class=explain>{html.escape(d.explanation)}</p>",
             "<table>",
             f"<tr><th>run</th><td>{html.escape(record.source)}: {html.escape(record.path)}</td></tr>",
-            f"<tr><th>last good checkpoint</th><td><code>{html.escape(d.last_good_checkpoint or 'none')}</code></td></tr>"]
+            "<tr><th>last good checkpoint</th>"
+            f"<td><code>{html.escape(d.last_good_checkpoint or 'none')}</code></td></tr>"]
     if d.resume:
         rows.append(f"<tr><th>resume</th><td><code>{html.escape(d.resume)}</code></td></tr>")
     steps = record.steps()
     rows.append(f"<tr><th>steps logged</th><td>{len(steps)}" + (f" ({steps[0]}-{steps[-1]})" if steps else "")
                 + (f" of {record.total_steps}" if record.total_steps else "") + "</td></tr></table>")
     if d.evidence:
-        rows.append("<h2>evidence</h2><ul>" + "".join(
-            f"<li><code>{html.escape(e.file)}:{e.line}</code> {html.escape(e.text[:300])}</li>" for e in d.evidence) + "</ul>")
+        items = "".join(f"<li><code>{html.escape(e.file)}:{e.line}</code> {html.escape(e.text[:300])}</li>"
+                        for e in d.evidence)
+        rows.append(f"<h2>evidence</h2><ul>{items}</ul>")
     if d.timeline:
-        rows.append("<h2>timeline</h2><table class=timeline><tr><th>step</th><th>anomaly</th><th>detail</th></tr>" + "".join(
-            f"<tr><td>{a.step}</td><td>{html.escape(a.kind)}</td><td>{html.escape(a.detail[:300])}</td></tr>"
-            for a in d.timeline[:100]) + "</table>")
+        items = "".join(f"<tr><td>{a.step}</td><td>{html.escape(a.kind)}</td>"
+                        f"<td>{html.escape(a.detail[:300])}</td></tr>" for a in d.timeline[:100])
+        rows.append("<h2>timeline</h2><table class=timeline><tr><th>step</th><th>anomaly</th><th>detail</th></tr>"
+                    f"{items}</table>")
     for note in record.notes:
         rows.append(f"<p class=note>{html.escape(note)}</p>")
     return "\n".join(rows)
