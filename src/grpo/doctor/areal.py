@@ -56,7 +56,7 @@ def find_trainer_log(path: Path) -> Path | None:
         return path
     if path.is_dir():
         direct = path / TRAINER_LOG
-        if direct.is_file():
+        if direct.is_file() and _looks_like_areal(direct):
             return direct
     return None
 
@@ -67,7 +67,7 @@ def _looks_like_areal(path: Path) -> bool:
             head = f.read(1 << 20).decode("utf-8", errors="replace")
     except OSError as exc:
         raise UnreadableRun(f"{path} cannot be read ({exc.strerror or exc}): check its permissions") from None
-    return bool(_DONE.search(head) or "StatsLogger" in head)
+    return bool(_DONE.search(head) or "StatsLogger" in head or "RemoteSGLangEngine" in head)
 
 
 def read_record(trainer_log: Path) -> RunRecord:

@@ -12,7 +12,7 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
     reward_broken        answers the reward could not score, or a reward function that raised
     no_learning_signal   every group's rewards identical (loss and gradient at 0)
     policy_collapse      the reward fell with the infrastructure healthy
-    stalled              the steps stopped: a crash, or a trainer killed without a word
+    stalled              the steps stopped: a crash, a trainer killed without a word, or no step at all
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         a = first["nonfinite"]
         return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
     explaining = [s for s in servers if onset is None or s.step <= onset + SERVER_SLACK]
-    if explaining and (onset is not None or _stopped_by(record, "server_gave_up")):
+    if explaining and (onset is not None or _stopped_by(record, "server_gave_up") or not record.metrics):
         server = explaining[0]
         step = min(server.step, onset) if onset is not None else server.step
         backing = explaining[:3] + [a for a in model_side if a.step <= step + SERVER_SLACK][:3]
@@ -85,6 +85,9 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if stalled:
         a = stalled[-1]
         return "stalled", a.step, f"the trainer stopped at step {a.step}: {a.detail}", [a]
+    if not record.metrics and not record.running:
+        return "stalled", 1, "no step was logged: the run never got through its first step", [
+            a for a in timeline if a.kind in ("restart", "server_restart")][:3]
     if _ended_without_a_word(record):
         last = record.steps()[-1] if record.steps() else 0
         return "stalled", last + 1, (f"the steps stopped after step {last}"

@@ -92,3 +92,21 @@ def test_the_printed_account_puts_the_diagnosis_first(capsys):
 def test_the_record_keeps_curves_for_the_report():
     _, record = examine(SAMPLES / "areal")
     assert len(record.series("reward")) == 60 and record.series("time/rollout") and record.series("memory_gib")
+
+
+def test_areal_whose_server_died_before_the_first_step(tmp_path, capsys):
+    (tmp_path / "trainer.log").write_text(
+        "20251112-04:30:00.000 RemoteSGLangEngine INFO: Get server addresses from name_resolve: ['10.0.0.2:23239']\n"
+        "20251112-04:31:10.000 RemoteSGLangEngine WARNING: Request to 10.0.0.2:23239/generate failed (attempt 3/3): "
+        "Cannot connect to host 10.0.0.2:23239 ssl:default [Connect call failed ('10.0.0.2', 23239)]\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: Failed after 3 retries")
+    code, result = doctor(tmp_path, capsys)
+    assert code == 1 and result["cause"] == "server_failure" and result["first_bad_step"] == 1
+    assert result["evidence"][0]["line"] == 2
+
+
+def test_a_log_of_another_kind_named_trainer_log_is_read_by_its_own_reader(tmp_path, capsys):
+    shutil.copy(SAMPLES / "verl" / "train.log", tmp_path / "trainer.log")
+    code, result = doctor(tmp_path, capsys)
+    assert code == 1 and result["source"] == "verl" and result["cause"] == "policy_collapse"
