@@ -7,6 +7,7 @@ It only reads, and reads everything tolerantly: a torn or garbled file is report
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -394,7 +395,16 @@ def _metric_text(line: dict[str, Any]) -> str:
 
 
 def _event_text(event: dict[str, Any]) -> str:
-    return f"{event.get('kind')} at step {event.get('step')}: {event.get('message', '')}"[:300]
+    """The event in a line; for a server's failure, with the most telling line of its log's tail."""
+    text = f"{event.get('kind')} at step {event.get('step')}: {event.get('message', '')}"
+    tail = [str(line) for line in event["evidence"].get("log_tail") or [] if str(line).strip()]
+    if tail:
+        telling = [line for line in tail if _SERVER_ERROR.search(line)]
+        text += f" | its log: {(telling or tail)[-1].strip()}"
+    return text[:400]
+
+
+_SERVER_ERROR = re.compile(r"out.of.memory|OutOfMemory|Error|Killed|Traceback", re.IGNORECASE)
 
 
 def faults_set(run_dir: Path) -> list[str]:
