@@ -193,9 +193,8 @@ def _reward_lines(steps: list[dict[str, Any]]) -> list[str]:
 def _time_lines(steps: list[dict[str, Any]]) -> list[str]:
     phases: Counter = Counter()
     for s in steps:
-        for key, value in s.items():
-            if key.startswith("time/") and key.endswith("_s") and key != "time/step_s" and isinstance(value, (int, float)):
-                phases[key[5:-2]] += value
+        for name in _phases(s):
+            phases[name] += s[f"time/{name}_s"] if _is_number(s[f"time/{name}_s"]) else 0.0
     total = sum(s.get("time/step_s") or 0.0 for s in steps)
     if not total:
         return []
@@ -317,8 +316,9 @@ def read_record(run_dir: Path) -> RunRecord:
         peaks = [v for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib") and _is_number(v)]
         if peaks:
             record.put(step, MEMORY_GIB, float(max(peaks)))
+        phases = _phases(line)
         for key, value in line.items():
-            if key.startswith("time/") and key.endswith("_s") and key != "time/step_s" and _is_number(value):
+            if key.startswith("time/") and key[5:-2] in phases and _is_number(value):
                 record.put(step, PHASE_PREFIX + key[5:-2], float(value))
             elif key.startswith("rollout/") and key[8:] in _STATUSES and _is_number(value):
                 record.put(step, STATUS_PREFIX + key[8:], float(value))
@@ -355,6 +355,13 @@ def read_record(run_dir: Path) -> RunRecord:
     valid, _ = store.scan()
     record.checkpoints = [Checkpoint(i.step, str(i.path), i.healthy) for i in valid]
     return record
+
+
+def _phases(line: dict[str, Any]) -> set[str]:
+    """The step's top-level phases: the loop's phases have their own peak memory; the collector's
+    generate/reward times lie inside the rollout phase, and added to it would count twice."""
+    timed = {k[5:-2] for k in line if k.startswith("time/") and k.endswith("_s") and k != "time/step_s"}
+    return {p for p in timed if f"memory/{p}_peak_gib" in line} or timed
 
 
 def _lost_fraction(line: dict[str, Any]) -> float | None:

@@ -45,7 +45,8 @@ MARKED = {"server_failure": "#d62728", "server_gave_up": "#d62728", "server_unre
           "server_restart": "#9467bd", "restart": "#2ca02c", "rollback": "#8c564b", "stop": "#000000",
           "crash": "#000000", "interrupted": "#7f7f7f", "rollout_error": "#ff7f0e", "nonfinite": "#e377c2",
           "reward_error": "#bcbd22", "zero_reward": "#17becf", "loss_zero": "#17becf", "reward_collapse": "#d62728",
-          "kl_explosion": "#e377c2", "grad_spike": "#e377c2", "truncation": "#7f7f7f", "rank_lost": "#000000"}
+          "kl_explosion": "#e377c2", "grad_spike": "#e377c2", "truncation": "#7f7f7f", "rank_lost": "#000000",
+          "trip": "#ff7f0e"}
 STATUS_COLORS = {"ok": "#2ca02c", "truncated": "#bcbd22", "failed": "#d62728", "timeout": "#ff7f0e",
                  "empty": "#7f7f7f", "unscorable": "#9467bd"}
 
@@ -165,7 +166,8 @@ def _mark_events(fig, go, diagnosis: Diagnosis, record: RunRecord, rows: int) ->
 
 def _header(d: Diagnosis, record: RunRecord) -> str:
     color = "#2ca02c" if d.status == "healthy" else "#d62728"
-    rows = [f'<h1 style="color:{color}">{html.escape(d.status)}: {html.escape(d.cause)}'
+    title = d.status if d.cause == "healthy" else f"{d.status}: {d.cause}"
+    rows = [f'<h1 style="color:{color}">{html.escape(title)}'
             + (f" from step {d.first_bad_step}" if d.first_bad_step is not None else "") + "</h1>",
             f"<p class=explain>{html.escape(d.explanation)}</p>",
             "<table>",
