@@ -62,7 +62,7 @@ def assert_resumes(result: dict, run_dir: Path, capsys) -> None:
     assert [line["step"] for line in lines] == list(range(1, STEPS + 1))  # steps from 4 on were replayed
     code, after = doctor_json(run_dir, capsys)
     assert code == 0 and after["cause"] == "healthy", after["explanation"]
-    assert "recovered from" in after["explanation"]
+    assert {"step": 3, "kind": "restart"} in [{"step": a["step"], "kind": a["kind"]} for a in after["timeline"]]
 
 
 def test_rollouts_failing_from_step_k(tmp_path, capsys):

@@ -5,9 +5,10 @@ no learning signal; so server evidence at (or just before) the first bad step wi
 fell while the servers were healthy is the model's doing. Order of the rules, first match wins:
 
     nonfinite            a NaN/inf loss or gradient, first of all anomalies (or with the first)
-    server_failure       the server died or could not be reached, at most one step after the first
-                         model-side anomaly (a server that died long after the reward fell did not
-                         cause it)
+    server_failure       the server died or could not be reached, from 3 steps before the first
+                         model-side anomaly to one step after it (a server that died long after the
+                         reward fell did not cause it; a stray connection error long before, with
+                         healthy steps after it, did not either)
     rollout_failure      rollouts failed with no server evidence
     reward_broken        answers the reward could not score, or a reward function that raised
     no_learning_signal   every group's rewards identical (loss and gradient at 0)
@@ -20,6 +21,8 @@ from __future__ import annotations
 from grpo.doctor.record import Anomaly, Checkpoint, Evidence, RunRecord
 
 SERVER_SLACK = 1  # a server failure up to one step after the first bad step still explains it
+SERVER_LEAD = 3  # ... and one up to 3 steps before it (rollouts in flight drain first); earlier ones
+                 # were followed by healthy steps, so they did not cause it
 # Anomalies that are trouble on their own; the rest (entropy, length, gradient spikes, step time,
 # memory, restarts) are signs that explain them, or warnings on a run that is otherwise fine.
 MODEL_SIDE = {"reward_zero", "reward_collapse", "zero_variance", "loss_zero", "failures", "nonfinite", "reward_error"}
@@ -35,18 +38,20 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     first = {kind: items[0] for kind, items in by_kind.items()}
     model_side = [a for a in timeline if a.kind in MODEL_SIDE]
     if record.source == "grpo" and record.finished and not any(not a.from_event for a in model_side):
-        trouble = [a for a in timeline if a.from_event]
+        trouble = [a for a in timeline if a.from_event and a.kind not in ("restart", "server_restart")]
         return "healthy", None, _healthy_text(record) + (
-            f"; recovered from {len(trouble)} event(s) on the way (first: {_describe(trouble[0])} at step "
+            f"; recovered from {len(trouble)} failure(s) on the way (first: {_describe(trouble[0])} at step "
             f"{trouble[0].step})" if trouble else ""), []
     onset = min((a.step for a in model_side), default=None)
-    servers = by_kind.get("server_failure", []) + by_kind.get("server_unreachable", [])
-    servers.sort(key=lambda a: a.step)
+    # Every occurrence, not the timeline's first of each burst: a stray connection error at step 5
+    # must not hide the outage at step 42.
+    servers = _of(record, {"server_failure", "server_gave_up", "server_unreachable"})
+    errors = _of(record, {"rollout_error"})
 
     if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
         a = first["nonfinite"]
         return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
-    explaining = [s for s in servers if onset is None or s.step <= onset + SERVER_SLACK]
+    explaining = [s for s in servers if onset is None or onset - SERVER_LEAD <= s.step <= onset + SERVER_SLACK]
     if explaining and (onset is not None or _stopped_by(record, "server_gave_up") or not record.metrics):
         server = explaining[0]
         step = min(server.step, onset) if onset is not None else server.step
@@ -60,7 +65,13 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if "failures" in first and first["failures"].step == onset:
         a = first["failures"]
         return "rollout_failure", a.step, (f"rollouts failed from step {a.step} ({a.detail}) with no sign of a "
-                                           f"server failure{late_note}"), [a]
+                                           f"server failure{late_note}"), [a] + _near(errors, onset)[:2]
+    near = _near(errors, onset)
+    if near and onset is not None and _telling(model_side).kind in ("reward_zero", "reward_collapse", "zero_variance"):
+        a = near[0]
+        return "rollout_failure", min(a.step, onset), (
+            f"rollout errors at step {a.step} ({a.detail}) as the reward fell ({_describe(_telling(model_side))}), "
+            f"with no sign of a server failure{late_note}"), near[:3] + [_telling(model_side)]
     if "reward_error" in first and first["reward_error"].step == onset:
         a = first["reward_error"]
         return "reward_broken", a.step, (f"the reward could not score the answers from step {a.step} ({a.detail}): "
@@ -78,7 +89,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         a = collapse or first["reward_zero"]
         signs = [first[k] for k in COLLAPSE_SIGNS if k in first]
         said = ", ".join(COLLAPSE_SIGNS[s.kind] + f" (step {s.step})" for s in signs) or "no other sign"
-        return "policy_collapse", min([a.step] + [s.step for s in signs if s.step <= a.step] or [a.step]), (
+        # the collapse began at its first sign, when that came before the reward fell
+        return "policy_collapse", min([a.step] + [s.step for s in signs]), (
             f"the reward collapsed at step {a.step} with the infrastructure healthy{late_note}: {said}. "
             "Lower the learning rate, raise the KL penalty or clip, and resume from before it"), [a] + signs
     stalled = [a for a in timeline if a.kind == "crash"]
@@ -110,6 +122,20 @@ def _telling(anomalies: list[Anomaly]) -> Anomaly:
 
 def _describe(a: Anomaly) -> str:
     return f"{a.kind.replace('_', ' ')} ({a.detail})"
+
+
+def _of(record: RunRecord, kinds: set[str]) -> list[Anomaly]:
+    """The record's marks of these kinds, by step; at one step, the server's own death before the
+    trainer's failure to reach it."""
+    return sorted((Anomaly(m.step, m.kind, m.detail, m.evidence, from_event=True) for m in record.marks
+                   if m.kind in kinds), key=lambda a: (a.step, a.kind == "server_unreachable"))
+
+
+def _near(errors: list[Anomaly], onset: int | None) -> list[Anomaly]:
+    """Rollout errors from a step before the first bad step to just after it."""
+    if onset is None:
+        return []
+    return [e for e in errors if onset - 1 <= e.step <= onset + SERVER_SLACK]
 
 
 def _stopped_by(record: RunRecord, kind: str) -> bool:

@@ -17,7 +17,7 @@ COLLAPSE_RATIO = 0.5  # reward below this fraction of its recent best
 # Marks that are anomalies in their own right, under their own names on the timeline.
 MARK_KINDS = {
     "server_failure": "server_failure", "server_gave_up": "server_failure", "server_unreachable": "server_unreachable",
-    "rollout_error": "failures", "nonfinite": "nonfinite", "reward_error": "reward_error", "restart": "restart",
+    "rollout_error": "rollout_error", "nonfinite": "nonfinite", "reward_error": "reward_error", "restart": "restart",
     "crash": "crash", "rollback": "rollback", "zero_reward": "reward_zero", "loss_zero": "loss_zero",
     "reward_collapse": "reward_collapse", "kl_explosion": "kl_explosion", "grad_spike": "grad_spike",
     "rank_lost": "rank_lost", "server_restart": "server_restart",
@@ -43,14 +43,25 @@ def anomalies(record: RunRecord) -> list[Anomaly]:
     return _first_of_each(found)
 
 
+RECURRING = {"restart", "server_failure", "rollback", "server_restart", "crash"}  # every distinct step
+BURSTY = {"server_unreachable", "rollout_error"}  # the first step of each burst
+BURST_GAP = 5  # steps without one that end a burst
+
+
 def _first_of_each(found: list[Anomaly]) -> list[Anomaly]:
-    """One anomaly per kind (its first step), except events that recur meaningfully (restarts, server
-    failures, rollbacks), which keep every occurrence at a distinct step."""
-    recurring = {"restart", "server_failure", "rollback", "server_restart", "crash"}
+    """One anomaly per kind (its first step); events that recur meaningfully (restarts, server
+    failures, rollbacks) at each distinct step; error lines that come in bursts (connection errors,
+    timeouts), at the first step of each burst."""
     kept: dict[tuple[str, int | None], Anomaly] = {}
+    last_seen: dict[str, int] = {}
     for anomaly in sorted(found, key=lambda a: (a.step, a.evidence is None)):
-        key = (anomaly.kind, anomaly.step if anomaly.kind in recurring else None)
-        kept.setdefault(key, anomaly)
+        kind = anomaly.kind
+        if kind in BURSTY:
+            if kind not in last_seen or anomaly.step > last_seen[kind] + BURST_GAP:
+                kept[(kind, anomaly.step)] = anomaly
+            last_seen[kind] = anomaly.step
+            continue
+        kept.setdefault((kind, anomaly.step if kind in RECURRING else None), anomaly)
     return sorted(kept.values(), key=lambda a: (a.step, a.kind))
 
 

@@ -63,3 +63,25 @@ def test_the_checkpoint_is_the_newest_saved_before_the_first_bad_step():
     assert cause.last_checkpoint_before(run, 20).path == "c10"  # checkpoint-20 holds step 20's update
     assert cause.last_checkpoint_before(run, 5) is None
     assert cause.last_checkpoint_before(run, None).path == "c30"
+
+
+def test_a_stray_connection_error_long_before_does_not_hide_the_outage():
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5, 0.5, 0.45, 0.5, 0.5] + [0.0] * 8)
+    run.marks.append(Mark(3, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 30, "x")))
+    run.marks.append(Mark(13, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 130, "y")))
+    run.marks.append(Mark(14, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 140, "z")))
+    what, step, _, backing = cause.decide(run, timeline.anomalies(run))
+    assert (what, step) == ("server_failure", 13) and backing[0].evidence.line == 130
+
+
+def test_a_stray_error_alone_is_healthy():
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5, 0.5, 0.45])
+    run.marks.append(Mark(3, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 30, "x")))
+    run.marks.append(Mark(5, "rollout_error", "request timed out", Evidence("trainer.log", 50, "t")))
+    assert decide(run) == ("healthy", None)
+
+
+def test_rollout_timeouts_as_the_reward_fell_with_the_server_fine_are_a_rollout_failure():
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5] + [0.0] * 6)
+    run.marks.append(Mark(9, "rollout_error", "Failed after 3 retries", Evidence("trainer.log", 90, "t")))
+    assert decide(run) == ("rollout_failure", 9)
