@@ -343,11 +343,14 @@ def read_record(run_dir: Path) -> RunRecord:
     if isinstance(stop, dict) and isinstance(stop.get("step"), int):
         cause = str(stop.get("cause"))
         breaker = cause.split(":")[0]
-        kind = "server_gave_up" if breaker == "inference_server" else _BREAKER_MARKS.get(breaker, "stop")
+        server_side = breaker in ("inference_server", "weight_sync")
+        kind = "server_gave_up" if server_side else _BREAKER_MARKS.get(breaker, "stop")
         evidence = Evidence(str(run_dir / "STOPPED.json"), 0, f"cause: {cause}")
-        # The stop's step is the step it judged; a server given up on at the start of step s + 1
-        # is recorded at s (the last finished step).
-        step = stop["step"] + 1 if kind == "server_gave_up" else stop["step"]
+        # A breaker's stop carries the step it judged, whose metrics were logged. A server lost at
+        # the start (step 0: before step 1) or in the middle of a step stopped the first step that
+        # logged nothing.
+        after_last = (max(record.metrics) if record.metrics else 0) + 1
+        step = max(stop["step"], after_last) if kind == "server_gave_up" else stop["step"]
         record.marks.append(Mark(step, kind, f"the guard stopped the run: {cause}", evidence))
     summary, _ = read_json(run_dir / "summary.json")
     record.finished = isinstance(summary, dict) and summary.get("status") == "finished"
@@ -405,9 +408,9 @@ def _event_text(event: dict[str, Any]) -> str:
     """The event in a line; for a server's failure, with the most telling line of its log's tail."""
     text = f"{event.get('kind')} at step {event.get('step')}: {event.get('message', '')}"
     tail = [str(line) for line in event["evidence"].get("log_tail") or [] if str(line).strip()]
-    if tail:
-        telling = [line for line in tail if _SERVER_ERROR.search(line)]
-        text += f" | its log: {(telling or tail)[-1].strip()}"
+    telling = [line for line in tail if _SERVER_ERROR.search(line)]
+    if telling:
+        text += f" | its log: {telling[-1].strip()}"
     return text[:400]
 
 

@@ -23,3 +23,16 @@ def test_a_server_failure_is_placed_on_the_next_step_with_its_log_line(tmp_path)
     diagnosis, _ = examine(run_dir)
     assert diagnosis.cause == "server_failure" and diagnosis.first_bad_step == 7
     assert diagnosis.evidence[0].line == 1 and "its log: torch.OutOfMemoryError" in diagnosis.evidence[0].text
+
+
+def test_a_server_lost_before_the_first_step_stops_step_1(tmp_path):
+    """STOPPED.json carries step 0 when the server never came up: step 1 is the one that never ran."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "STOPPED.json").write_text(json.dumps({
+        "cause": "inference_server: inference server sglang-0 gave up (2 restarts used up): it exited with status 3",
+        "step": 0, "last_good_checkpoint": None, "resume_command": "grpo train --config r/config.yaml"}))
+    (run_dir / "events.jsonl").write_text("")
+    diagnosis, _ = examine(run_dir)
+    assert diagnosis.cause == "server_failure" and diagnosis.first_bad_step == 1
+    assert diagnosis.evidence[0].file.endswith("STOPPED.json") and "exited with status 3" in diagnosis.evidence[0].text
