@@ -55,7 +55,10 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if explaining and (onset is not None or _stopped_by(record, "server_gave_up") or not record.metrics):
         server = explaining[0]
         step = min(server.step, onset) if onset is not None else server.step
-        backing = explaining[:3] + [a for a in model_side if a.step <= step + SERVER_SLACK][:3]
+        kinds_first = {}
+        for s in explaining:
+            kinds_first.setdefault(s.kind, s)  # the death, the first failure to reach it
+        backing = list(kinds_first.values()) + ([_telling(model_side)] if model_side else [])
         after = f"; {_describe(_telling(model_side))} from step {onset}" if onset is not None else ""
         return "server_failure", step, (f"the inference server failed at step {server.step} ({server.detail}), so "
                                         f"rollouts failed{after}. This is the infrastructure, not the model: "
