@@ -118,15 +118,14 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _doctor(path: Path, as_json: bool) -> int:
-    from grpo.doctor import UnreadableRun, examine, grpo_run, render
+    from grpo.doctor import UnreadableRun, explain
 
     try:
-        diagnosis, record = examine(path)
-        details = grpo_run.details(Path(record.path)) if record.source == "grpo" and not as_json else None
+        diagnosis, lines = explain(path)
     except UnreadableRun as exc:
         alert(f"error: {exc}")
         return EXIT_BAD_INPUT
-    _print(json.dumps(diagnosis.to_json(), indent=2) if as_json else "\n".join(render(diagnosis, record, details)))
+    _print(json.dumps(diagnosis.to_json(), indent=2) if as_json else "\n".join(lines))
     return 0 if diagnosis.status == "healthy" else 1
 
 

@@ -16,30 +16,34 @@ from pathlib import Path
 from grpo.doctor import areal, cause, grpo_run, timeline, trl, verl
 from grpo.doctor.record import Diagnosis, RunRecord, UnreadableRun
 
-__all__ = ["Diagnosis", "RunRecord", "UnreadableRun", "diagnose", "examine", "read", "render"]
+__all__ = ["Diagnosis", "RunRecord", "UnreadableRun", "diagnose", "examine", "explain", "read", "render"]
 
 
 def read(path: Path) -> RunRecord:
     """The run at `path`, by whichever reader recognises it."""
     path = Path(path)
     try:
-        if not path.exists():
-            raise UnreadableRun(f"{path} does not exist")
-        if grpo_run.is_run_dir(path):
-            return grpo_run.read_record(path)
-        log = areal.find_trainer_log(path)
-        if log is not None:
-            return areal.read_record(log)
-        root = trl.find_root(path)
-        if root is not None:
-            return trl.read_record(root)
-        log = verl.find_log(path)
-        if log is not None:
-            return verl.read_record(log)
+        return _read(path)
     except PermissionError as exc:
         raise UnreadableRun(f"{exc.filename or path} cannot be read (permission denied)") from None
     except OSError as exc:
         raise UnreadableRun(f"{exc.filename or path} cannot be read ({exc.strerror or exc})") from None
+
+
+def _read(path: Path) -> RunRecord:
+    if not path.exists():
+        raise UnreadableRun(f"{path} does not exist")
+    if grpo_run.is_run_dir(path):
+        return grpo_run.read_record(path)
+    log = areal.find_trainer_log(path)
+    if log is not None:
+        return areal.read_record(log)
+    root = trl.find_root(path)
+    if root is not None:
+        return trl.read_record(root)
+    log = verl.find_log(path)
+    if log is not None:
+        return verl.read_record(log)
     raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: a grpo run directory (config.yaml, "
                         "metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a verl console log "
                         "(step:N - key:value lines), or a TRL output directory (trainer_state.json, checkpoint-N/)")
@@ -110,8 +114,16 @@ def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = 
     return out
 
 
+def explain(path: Path) -> tuple[Diagnosis, list[str]]:
+    """-> (the diagnosis, the printed account of the run at `path`); raises UnreadableRun."""
+    diagnosis, record = examine(path)
+    try:
+        details = grpo_run.details(Path(record.path)) if record.source == "grpo" else None
+    except OSError as exc:  # a file of the run directory this user may not open
+        raise UnreadableRun(f"{exc.filename or record.path} cannot be read ({exc.strerror or exc})") from None
+    return diagnosis, render(diagnosis, record, details)
+
+
 def diagnose(path: Path) -> list[str]:
     """The printed account of the run at `path` (raises UnreadableRun)."""
-    diagnosis, record = examine(path)
-    details = grpo_run.details(Path(record.path)) if record.source == "grpo" else None
-    return render(diagnosis, record, details)
+    return explain(path)[1]

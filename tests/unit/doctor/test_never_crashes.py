@@ -90,25 +90,27 @@ def test_trainer_state_that_is_not_a_trainer_state(tmp_path, capsys):
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to another user")
-def test_permission_denied_is_one_line_and_exit_2():
-    """As another user (root reads everything, so the doctor runs as nobody here): a log it may not
-    open is exit 2 with one line saying so, not a traceback. (pytest's tmp_path is private to root.)"""
+@pytest.mark.parametrize("source, forbidden", [("areal", "trainer.log"), ("grpo", "events.jsonl")])
+def test_permission_denied_is_one_line_and_exit_2(source, forbidden):
+    """As another user (root reads everything, so the doctor runs as nobody here): a file it may not
+    open is exit 2 with one line naming it, not a traceback. (pytest's tmp_path is private to root.)"""
     base = Path(tempfile.mkdtemp(prefix="doctor-perm-"))
     base.chmod(0o755)
-    root = base / "areal"
-    shutil.copytree(SAMPLES / "areal", root)
-    (root / "trainer.log").chmod(0o600)
+    root = base / source
+    if source == "areal":
+        shutil.copytree(SAMPLES / "areal", root)
+    else:
+        root.mkdir()
+        (root / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+        (root / "events.jsonl").write_text('{"step": 0, "kind": "checkpoint", "message": "saved"}\n')
+    (root / forbidden).chmod(0o600)
     try:
-        _run_as_nobody(root)
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                                 "grpo", "doctor", str(root)], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")},
+                                cwd="/")
     finally:
         shutil.rmtree(base)
-
-
-def _run_as_nobody(root: Path) -> None:
-    src = Path(__file__).resolve().parents[3] / "src"
-    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
-                             "grpo", "doctor", str(root)], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(src)}, cwd="/")
     assert result.returncode == 2, result.stderr
-    assert "trainer.log cannot be read (Permission denied)" in result.stderr and "Traceback" not in result.stderr
+    assert f"{forbidden} cannot be read (Permission denied)" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
