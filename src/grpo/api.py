@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grpo.config import ConfigError, RunConfig, apply_override, from_dict, load_config, to_dict, validate
+from grpo.config import RunConfig, apply_override, from_dict, load_config, to_dict, validate
+from grpo.errors import ConfigError
 from grpo.rewards import register_reward
 
 ConfigLike = RunConfig | Mapping[str, Any] | str | Path | None

@@ -12,7 +12,7 @@ import os
 from grpo.config import load_config
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
-from grpo.errors import ConfigError, DiskError, RunDirLocked, exit_status, one_line
+from grpo.errors import EXIT_BAD_INPUT, ConfigError, DiskError, RunDirLocked, exit_status, one_line
 from grpo.rundir.files import atomic_write
 
 DEFAULT_EVAL_TOKENS = 256  # grpo eval's answer budget when neither a flag nor the config sets one
@@ -93,6 +93,39 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(path: Path, as_json: bool) -> int:
+    from grpo.doctor import UnreadableRun, explain
+
+    try:
+        diagnosis, lines = explain(path)
+    except UnreadableRun as exc:
+        alert(f"error: {exc}")
+        return EXIT_BAD_INPUT
+    _print(json.dumps(diagnosis.to_json(), indent=2) if as_json else "\n".join(lines))
+    return 0 if diagnosis.status == "healthy" else 1
+
+
+def _print(text: str) -> None:
+    """Print, and let a reader that stopped early (`grpo doctor RUN | head`) go without a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _report(path: Path, out: str | None) -> int:
+    from grpo.doctor import UnreadableRun
+    from grpo.report import ReportError, write_report
+
+    try:
+        written = write_report(path, Path(out) if out else None)
+    except (UnreadableRun, ReportError) as exc:
+        alert(f"error: {exc}")
+        return EXIT_BAD_INPUT
+    _print(str(written))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo", description="GRPO post-training that never fails silently.")
     parser.add_argument("--version", action="version", version=f"grpo {_version()}")
@@ -148,8 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--out", required=True, help="a new directory to write")
     exp.add_argument("--merged", action="store_true", help="merge a LoRA adapter into its base: a plain model")
 
-    doc = sub.add_parser("doctor", help="explain a run after the fact: status, failures, trips, how to resume")
-    doc.add_argument("run_dir")
+    doc = sub.add_parser("doctor", help="explain a run after the fact (grpo, AReaL, verl, TRL): cause, first bad "
+                                        "step, evidence, last good checkpoint; exit 0 healthy, 1 a problem, 2 unreadable")
+    doc.add_argument("run_dir", help="a grpo run directory, an AReaL trainer.log (or its directory), a verl console "
+                                     "log, or a TRL output directory / checkpoint-N")
+    doc.add_argument("--json", action="store_true", help="print the diagnosis as one JSON object")
+
+    rep = sub.add_parser("report", help="one self-contained HTML file (works offline) with a run's curves, its "
+                                        "events marked, and the doctor's diagnosis at the top")
+    rep.add_argument("run_dir", help="any PATH grpo doctor reads")
+    rep.add_argument("--out", help="the HTML file to write (default: RUN_DIR/report.html for a grpo run, else "
+                                   "./<name>-report.html)")
 
     health = sub.add_parser("health", help="is a run healthy now: servers generating, versions, memory, disk; "
                                            "exit 0 when healthy, 1 when not")
@@ -184,10 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             print(export_checkpoint(Path(args.checkpoint), Path(args.out), args.merged))
             return 0
         if args.command == "doctor":
-            from grpo.doctor import diagnose
-
-            print("\n".join(diagnose(Path(args.run_dir))))
-            return 0
+            return _doctor(Path(args.run_dir), args.json)
+        if args.command == "report":
+            return _report(Path(args.run_dir), args.out)
         return _eval(args)
     except (ConfigError, RunDirLocked, FileNotFoundError, PermissionError, DiskError) as exc:
         alert(one_line(exc))

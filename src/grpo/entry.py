@@ -11,9 +11,10 @@ from grpo.config import RunConfig, load_config, split_overrides
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.dist import from_environment
-from grpo.errors import EXIT_CRASH, EXIT_OK, ConfigError, DiskError, RunDirLocked, exit_status, one_line
+from grpo.errors import EXIT_CRASH, EXIT_OK, ConfigError, DiskError, RunDirLocked, RunStopped, exit_status, one_line
 from grpo.loop import TrainingLoop
 from grpo.policy.models import resolve_device
+from grpo.report import report_line
 from grpo.rundir.resume import resume_command
 from grpo.rundir.run import RunDir
 
@@ -39,8 +40,12 @@ def run(config: str | None, overrides: list[str]) -> int:
                   f"resume from the newest checkpoint with: {resume_command(run_dir.path, None)}")
         else:
             alert(one_line(exc))
+        if isinstance(exc, RunStopped) and ranks.main:
+            say(report_line(run_dir.path))
         return status
     _say_result(cfg, summary)
+    if ranks.main:
+        say(report_line(run_dir.path))
     return EXIT_OK
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from grpo import api
-from grpo.config import ConfigError
+from grpo.errors import ConfigError
 
 from .helpers import metric_lines
 

@@ -309,7 +309,7 @@ def test_returned_tuples_and_arrays_are_accepted() -> None:
 
 
 def test_the_check_at_start_names_the_function_and_how_it_was_called() -> None:
-    from grpo.config import ConfigError
+    from grpo.errors import ConfigError
     from grpo.rewards import Reward, check_rewards
 
     def positional(completions_text, gold):
@@ -324,7 +324,7 @@ def test_the_check_at_start_names_the_function_and_how_it_was_called() -> None:
 
 
 def test_resolve_rewards_names_each_function_and_checks_the_weights() -> None:
-    from grpo.config import ConfigError
+    from grpo.errors import ConfigError
     from grpo.rewards import resolve_rewards
 
     rewards = resolve_rewards(["math", "digits", "math", lambda completions, **kw: []], [1, 0.5, 2, 3], "task.reward")
@@ -337,7 +337,7 @@ def test_resolve_rewards_names_each_function_and_checks_the_weights() -> None:
 
 
 def test_a_reward_module_in_the_working_directory_imports_without_pythonpath(tmp_path, monkeypatch) -> None:
-    from grpo.config import ConfigError
+    from grpo.errors import ConfigError
     from grpo.rewards import resolve_rewards
 
     (tmp_path / "cwd_rewards_mod.py").write_text("def fn(completions, **kw):\n    return [1.0] * len(completions)\n")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
-from grpo.config import ConfigError
+from grpo.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

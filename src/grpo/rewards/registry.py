@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
-from grpo.config import ConfigError
+from grpo.errors import ConfigError
 from grpo.rewards.harness import Reward, RewardFn
 
 _REGISTRY: dict[str, RewardFn] = {}

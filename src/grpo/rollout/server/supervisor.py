@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from grpo.config import ConfigError, ServerConfig
+from grpo.config import ServerConfig
+from grpo.errors import ConfigError
 from grpo.rollout.engines.base import GenerationCancelled
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient, ServerError

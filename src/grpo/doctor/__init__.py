@@ -1,0 +1,129 @@
+"""`grpo doctor PATH`: explain a GRPO run after the fact, from the files it left behind, whatever
+trained it: a grpo run directory, an AReaL `trainer.log` (with `llm_server.log` beside it), a verl
+console log, or a TRL output directory.
+
+Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`) that turns its files into one
+`RunRecord`; `timeline` finds every anomaly with its first step, and `cause` decides what went
+wrong, infrastructure before the model. It only reads, and never crashes on what it reads: a path
+it cannot read at all is an `UnreadableRun` (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grpo.doctor import areal, cause, grpo_run, timeline, trl, verl
+from grpo.doctor.record import Diagnosis, RunRecord, UnreadableRun
+
+__all__ = ["Diagnosis", "RunRecord", "UnreadableRun", "diagnose", "examine", "explain", "read", "render"]
+
+
+def read(path: Path) -> RunRecord:
+    """The run at `path`, by whichever reader recognises it."""
+    path = Path(path)
+    try:
+        return _read(path)
+    except PermissionError as exc:
+        raise UnreadableRun(f"{exc.filename or path} cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise UnreadableRun(f"{exc.filename or path} cannot be read ({exc.strerror or exc})") from None
+
+
+def _read(path: Path) -> RunRecord:
+    if not path.exists():
+        raise UnreadableRun(f"{path} does not exist")
+    if grpo_run.is_run_dir(path):
+        return grpo_run.read_record(path)
+    log = areal.find_trainer_log(path)
+    if log is not None:
+        return areal.read_record(log)
+    root = trl.find_root(path)
+    if root is not None:
+        return trl.read_record(root)
+    log = verl.find_log(path)
+    if log is not None:
+        return verl.read_record(log)
+    raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: a grpo run directory (config.yaml, "
+                        "metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a verl console log "
+                        "(step:N - key:value lines), or a TRL output directory (trainer_state.json, checkpoint-N/)")
+
+
+def examine(path: Path) -> tuple[Diagnosis, RunRecord]:
+    record = read(path)
+    found = timeline.anomalies(record)
+    what, first_bad, explanation, backing = cause.decide(record, found)
+    checkpoint = cause.last_checkpoint_before(record, first_bad)
+    diagnosis = Diagnosis(
+        source=record.source, status="healthy" if what == "healthy" else "problem", cause=what,
+        first_bad_step=first_bad, explanation=explanation, evidence=cause.evidence_of(backing),
+        last_good_checkpoint=checkpoint.path if checkpoint else None,
+        resume=_resume(record, checkpoint, what), timeline=found)
+    return diagnosis, record
+
+
+def _resume(record: RunRecord, checkpoint, what: str) -> str | None:
+    if record.source == "grpo":
+        command = grpo_run.resume_command(Path(record.path), Path(checkpoint.path) if checkpoint else None)
+        cleared = [f"faults.{name}={_yaml(getattr(grpo_run.default_faults(), name))}"
+                   for name in grpo_run.faults_set(Path(record.path))]
+        return " ".join([command, *cleared])
+    if checkpoint is None or what == "healthy":
+        return None
+    if record.source == "verl":
+        return f"(verl) add trainer.resume_mode=resume_path trainer.resume_from_path={checkpoint.path}"
+    if record.source == "trl":
+        return f"(TRL) trainer.train(resume_from_checkpoint={checkpoint.path!r})"
+    return (f"(AReaL) restart from {checkpoint.path} (the state after step {checkpoint.step}); AReaL's own recover "
+            "would resume from its newest recover checkpoint instead")
+
+
+def _yaml(value) -> str:
+    return json.dumps(value)  # JSON is YAML: [] null 1.0
+
+
+def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = None) -> list[str]:
+    """The doctor's printed account: the diagnosis first, then the timeline, then (grpo runs) the
+    detailed sections."""
+    d = diagnosis
+    out = [f"{d.source} run {record.path}",
+           f"DIAGNOSIS {d.status}" + (f": {d.cause}" if d.cause != "healthy" else "")
+           + (f" from step {d.first_bad_step}" if d.first_bad_step is not None else ""),
+           f"          {d.explanation}"]
+    for e in d.evidence[:6]:
+        out.append(f"          evidence {e.file}:{e.line}: {e.text[:160]}")
+    out.append(f"          last good checkpoint: {d.last_good_checkpoint or 'none'}")
+    if d.resume:
+        out.append(f"          resume: {d.resume}")
+    if d.timeline:
+        out.append("TIMELINE " + f"{len(d.timeline)} anomal{'y' if len(d.timeline) == 1 else 'ies'}")
+        for a in d.timeline[:30]:
+            out.append(f"         step {a.step:>6}  {a.kind:<18} {a.detail[:140]}")
+        if len(d.timeline) > 30:
+            out.append(f"         ... and {len(d.timeline) - 30} more (--json lists all)")
+    else:
+        out.append("TIMELINE no anomaly")
+    steps = record.steps()
+    if record.source != "grpo":
+        out.append(f"STEPS    {len(steps)} logged" + (f", {steps[0]}-{steps[-1]}" if steps else "")
+                   + (f" of {record.total_steps}" if record.total_steps else ""))
+        out.append("CHECKPTS " + (", ".join(f"{c.step}" for c in record.checkpoints[-8:]) or "none found"))
+    out += details or []
+    for note in record.notes:
+        out.append(f"NOTE     {note}")
+    return out
+
+
+def explain(path: Path) -> tuple[Diagnosis, list[str]]:
+    """-> (the diagnosis, the printed account of the run at `path`); raises UnreadableRun."""
+    diagnosis, record = examine(path)
+    try:
+        details = grpo_run.details(Path(record.path)) if record.source == "grpo" else None
+    except OSError as exc:  # a file of the run directory this user may not open
+        raise UnreadableRun(f"{exc.filename or record.path} cannot be read ({exc.strerror or exc})") from None
+    return diagnosis, render(diagnosis, record, details)
+
+
+def diagnose(path: Path) -> list[str]:
+    """The printed account of the run at `path` (raises UnreadableRun)."""
+    return explain(path)[1]

@@ -1,0 +1,175 @@
+"""The cause of a run's trouble, decided from its timeline: infrastructure before the model.
+
+A dead server makes every reward 0 and every group identical, which looks like a collapse and like
+no learning signal; so server evidence at (or just before) the first bad step wins. A reward that
+fell while the servers were healthy is the model's doing. Order of the rules, first match wins:
+
+    nonfinite            a NaN/inf loss or gradient, first of all anomalies (or with the first)
+    server_failure       the server died or could not be reached, from 3 steps before the first
+                         model-side anomaly to one step after it (a server that died long after the
+                         reward fell did not cause it; a stray connection error long before, with
+                         healthy steps after it, did not either)
+    rollout_failure      rollouts failed with no server evidence
+    reward_broken        answers the reward could not score, or a reward function that raised
+    no_learning_signal   every group's rewards identical (loss and gradient at 0)
+    policy_collapse      the reward fell with the infrastructure healthy
+    stalled              the steps stopped: a crash, a trainer killed without a word, or no step at all
+"""
+
+from __future__ import annotations
+
+from grpo.doctor.record import Anomaly, Checkpoint, Evidence, RunRecord
+
+SERVER_SLACK = 1  # a server failure up to one step after the first bad step still explains it
+SERVER_LEAD = 3  # ... and one up to 3 steps before it (rollouts in flight drain first); earlier ones
+                 # were followed by healthy steps, so they did not cause it
+# Anomalies that are trouble on their own; the rest (entropy, length, gradient spikes, step time,
+# memory, restarts) are signs that explain them, or warnings on a run that is otherwise fine.
+MODEL_SIDE = {"reward_zero", "reward_collapse", "zero_variance", "loss_zero", "failures", "nonfinite", "reward_error"}
+COLLAPSE_SIGNS = {"entropy_collapse": "entropy collapsing", "length_limit": "responses running to the length limit",
+                  "grad_spike": "gradient spikes", "kl_explosion": "KL exploding"}
+
+
+def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None, str, list[Anomaly]]:
+    """-> (cause, first bad step, explanation, the anomalies that back it)."""
+    by_kind: dict[str, list[Anomaly]] = {}
+    for anomaly in timeline:
+        by_kind.setdefault(anomaly.kind, []).append(anomaly)
+    first = {kind: items[0] for kind, items in by_kind.items()}
+    model_side = [a for a in timeline if a.kind in MODEL_SIDE]
+    if record.source == "grpo" and record.finished and not any(not a.from_event for a in model_side):
+        trouble = [a for a in timeline if a.from_event and a.kind not in ("restart", "server_restart")]
+        return "healthy", None, _healthy_text(record) + (
+            f"; recovered from {len(trouble)} failure(s) on the way (first: {_describe(trouble[0])} at step "
+            f"{trouble[0].step})" if trouble else ""), []
+    onset = min((a.step for a in model_side), default=None)
+    # Every occurrence, not the timeline's first of each burst: a stray connection error at step 5
+    # must not hide the outage at step 42.
+    servers = _of(record, {"server_failure", "server_gave_up", "server_unreachable"})
+    errors = _of(record, {"rollout_error"})
+
+    if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
+        a = first["nonfinite"]
+        return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
+    explaining = [s for s in servers if onset is None or onset - SERVER_LEAD <= s.step <= onset + SERVER_SLACK]
+    if explaining and (onset is not None or _stopped_by(record, "server_gave_up") or not record.metrics):
+        server = explaining[0]
+        step = min(server.step, onset) if onset is not None else server.step
+        kinds_first = {}
+        for s in explaining:
+            kinds_first.setdefault(s.kind, s)  # the death, the first failure to reach it
+        backing = list(kinds_first.values()) + ([_telling(model_side)] if model_side else [])
+        after = f"; {_describe(_telling(model_side))} from step {onset}" if onset is not None else ""
+        return "server_failure", step, (f"the inference server failed at step {server.step} ({server.detail}), so "
+                                        f"rollouts failed{after}. This is the infrastructure, not the model: "
+                                        "bring the server back (memory, restarts) and resume from before it"), backing
+    late = [s for s in servers if onset is not None and s.step > onset + SERVER_SLACK]
+    late_note = (f" (the server failure at step {late[0].step} came after, so it is not the cause)" if late else "")
+    if "failures" in first and first["failures"].step == onset:
+        a = first["failures"]
+        return "rollout_failure", a.step, (f"rollouts failed from step {a.step} ({a.detail}) with no sign of a "
+                                           f"server failure{late_note}"), [a] + _near(errors, onset)[:2]
+    near = _near(errors, onset)
+    if near and onset is not None and _telling(model_side).kind in ("reward_zero", "reward_collapse", "zero_variance"):
+        a = near[0]
+        return "rollout_failure", min(a.step, onset), (
+            f"rollout errors at step {a.step} ({a.detail}) as the reward fell ({_describe(_telling(model_side))}), "
+            f"with no sign of a server failure{late_note}"), near[:3] + [_telling(model_side)]
+    if "reward_error" in first and first["reward_error"].step == onset:
+        a = first["reward_error"]
+        return "reward_broken", a.step, (f"the reward could not score the answers from step {a.step} ({a.detail}): "
+                                         "the gold answers or the reward function are at fault, not the model"), [a]
+    signal = [first[k] for k in ("zero_variance", "loss_zero") if k in first]
+    collapse = first.get("reward_collapse")
+    if signal and min(a.step for a in signal) == onset and not (collapse and collapse.step < onset):
+        step = min(a.step for a in signal)
+        backing = signal + [first[k] for k in ("reward_zero",) if k in first]
+        return "no_learning_signal", step, (f"from step {step} every group's rewards are identical, so every "
+                                            "advantage, the loss and the gradient are 0: nothing is learned"
+                                            f"{late_note}. More samples per group, a reward with partial credit, "
+                                            "or problems of the right difficulty"), backing
+    if collapse or "reward_zero" in first:
+        a = collapse or first["reward_zero"]
+        signs = [first[k] for k in COLLAPSE_SIGNS if k in first]
+        said = ", ".join(COLLAPSE_SIGNS[s.kind] + f" (step {s.step})" for s in signs) or "no other sign"
+        # the collapse began at its first sign, when that came before the reward fell
+        return "policy_collapse", min([a.step] + [s.step for s in signs]), (
+            f"the reward collapsed at step {a.step} with the infrastructure healthy{late_note}: {said}. "
+            "Lower the learning rate, raise the KL penalty or clip, and resume from before it"), [a] + signs
+    stalled = [a for a in timeline if a.kind == "crash"]
+    if stalled:
+        a = stalled[-1]
+        return "stalled", a.step, f"the trainer stopped at step {a.step}: {a.detail}", [a]
+    if not record.metrics and not record.running:
+        return "stalled", 1, "no step was logged: the run never got through its first step", [
+            a for a in timeline if a.kind in ("restart", "server_restart")][:3]
+    if _ended_without_a_word(record):
+        last = record.steps()[-1] if record.steps() else 0
+        return "stalled", last + 1, (f"the steps stopped after step {last}"
+                                     + (f" of {record.total_steps}" if record.total_steps else "")
+                                     + " with no error recorded (killed by SIGKILL, out of memory, or power loss?)"), []
+    warnings = [a for a in timeline if a.kind not in ("restart", "server_restart")]
+    looks = ", ".join(f"{_describe(a)} at step {a.step}" for a in warnings[:3])
+    return "healthy", None, _healthy_text(record) + (f"; worth a look: {looks}" if warnings else ""), []
+
+
+_TELLING = ("reward_zero", "reward_collapse", "failures", "zero_variance", "loss_zero", "reward_error", "nonfinite")
+
+
+def _telling(anomalies: list[Anomaly]) -> Anomaly:
+    """Of the anomalies at the first bad step, the one a person would name (the reward over the loss)."""
+    onset = min(a.step for a in anomalies)
+    at_onset = [a for a in anomalies if a.step == onset]
+    return min(at_onset, key=lambda a: _TELLING.index(a.kind) if a.kind in _TELLING else len(_TELLING))
+
+
+def _describe(a: Anomaly) -> str:
+    return f"{a.kind.replace('_', ' ')} ({a.detail})"
+
+
+def _of(record: RunRecord, kinds: set[str]) -> list[Anomaly]:
+    """The record's marks of these kinds, by step; at one step, the server's own death before the
+    trainer's failure to reach it."""
+    return sorted((Anomaly(m.step, m.kind, m.detail, m.evidence, from_event=True) for m in record.marks
+                   if m.kind in kinds), key=lambda a: (a.step, a.kind == "server_unreachable"))
+
+
+def _near(errors: list[Anomaly], onset: int | None) -> list[Anomaly]:
+    """Rollout errors from a step before the first bad step to just after it."""
+    if onset is None:
+        return []
+    return [e for e in errors if onset - 1 <= e.step <= onset + SERVER_SLACK]
+
+
+def _stopped_by(record: RunRecord, kind: str) -> bool:
+    return any(m.kind == kind for m in record.marks)
+
+
+def _ended_without_a_word(record: RunRecord) -> bool:
+    """Only a grpo run can tell: it writes summary.json when it finishes and its own stop reports."""
+    ended_on_purpose = any(m.kind in ("stop", "interrupted") for m in record.marks)
+    return (record.source == "grpo" and not record.finished and bool(record.metrics) and record.total_steps is not None
+            and max(record.metrics) < record.total_steps and not ended_on_purpose and not record.running)
+
+
+def _healthy_text(record: RunRecord) -> str:
+    steps = record.steps()
+    if not steps:
+        return "no step was logged yet"
+    span = f"steps {steps[0]}-{steps[-1]}" + (f" of {record.total_steps}" if record.total_steps else "")
+    return f"{span}: no anomaly" + ("" if record.finished or record.source != "grpo" else " (not finished)")
+
+
+def last_checkpoint_before(record: RunRecord, step: int | None) -> Checkpoint | None:
+    """The newest healthy checkpoint saved before `step` ran (any, when there is no bad step)."""
+    usable = [c for c in record.checkpoints if c.healthy and (step is None or c.step < step)]
+    return usable[-1] if usable else None
+
+
+def evidence_of(backing: list[Anomaly]) -> list[Evidence]:
+    seen, out = set(), []
+    for a in backing:
+        if a.evidence is not None and (a.evidence.file, a.evidence.line) not in seen:
+            seen.add((a.evidence.file, a.evidence.line))
+            out.append(a.evidence)
+    return out

@@ -1,0 +1,433 @@
+"""A grpo run directory: the detailed account of it (status, updates, rollouts, trips, recovery,
+checkpoints, files) and its `RunRecord` for the timeline and the cause.
+
+It only reads, and reads everything tolerantly: a torn or garbled file is reported, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from grpo.config import CheckpointConfig, FaultsConfig, RunConfig, load_config
+from grpo.errors import ConfigError
+from grpo.rundir.resume import resume_command
+from grpo.rollout.server.history import server_history
+from grpo.rundir.checkpoints import CheckpointStore
+from grpo.rundir.files import read_json
+from grpo.rundir.lock import current_holder, describe_holder
+from grpo.rundir.run import LOGS
+
+from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, LOST, MEMORY_GIB,
+                                PHASE_PREFIX, REWARD, REWARD_STD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD,
+                                Checkpoint, Evidence, Mark, RunRecord)
+from grpo.doctor.textlog import read_lines
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "events.jsonl", "checkpoints")
+
+
+def is_run_dir(path: Path) -> bool:
+    """grpo's own files, or a checkpoints/ directory of grpo's step_NNNNNN ones (other frameworks
+    have checkpoints/ directories too)."""
+    if not path.is_dir():
+        return False
+    if any((path / name).exists() for name in RUN_FILES if name != "checkpoints"):
+        return True
+    return (path / "checkpoints").is_dir() and any((path / "checkpoints").glob("step_*"))
+
+
+def details(run_dir: Path) -> list[str]:
+    """The run's account, section by section (STATUS, UPDATES, ROLLOUTS, REWARD, ...)."""
+    run_dir = Path(run_dir)
+    out: list[str] = []
+    cfg = _config(run_dir, out)
+    metrics, bad_metrics = _read_log(run_dir / "metrics.jsonl")
+    events, bad_events = _read_log(run_dir / "events.jsonl")
+    steps = _latest_steps(metrics)
+    store = CheckpointStore(run_dir / "checkpoints", cfg.checkpoint if cfg else CheckpointConfig())
+    valid, invalid = store.scan()
+    good = [i for i in valid if i.healthy]
+
+    out += _status(run_dir, cfg, steps, events, good)
+    if steps:
+        out += _update_lines(steps)
+        out += _reward_lines(steps)
+        out += _time_lines(steps)
+    out += _trip_lines(events)
+    out += _recovery_lines(events)
+    out += server_history(events)
+    evals = [e for e in _read_log(run_dir / "eval.jsonl")[0] if _is_number(e.get("accuracy"))]
+    if evals:
+        out.append("EVAL     " + ", ".join(f"step {e.get('step')} ({e.get('label')}): {e['accuracy']:.1%}"
+                                           for e in evals[-6:]))
+    try:
+        out += _checkpoint_lines(run_dir, store, valid, invalid, good)
+    except (TypeError, ValueError) as exc:  # a meta.json edited by hand: its score or step of another type
+        out.append(f"CHECKPTS a checkpoint's meta.json holds a value of an unexpected type ({exc})")
+    out += _file_lines(run_dir, bad_metrics, bad_events)
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """A JSONL log's records with their 1-based line numbers (`_line`), values of unexpected types
+    dropped (a hand-edited or garbled line must not take the doctor down), and the count of lines
+    that did not parse."""
+    if not path.is_file():
+        return [], 0
+    records, bad = [], 0
+    for number, text in enumerate(read_lines(path), 1):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if not isinstance(record, dict):
+            bad += 1
+            continue
+        clean = {k: v for k, v in record.items() if v is None or _is_number(v)
+                 or k in _TEXT_KEYS and isinstance(v, str) or k == "guard/trips" and isinstance(v, list)}
+        if isinstance(record.get("evidence"), dict):
+            clean["evidence"] = record["evidence"]
+        if not isinstance(clean.get("evidence"), dict):
+            clean["evidence"] = {}
+        clean["_line"] = number
+        records.append(clean)
+    return records, bad
+
+
+_TEXT_KEYS = {"kind", "message", "label", "update/skip_reason"}
+
+
+def _latest_steps(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    latest = {line["step"]: line for line in metrics if isinstance(line.get("step"), int)}  # replays: last word
+    return [latest[s] for s in sorted(latest)]
+
+
+def _config(run_dir: Path, out: list[str]) -> RunConfig | None:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        out.append("CONFIG   config.yaml is missing (a run that never finished starting)")
+        return None
+    try:
+        return load_config(path)
+    except (ConfigError, OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
+        out.append(f"CONFIG   config.yaml cannot be read: {exc}")
+        return None
+
+
+def _status(run_dir: Path, cfg: RunConfig | None, steps: list[dict], events: list[dict], good: list) -> list[str]:
+    total = cfg.train.steps if cfg and cfg.train.steps else None
+    last = steps[-1]["step"] if steps else 0
+    resume = resume_command(run_dir, None)
+    holder = current_holder(run_dir)
+    stop, stop_error = read_json(run_dir / "STOPPED.json")
+    summary, _ = read_json(run_dir / "summary.json")
+    final_event = events[-1] if events else {}
+    kind = final_event.get("kind")
+    if holder is not None:
+        return [f"STATUS   running now ({describe_holder(holder)}), at step {last}" + (f" of {total}" if total else "")]
+    if isinstance(stop, dict):
+        return [f"STATUS   stopped by the guard at step {stop.get('step')}: {stop.get('cause')}",
+                f"         last good checkpoint: {stop.get('last_good_checkpoint')}",
+                f"         resume with: {stop.get('resume_command')}"]
+    lines = []
+    if stop_error and stop_error != "missing":
+        lines.append(f"STATUS   STOPPED.json is {stop_error}: the guard stopped this run but its report is lost")
+    elif kind == "crash":
+        message = final_event.get("message", "")
+        disk = any(s in message.lower() for s in ("no space", "quota", "read-only", "diskerror"))
+        what = "ran out of disk" if disk else "crashed"
+        lines.append(f"STATUS   {what} at step {final_event.get('step')}: {message}")
+    elif kind == "interrupted":
+        lines.append(f"STATUS   interrupted at step {final_event.get('step')}: {final_event.get('message')}")
+    elif isinstance(summary, dict) and summary.get("status") == "finished" or (total and last >= total):
+        return [f"STATUS   finished: {last} steps"]
+    else:
+        lines.append(f"STATUS   ended without a word at step {last}" + (f" of {total}" if total else "")
+                     + " (killed by SIGKILL, out of memory, or power loss?)")
+    newest = good[-1].path if good else None
+    lines.append(f"         resume with: {resume}" + (f"  (newest good checkpoint: {newest})" if newest else ""))
+    return lines
+
+
+def _update_lines(steps: list[dict[str, Any]]) -> list[str]:
+    applied = sum(1 for s in steps if s.get("update/applied"))
+    reasons = Counter(s.get("update/skip_reason") for s in steps if not s.get("update/applied"))
+    out = [f"UPDATES  {applied} of {len(steps)} steps applied an update"
+           + ("; skipped: " + ", ".join(f"{n} x {r}" for r, n in reasons.most_common()) if reasons else "")]
+    statuses = ("ok", "truncated", "failed", "timeout", "empty", "unscorable")
+    counts = {k: sum(s.get(f"rollout/{k}", 0) or 0 for s in steps) for k in statuses}
+    bad_steps = [s["step"] for s in steps if (s.get("rollout/failed_frac") or 0) > 0]
+    out.append("ROLLOUTS " + ", ".join(f"{k} {v}" for k, v in counts.items())
+               + (f"; failures at steps {_ranges(bad_steps)}" if bad_steps else ""))
+    scored = counts["ok"] + counts["truncated"] + counts["unscorable"]
+    if scored and counts["unscorable"] / scored >= 0.5:
+        out.append(f"         {counts['unscorable']} answers could not be scored: the gold answers or the reward "
+                   "function are at fault, not the model (check task data and task.reward)")
+    return out
+
+
+def _reward_lines(steps: list[dict[str, Any]]) -> list[str]:
+    rewards = [(s["step"], s["reward/mean"]) for s in steps if s.get("reward/mean") is not None]
+    if not rewards:
+        return ["REWARD   no step produced a scored batch"]
+    head = statistics.fmean(r for _, r in rewards[:5])
+    tail = statistics.fmean(r for _, r in rewards[-5:])
+    out = [f"REWARD   first 5 steps {head:.3f} -> last 5 steps {tail:.3f} (best {max(r for _, r in rewards):.3f})"]
+    zero_runs = [st for st, r in rewards if r == 0.0]
+    if zero_runs:
+        out.append(f"         mean reward exactly 0 at steps {_ranges(zero_runs)}")
+    no_signal = [s["step"] for s in steps if s.get("update/no_signal")]
+    if no_signal:
+        out.append(f"         no learning signal (all groups zero-variance) at steps {_ranges(no_signal)}")
+    return out
+
+
+def _time_lines(steps: list[dict[str, Any]]) -> list[str]:
+    phases: Counter = Counter()
+    for s in steps:
+        for name in _phases(s):
+            phases[name] += s[f"time/{name}_s"] if _is_number(s[f"time/{name}_s"]) else 0.0
+    total = sum(s.get("time/step_s") or 0.0 for s in steps)
+    if not total:
+        return []
+    top = ", ".join(f"{name} {value / total:.0%}" for name, value in phases.most_common(4))
+    return [f"TIME     {total / len(steps):.1f} s/step; {top}"]
+
+
+def _trip_lines(events: list[dict[str, Any]]) -> list[str]:
+    trips = [e for e in events if e.get("kind") == "trip"]
+    if not trips:
+        return ["TRIPS    none"]
+    counts = Counter((e.get("evidence") or {}).get("breaker") for e in trips)
+    out = ["TRIPS    " + ", ".join(f"{b} x{n}" for b, n in counts.most_common())]
+    for event in trips[-5:]:
+        evidence = event.get("evidence") or {}
+        out.append(f"         step {event.get('step')}: {evidence.get('breaker')} ({evidence.get('action')}): "
+                   f"{event.get('message')}")
+    return out
+
+
+def _recovery_lines(events: list[dict[str, Any]]) -> list[str]:
+    kinds = Counter(e.get("kind") for e in events)
+    parts = [f"{kinds[k]} {label}" for k, label in (
+        ("rollback", "rollback(s)"), ("restart", "restart(s)"), ("interrupted", "interruption(s)"),
+        ("crash", "crash(es)"), ("checkpoint_invalid", "invalid checkpoint(s) skipped"),
+        ("repaired", "repair(s) of the run directory"), ("rank_lost", "rank(s) lost"),
+        ("group_restart", "group restart(s) by the launcher")) if kinds[k]]
+    out = [f"RECOVERY {', '.join(parts)}"] if parts else []
+    for event in [e for e in events if e.get("kind") in ("repaired", "checkpoint_invalid", "rank_lost")][-5:]:
+        out.append(f"         {event.get('kind')}: {event.get('message')}")
+    return out
+
+
+def _checkpoint_lines(run_dir: Path, store: CheckpointStore, valid: list, invalid: list, good: list) -> list[str]:
+    if not store.root.is_dir():
+        return ["CHECKPTS none"]
+    newest, best = (valid[-1] if valid else None), store.best()
+    out = [f"CHECKPTS {len(valid)} valid: newest {_name(newest)}, last good {_name(good[-1] if good else None)}, "
+           f"best {_name(best)}"]
+    for path, reason in invalid:
+        out.append(f"         {path.name} is INVALID ({reason}): it will be moved to invalid/ and skipped")
+    quarantined = sorted((store.root / "invalid").glob("step_*")) if (store.root / "invalid").is_dir() else []
+    for path in quarantined[-5:]:
+        note = path / "INVALID.txt"
+        reason = " ".join(read_lines(note)).strip() if note.is_file() else "reason unknown"
+        out.append(f"         invalid/{path.name}: {reason}")
+    if good and newest is not None and newest.step != good[-1].step and not (run_dir / "STOPPED.json").is_file():
+        out.append(f"         the newest checkpoint was saved unhealthy; to go back: "
+                   f"{resume_command(run_dir, good[-1].path)}")
+    return out
+
+
+def _file_lines(run_dir: Path, bad_metrics: int, bad_events: int) -> list[str]:
+    out = []
+    for name, bad in (("metrics.jsonl", bad_metrics), ("events.jsonl", bad_events)):
+        if bad:
+            out.append(f"FILES    {bad} unreadable line(s) in {name} (skipped)")
+    for name in LOGS:
+        abandoned = run_dir / name.replace(".jsonl", ".abandoned.jsonl")
+        if abandoned.is_file():
+            records, _ = _read_log(abandoned)
+            out.append(f"FILES    {len(records)} line(s) of replayed steps kept in {abandoned.name}")
+    return out
+
+
+def _ranges(steps: list[int]) -> str:
+    spans: list[tuple[int, int]] = []
+    for step in steps:
+        if spans and step == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], step)
+        else:
+            spans.append((step, step))
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _name(info) -> str:
+    return info.path.name if info is not None else "none"
+
+
+# metrics.jsonl key -> canonical name
+_CANONICAL = {
+    "reward/mean": REWARD, "reward/std": REWARD_STD, "reward/accuracy": ACCURACY, "actor/loss": LOSS,
+    "actor/kl": KL, "actor/entropy": ENTROPY, "actor/grad_norm": GRAD_NORM, "response/length_mean": LENGTH,
+    "response/truncated_frac": TRUNCATED, "groups/zero_std_frac": ZERO_STD, "rollout/failed_frac": FAILED,
+    "time/step_s": STEP_S,
+}
+# A trip's breaker -> the mark it leaves on the timeline
+_BREAKER_MARKS = {
+    "failed_rollouts": "rollout_error", "empty_responses": "rollout_error", "nonfinite": "nonfinite",
+    "unscorable_rewards": "reward_error", "zero_reward": "zero_reward", "zero_loss": "loss_zero",
+    "reward_collapse": "reward_collapse", "kl_explosion": "kl_explosion", "grad_norm_spike": "grad_spike",
+    "truncated_responses": "truncation",
+}
+
+
+def read_record(run_dir: Path) -> RunRecord:
+    """The run as the timeline and the cause see it. Events carry the last finished step, so a server
+    failure recorded at step s happened during step s + 1; a trip carries the step it judged, and a
+    crash the step it crashed in."""
+    run_dir = Path(run_dir)
+    record = RunRecord("grpo", str(run_dir))
+    cfg = _config(run_dir, record.notes)
+    record.total_steps = cfg.train.steps if cfg else None
+    record.running = current_holder(run_dir) is not None
+    metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
+    metrics, bad = _read_log(metrics_path)
+    if bad:
+        record.notes.append(f"{bad} unreadable line(s) in metrics.jsonl (skipped)")
+    for line in _latest_steps(metrics):
+        step = line["step"]
+        for key, name in _CANONICAL.items():
+            if _is_number(line.get(key)):
+                record.put(step, name, float(line[key]))
+        if KL not in record.metrics.get(step, {}) and _is_number(line.get("actor/approx_kl_old")):
+            record.put(step, KL, float(line["actor/approx_kl_old"]))
+        lost = _lost_fraction(line)
+        if lost is not None:
+            record.put(step, LOST, lost)
+        peaks = [v for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib") and _is_number(v)]
+        if peaks:
+            record.put(step, MEMORY_GIB, float(max(peaks)))
+        phases = _phases(line)
+        for key, value in line.items():
+            if key.startswith("time/") and key[5:-2] in phases and _is_number(value):
+                record.put(step, PHASE_PREFIX + key[5:-2], float(value))
+            elif key.startswith("rollout/") and key[8:] in _STATUSES and _is_number(value):
+                record.put(step, STATUS_PREFIX + key[8:], float(value))
+        record.evidence_by_step[step] = Evidence(str(metrics_path), line["_line"], _metric_text(line))
+        if line.get("update/nonfinite"):
+            record.marks.append(Mark(step, "nonfinite", "non-finite loss or gradient: "
+                                     f"{line.get('update/skip_reason')}", record.evidence_by_step[step]))
+        if _is_number(line.get("rollout/unscorable_frac")) and line["rollout/unscorable_frac"] >= 0.5:
+            record.marks.append(Mark(step, "reward_error", f"{line['rollout/unscorable_frac']:.0%} of answers could "
+                                     "not be scored", record.evidence_by_step[step]))
+    for line in _read_log(run_dir / "eval.jsonl")[0]:
+        if isinstance(line.get("step"), int) and _is_number(line.get("accuracy")):
+            record.put(line["step"], EVAL_ACCURACY, float(line["accuracy"]))
+    events, bad = _read_log(events_path)
+    if bad:
+        record.notes.append(f"{bad} unreadable line(s) in events.jsonl (skipped)")
+    for event in events:
+        mark = _event_mark(event, Evidence(str(events_path), event["_line"], _event_text(event)))
+        if mark is not None:
+            record.marks.append(mark)
+    stop, _ = read_json(run_dir / "STOPPED.json")
+    if isinstance(stop, dict) and isinstance(stop.get("step"), int):
+        cause = str(stop.get("cause"))
+        breaker = cause.split(":")[0]
+        server_side = breaker in ("inference_server", "weight_sync")
+        kind = "server_gave_up" if server_side else _BREAKER_MARKS.get(breaker, "stop")
+        evidence = Evidence(str(run_dir / "STOPPED.json"), 0, f"cause: {cause}")
+        # A breaker's stop carries the step it judged, whose metrics were logged. A server lost at
+        # the start (step 0: before step 1) or in the middle of a step stopped the first step that
+        # logged nothing.
+        after_last = (max(record.metrics) if record.metrics else 0) + 1
+        step = max(stop["step"], after_last) if kind == "server_gave_up" else stop["step"]
+        record.marks.append(Mark(step, kind, f"the guard stopped the run: {cause}", evidence))
+    summary, _ = read_json(run_dir / "summary.json")
+    record.finished = isinstance(summary, dict) and summary.get("status") == "finished"
+    store = CheckpointStore(run_dir / "checkpoints", cfg.checkpoint if cfg else CheckpointConfig())
+    valid, _ = store.scan()
+    record.checkpoints = [Checkpoint(i.step, str(i.path), i.healthy) for i in valid]
+    return record
+
+
+def _phases(line: dict[str, Any]) -> set[str]:
+    """The step's top-level phases: the loop's phases have their own peak memory; the collector's
+    generate/reward times lie inside the rollout phase, and added to it would count twice."""
+    timed = {k[5:-2] for k in line if k.startswith("time/") and k.endswith("_s") and k != "time/step_s"}
+    return {p for p in timed if f"memory/{p}_peak_gib" in line} or timed
+
+
+def _lost_fraction(line: dict[str, Any]) -> float | None:
+    """Groups lost to failures after retries; a step whose every group was lost trains nothing."""
+    trained, dropped = line.get("groups/trained"), line.get("groups/dropped_invalid")
+    if not (_is_number(trained) and _is_number(dropped)):
+        return None
+    if trained + dropped == 0:
+        return 1.0 if (line.get("rollout/failed_frac") or 0) > 0 else 0.0
+    return dropped / (trained + dropped)
+
+
+_STATUSES = ("ok", "truncated", "failed", "timeout", "empty", "unscorable")
+_EVENT_MARKS = {"server_failed": "server_failure", "server_gave_up": "server_gave_up",
+                "server_restart": "server_restart", "restart": "restart", "crash": "crash", "rollback": "rollback",
+                "interrupted": "interrupted", "rank_lost": "rank_lost", "group_restart": "restart"}
+
+
+def _event_mark(event: dict[str, Any], evidence: Evidence) -> Mark | None:
+    step, kind, message = event.get("step"), event.get("kind"), str(event.get("message", ""))
+    if not isinstance(step, int):
+        return None
+    if kind == "trip":
+        breaker = event["evidence"].get("breaker")
+        return Mark(step, _BREAKER_MARKS.get(str(breaker), "trip"), f"{breaker} tripped: {message}", evidence)
+    if kind in ("server_failed", "server_gave_up", "server_restart"):
+        return Mark(step + 1, _EVENT_MARKS[kind], message, evidence)  # it happened during the next step
+    if kind in _EVENT_MARKS:
+        return Mark(step, _EVENT_MARKS[kind], message, evidence)
+    return None
+
+
+def _metric_text(line: dict[str, Any]) -> str:
+    keys = ("reward/mean", "groups/zero_std_frac", "rollout/failed_frac", "actor/loss", "actor/grad_norm",
+            "update/skip_reason")
+    return "step {}: ".format(line.get("step")) + ", ".join(f"{k}={line[k]:.4g}" if _is_number(line.get(k)) else
+                                                            f"{k}={line.get(k)}" for k in keys if k in line)
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    """The event in a line; for a server's failure, with the most telling line of its log's tail."""
+    text = f"{event.get('kind')} at step {event.get('step')}: {event.get('message', '')}"
+    tail = [str(line) for line in event["evidence"].get("log_tail") or [] if str(line).strip()]
+    telling = [line for line in tail if _SERVER_ERROR.search(line)]
+    if telling:
+        text += f" | its log: {telling[-1].strip()}"
+    return text[:400]
+
+
+_SERVER_ERROR = re.compile(r"out.of.memory|OutOfMemory|Error|Killed|Traceback", re.IGNORECASE)
+
+
+def faults_set(run_dir: Path) -> list[str]:
+    """The `faults.*` keys the run's config sets (a rehearsal): a resume command clears them."""
+    cfg = _config(Path(run_dir), [])
+    if cfg is None:
+        return []
+    defaults = default_faults()
+    return [name for name in vars(defaults) if getattr(cfg.faults, name) != getattr(defaults, name)]
+
+
+def default_faults() -> FaultsConfig:
+    return FaultsConfig()

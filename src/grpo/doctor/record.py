@@ -1,0 +1,115 @@
+"""What the doctor knows about a run, whatever wrote it: a grpo run directory, AReaL, verl or TRL.
+
+Each source's reader turns its files into one `RunRecord`: metrics per step under canonical names
+(below), the infrastructure's and the trainer's events as `Mark`s with the step they happened in,
+and the checkpoints. The timeline and the cause are decided on the record alone, so every source
+is judged by the same rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Canonical metric names, shared by every reader, the timeline and the report.
+REWARD = "reward"  # mean reward of the step's samples
+REWARD_STD = "reward_std"
+ACCURACY = "accuracy"  # fraction of samples fully correct
+LOSS = "loss"
+KL = "kl"
+ENTROPY = "entropy"
+GRAD_NORM = "grad_norm"
+LENGTH = "length"  # mean response length in tokens
+TRUNCATED = "truncated_frac"  # responses cut at the length limit
+ZERO_STD = "zero_std_frac"  # groups whose rewards are all identical
+FAILED = "failed_frac"  # generation attempts that failed, timed out or came back empty
+LOST = "lost_frac"  # groups lost to failed generations after every retry (a retried failure costs nothing)
+STEP_S = "step_s"
+MEMORY_GIB = "memory_gib"
+PHASE_PREFIX = "time/"  # per-phase seconds: time/rollout, time/update, ...
+STATUS_PREFIX = "rollout/"  # samples by status: rollout/ok, rollout/failed, ...
+EVAL_ACCURACY = "eval_accuracy"  # held-out evaluations, by step
+
+
+class UnreadableRun(Exception):
+    """The path is not a run the doctor can read: missing, unreadable, or of no known format."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    file: str
+    line: int  # 1-based; 0 when the evidence is a whole file (e.g. STOPPED.json)
+    text: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Something that happened at a step: a server death, a restart, a trip, a checkpoint save.
+
+    kind is one of: server_failure, server_restart, rollout_error, restart (the trainer resumed),
+    crash, trip, rollback, stop, nonfinite, reward_error, oom, interrupted."""
+
+    step: int
+    kind: str
+    detail: str
+    evidence: Evidence | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: str
+    healthy: bool = True
+
+
+@dataclass
+class RunRecord:
+    source: str  # grpo | areal | verl | trl
+    path: str
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> canonical name -> value
+    marks: list[Mark] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    evidence_by_step: dict[int, Evidence] = field(default_factory=dict)  # where each step's metrics were read
+    total_steps: int | None = None
+    finished: bool = False  # the source says the run ended normally
+    running: bool = False  # a trainer holds the run now (grpo runs only can tell)
+    notes: list[str] = field(default_factory=list)  # torn lines skipped, files missing: said, never fatal
+
+    def steps(self) -> list[int]:
+        return sorted(self.metrics)
+
+    def series(self, name: str) -> list[tuple[int, float]]:
+        return [(s, self.metrics[s][name]) for s in self.steps() if name in self.metrics[s]]
+
+    def put(self, step: int, name: str, value: float) -> None:
+        self.metrics.setdefault(step, {})[name] = value
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    step: int
+    kind: str  # reward_collapse, reward_zero, zero_variance, loss_zero, failures, nonfinite, restart, ...
+    detail: str
+    evidence: Evidence | None = None
+    from_event: bool = False  # read from an event (a trip, a log line), not from the step's metrics
+
+
+@dataclass
+class Diagnosis:
+    source: str
+    status: str  # healthy | problem
+    cause: str
+    first_bad_step: int | None
+    explanation: str
+    evidence: list[Evidence]
+    last_good_checkpoint: str | None
+    resume: str | None
+    timeline: list[Anomaly]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "status": self.status, "cause": self.cause, "first_bad_step": self.first_bad_step,
+            "explanation": self.explanation, "evidence": [asdict(e) for e in self.evidence],
+            "last_good_checkpoint": self.last_good_checkpoint, "resume": self.resume,
+            "timeline": [{"step": a.step, "kind": a.kind, "detail": a.detail} for a in self.timeline],
+        }

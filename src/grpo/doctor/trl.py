@@ -1,0 +1,115 @@
+"""A TRL GRPOTrainer output directory, or one of its `checkpoint-N/` directories.
+
+Each `checkpoint-N/trainer_state.json` holds `log_history`, every logged step so far (`reward`,
+`reward_std`, `frac_reward_zero_std`, `loss`, `grad_norm`, `completions/mean_length`,
+`completions/clipped_ratio`, `kl`, `entropy`, ...), and `global_step`; the output directory's own
+`trainer_state.json` is written only when training ends. The longest history found is read; a torn
+file is skipped and said. `checkpoint-N` holds the state after step N.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from grpo.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
+                                TRUNCATED, ZERO_STD, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
+from grpo.doctor.textlog import read_lines
+
+STATE = "trainer_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_KEYS = {"reward": REWARD, "reward_std": REWARD_STD, "frac_reward_zero_std": ZERO_STD, "loss": LOSS,
+         "grad_norm": GRAD_NORM, "kl": KL, "entropy": ENTROPY, "completions/mean_length": LENGTH,
+         "completions/clipped_ratio": TRUNCATED, "step_time": STEP_S}
+_ACCURACY = re.compile(r"^rewards/.*accura.*/mean$")
+
+
+def find_root(path: Path) -> Path | None:
+    """The output directory (or the single checkpoint) to read, if `path` is a TRL one."""
+    if path.is_file() and path.name == STATE:
+        path = path.parent
+    if not path.is_dir():
+        return None
+    if (path / STATE).is_file() or _checkpoints(path):
+        return path
+    return None
+
+
+def _checkpoints(root: Path) -> list[Path]:
+    try:
+        return sorted((p for p in root.iterdir() if _CHECKPOINT.match(p.name) and p.is_dir()),
+                      key=lambda p: int(p.name.split("-")[1]))
+    except OSError as exc:
+        raise UnreadableRun(f"{root} cannot be listed ({exc.strerror or exc}): check its permissions") from None
+
+
+def read_record(root: Path) -> RunRecord:
+    record = RunRecord("trl", str(root))
+    single = _CHECKPOINT.match(root.name) is not None
+    checkpoint_dirs = _checkpoints(root.parent) if single else _checkpoints(root)
+    record.checkpoints = [Checkpoint(int(p.name.split("-")[1]), str(p)) for p in checkpoint_dirs]
+    candidates = [root / STATE] + ([] if single else [p / STATE for p in checkpoint_dirs])
+    best: tuple[Path, dict[str, Any], list[str]] | None = None
+    for path in candidates:
+        if not path.is_file():
+            continue
+        lines = read_lines(path)
+        try:
+            state = json.loads("\n".join(lines))
+        except json.JSONDecodeError as exc:
+            record.notes.append(f"{path} is torn or not JSON ({exc.msg} at line {exc.lineno}): skipped")
+            continue
+        if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+            record.notes.append(f"{path} has no log_history: skipped")
+            continue
+        if best is None or _last_step(state) >= _last_step(best[1]):
+            best = (path, state, lines)
+    if best is None:
+        raise UnreadableRun(f"{root} has no readable {STATE} (the output directory's, or a checkpoint-N/ one's)")
+    path, state, lines = best
+    if isinstance(state.get("max_steps"), int) and state["max_steps"] > 0:
+        record.total_steps = state["max_steps"]
+    step_lines = _step_lines(lines)
+    for entry in state["log_history"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
+            continue
+        step = entry["step"]
+        if "train_runtime" in entry:
+            record.finished = record.total_steps is None or step >= record.total_steps
+            continue
+        line_no = step_lines.get(step, 0)
+        for key, value in entry.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if key in _KEYS:
+                record.put(step, _KEYS[key], float(value))
+            elif _ACCURACY.match(key):
+                record.put(step, ACCURACY, float(value))
+            elif key in ("eval_reward", "eval_accuracy"):
+                record.put(step, EVAL_ACCURACY, float(value))
+        if step in record.metrics and step not in record.evidence_by_step:
+            shown = ", ".join(f"{k}: {entry[k]}" for k in ("loss", "grad_norm", "reward", "reward_std",
+                                                           "frac_reward_zero_std") if k in entry)
+            record.evidence_by_step[step] = Evidence(str(path), line_no, f'"step": {step}: {shown}')
+        if any(isinstance(entry.get(k), float) and not math.isfinite(entry[k]) for k in ("loss", "grad_norm")):
+            record.marks.append(Mark(step, "nonfinite", f"loss {entry.get('loss')}, grad_norm {entry.get('grad_norm')}",
+                                     record.evidence_by_step.get(step)))
+    return record
+
+
+def _last_step(state: dict[str, Any]) -> int:
+    steps = [e.get("step") for e in state["log_history"] if isinstance(e, dict) and isinstance(e.get("step"), int)]
+    return max(steps, default=-1)
+
+
+def _step_lines(lines: list[str]) -> dict[int, int]:
+    """step -> the line of its first `"step": N` in the file (json.dump with indent puts one per line)."""
+    found: dict[int, int] = {}
+    pattern = re.compile(r'"step":\s*(\d+)')
+    for number, line in enumerate(lines, 1):
+        for match in pattern.finditer(line):
+            found.setdefault(int(match.group(1)), number)
+    return found

@@ -1,0 +1,114 @@
+"""A verl console log: its trainer prints one line per step,
+
+    (TaskRunner pid=2231) step:12 - global_seqlen/mean:81234.000 - critic/score/mean:0.412 - ...
+
+(values plain, or as pformat prints them: `np.float64(0.49)`), checkpoint saves naming
+`global_step_N` (the state after step N), Ray's and vLLM's errors in between. Lines from other
+processes interleave and the last line may be torn: a line is read only as far as it parses.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
+                                PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
+                                Mark, RunRecord, UnreadableRun)
+from grpo.doctor.textlog import number, read_lines
+
+_STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
+_CHECKPOINT = re.compile(r"(\S*global_step_(\d+))")
+_KEYS = {
+    "critic/score/mean": REWARD, "critic/rewards/mean": REWARD, "critic/score/std": REWARD_STD,
+    "actor/pg_loss": LOSS, "actor/kl_loss": KL, "actor/ppo_kl": KL, "actor/entropy": ENTROPY,
+    "actor/grad_norm": GRAD_NORM, "response_length/mean": LENGTH, "response_length/clip_ratio": TRUNCATED,
+    "timing_s/step": STEP_S, "perf/max_memory_allocated_gb": MEMORY_GIB, "critic/score/zero_std_frac": ZERO_STD,
+    "critic/accuracy/mean": ACCURACY,
+}
+_PHASES = {"timing_s/gen": "generate", "timing_s/reward": "reward", "timing_s/old_log_prob": "old_log_prob",
+           "timing_s/ref": "ref", "timing_s/adv": "advantages", "timing_s/update_actor": "update",
+           "timing_s/update_weights": "sync", "timing_s/save_checkpoint": "checkpoint", "timing_s/testing": "eval"}
+INFRA = re.compile(r"ActorDiedError|RayActorError|EngineDeadError|EngineCore.*(?:died|failed)|"
+                   r"node .* (?:dead|died)|raylet .*died|Connection refused|The actor died", re.IGNORECASE)
+OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|OOM[- ]kill|killed by the memory monitor", re.IGNORECASE)
+RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .*global_step", re.IGNORECASE)
+
+
+def looks_like_verl(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4 << 20).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UnreadableRun(f"{path} cannot be read ({exc.strerror or exc}): check its permissions") from None
+    return bool(_STEP.search(head))
+
+
+def find_log(path: Path) -> Path | None:
+    if path.is_file():
+        return path if looks_like_verl(path) else None
+    if path.is_dir():
+        for candidate in sorted(path.glob("*.log")) + sorted(path.glob("*.txt")) + sorted(path.glob("*.out")):
+            if candidate.is_file() and looks_like_verl(candidate):
+                return candidate
+    return None
+
+
+def read_record(log: Path) -> RunRecord:
+    record = RunRecord("verl", str(log))
+    current = 0
+    for line_no, line in enumerate(read_lines(log), 1):
+        evidence = Evidence(str(log), line_no, line.strip()[:300])
+        match = _STEP.search(line)
+        if match:
+            step = int(match.group(1))
+            if step <= current:
+                record.marks.append(Mark(step, "restart", f"the step count went back from {current} to {step}",
+                                         evidence))
+            current = step
+            _pairs(record, step, match.group(2))
+            record.evidence_by_step[step] = evidence
+            continue
+        if OOM.search(line) or INFRA.search(line):
+            record.marks.append(Mark(current + 1, "server_failure", line.strip()[:200], evidence))
+        elif RESTART.search(line):
+            record.marks.append(Mark(current + 1, "restart", line.strip()[:200], evidence))
+        checkpoint = _CHECKPOINT.search(line)
+        if checkpoint and ("sav" in line.lower() or "folder" in line.lower()) and "load" not in line.lower():
+            step = int(checkpoint.group(2))
+            if all(c.step != step for c in record.checkpoints):
+                record.checkpoints.append(Checkpoint(step, checkpoint.group(1).strip("'\",")))
+        if "Final validation metrics" in line or "Training Progress: 100%" in line:
+            record.finished = True
+    for path in _checkpoint_dirs(log.parent):
+        step = int(path.name.rsplit("_", 1)[1])
+        record.checkpoints = [c for c in record.checkpoints if c.step != step] + [Checkpoint(step, str(path))]
+    record.checkpoints.sort(key=lambda c: c.step)
+    return record
+
+
+def _pairs(record: RunRecord, step: int, text: str) -> None:
+    for pair in text.split(" - "):
+        key, sep, value_text = pair.partition(":")
+        value = number(value_text) if sep else None
+        if value is None:
+            continue
+        key = key.strip()
+        if key in _KEYS:
+            record.put(step, _KEYS[key], value)
+        elif key in _PHASES:
+            record.put(step, PHASE_PREFIX + _PHASES[key], value)
+        elif key.startswith("val-core/") and "mean@1" in key:
+            record.put(step, EVAL_ACCURACY, value)
+        elif key == "training/total_steps" or key == "trainer/total_training_steps":
+            record.total_steps = int(value)
+
+
+def _checkpoint_dirs(root: Path) -> list[Path]:
+    found = []
+    for depth in ("global_step_*", "*/global_step_*", "*/*/global_step_*", "*/*/*/global_step_*"):
+        try:
+            found += [p for p in root.glob(depth) if p.is_dir() and p.name.rsplit("_", 1)[1].isdigit()]
+        except OSError:
+            break
+    return found

@@ -1,0 +1,87 @@
+"""The cause, from a record: infrastructure before the model, and the order of events decides."""
+
+from __future__ import annotations
+
+from grpo.doctor import cause, timeline
+from grpo.doctor.record import Evidence, Mark, RunRecord
+
+
+def record(rewards: list[float], **series: list[float]) -> RunRecord:
+    run = RunRecord("verl", "x.log")
+    for step, value in enumerate(rewards, 1):
+        run.put(step, "reward", value)
+        for name, values in series.items():
+            run.put(step, name, values[step - 1])
+    return run
+
+
+def decide(run: RunRecord) -> tuple[str, int | None]:
+    what, step, _, _ = cause.decide(run, timeline.anomalies(run))
+    return what, step
+
+
+def server_death(step: int) -> Mark:
+    return Mark(step, "server_failure", "the inference server died", Evidence("llm_server.log", 7, "Killed"))
+
+
+def test_a_dead_server_at_the_step_the_reward_fell_is_the_cause():
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5] + [0.0] * 8)
+    run.marks.append(server_death(9))
+    assert decide(run) == ("server_failure", 9)
+
+
+def test_a_server_that_died_long_after_the_reward_fell_is_not_the_cause():
+    """The step-940 story: the reward was 0 long before the server crashed."""
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5] + [0.0] * 12)
+    run.marks.append(server_death(18))
+    what, step, explanation, _ = cause.decide(run, timeline.anomalies(run))
+    assert (what, step) == ("policy_collapse", 9)
+    assert "server failure at step 18 came after" in explanation
+
+
+def test_identical_rewards_with_the_loss_at_zero_are_no_learning_signal():
+    run = record([0.3, 0.4, 0.35, 0.4, 0.45, 1.0, 1.0, 1.0, 1.0],
+                 zero_std_frac=[0.1] * 5 + [1.0] * 4, loss=[0.01] * 5 + [0.0] * 4)
+    assert decide(run) == ("no_learning_signal", 6)
+
+
+def test_nan_first_is_nonfinite():
+    run = record([0.4] * 5 + [0.0] * 5, loss=[0.1] * 4 + [float("nan")] * 6)
+    assert decide(run) == ("nonfinite", 5)
+
+
+def test_noise_is_healthy():
+    run = record([0.3, 0.1, 0.4, 0.2, 0.35, 0.15, 0.45, 0.3, 0.5, 0.25, 0.4, 0.3], loss=[0.01, -0.02] * 6)
+    assert decide(run) == ("healthy", None)
+
+
+def test_the_checkpoint_is_the_newest_saved_before_the_first_bad_step():
+    from grpo.doctor.record import Checkpoint
+
+    run = RunRecord("trl", "x", checkpoints=[Checkpoint(10, "c10"), Checkpoint(20, "c20"), Checkpoint(30, "c30")])
+    assert cause.last_checkpoint_before(run, 21).path == "c20"
+    assert cause.last_checkpoint_before(run, 20).path == "c10"  # checkpoint-20 holds step 20's update
+    assert cause.last_checkpoint_before(run, 5) is None
+    assert cause.last_checkpoint_before(run, None).path == "c30"
+
+
+def test_a_stray_connection_error_long_before_does_not_hide_the_outage():
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5, 0.5, 0.45, 0.5, 0.5] + [0.0] * 8)
+    run.marks.append(Mark(3, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 30, "x")))
+    run.marks.append(Mark(13, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 130, "y")))
+    run.marks.append(Mark(14, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 140, "z")))
+    what, step, _, backing = cause.decide(run, timeline.anomalies(run))
+    assert (what, step) == ("server_failure", 13) and backing[0].evidence.line == 130
+
+
+def test_a_stray_error_alone_is_healthy():
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5, 0.5, 0.45])
+    run.marks.append(Mark(3, "server_unreachable", "Cannot connect to host", Evidence("trainer.log", 30, "x")))
+    run.marks.append(Mark(5, "rollout_error", "request timed out", Evidence("trainer.log", 50, "t")))
+    assert decide(run) == ("healthy", None)
+
+
+def test_rollout_timeouts_as_the_reward_fell_with_the_server_fine_are_a_rollout_failure():
+    run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5] + [0.0] * 6)
+    run.marks.append(Mark(9, "rollout_error", "Failed after 3 retries", Evidence("trainer.log", 90, "t")))
+    assert decide(run) == ("rollout_failure", 9)

@@ -1,0 +1,112 @@
+"""The doctor on other frameworks' runs (the sample logs in samples/, written by make_samples.py):
+the right cause, first bad step and last checkpoint before it, from messy logs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from grpo.cli import main
+from grpo.doctor import examine
+
+SAMPLES = Path(__file__).resolve().parent / "samples"
+
+
+def doctor(path: Path, capsys) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main(["doctor", str(path), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_areal_reward_falls_to_zero_when_the_sglang_server_dies_of_oom(capsys):
+    code, result = doctor(SAMPLES / "areal", capsys)
+    assert code == 1 and result["source"] == "areal" and result["status"] == "problem"
+    assert result["cause"] == "server_failure" and result["first_bad_step"] == 42
+    assert result["last_good_checkpoint"].endswith("epoch0epochstep39globalstep39")  # after step 40, before 42
+    server = [e for e in result["evidence"] if e["file"].endswith("llm_server.log")]
+    assert server and "CUDA out of memory" in server[0]["text"]
+    assert (SAMPLES / "areal" / "llm_server.log").read_text().splitlines()[server[0]["line"] - 1] == server[0]["text"]
+    kinds = {(a["step"], a["kind"]) for a in result["timeline"]}
+    assert {(42, "reward_zero"), (42, "server_failure"), (42, "server_unreachable"), (11, "restart")} <= kinds
+
+
+def test_areal_given_its_trainer_log_reads_the_server_log_beside_it(capsys):
+    code, result = doctor(SAMPLES / "areal" / "trainer.log", capsys)
+    assert code == 1 and result["cause"] == "server_failure" and result["first_bad_step"] == 42
+
+
+def test_areal_the_trainer_log_alone_still_names_the_server(tmp_path, capsys):
+    shutil.copy(SAMPLES / "areal" / "trainer.log", tmp_path / "trainer.log")
+    code, result = doctor(tmp_path, capsys)
+    # The trainer's own "Cannot connect to host" lines name the server; the checkpoint is the path
+    # the log says it saved to (not on this machine).
+    assert code == 1 and result["cause"] == "server_failure" and result["first_bad_step"] == 42
+    assert result["last_good_checkpoint"] == ("/workspace/outputs/grpo/checkpoints/root/gsm8k-grpo/trial0/default/"
+                                              "epoch0epochstep39globalstep39")
+    assert all(e["file"].endswith("trainer.log") for e in result["evidence"])
+
+
+def test_verl_collapse_with_healthy_infrastructure(capsys):
+    code, result = doctor(SAMPLES / "verl" / "train.log", capsys)
+    assert code == 1 and result["source"] == "verl"
+    assert result["cause"] == "policy_collapse" and result["first_bad_step"] == 44
+    assert result["last_good_checkpoint"].endswith("global_step_40")
+    kinds = {a["kind"]: a["step"] for a in result["timeline"]}
+    assert kinds["entropy_collapse"] == 44 and kinds["grad_spike"] == 46 and kinds["reward_collapse"] == 47
+    assert not any(k.startswith("server") for k in kinds)
+
+
+def test_verl_before_the_collapse_is_healthy(tmp_path, capsys):
+    lines = (SAMPLES / "verl" / "train.log").read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if "step:43 " in line)
+    (tmp_path / "train.log").write_text("\n".join(lines[:cut + 1]) + "\n")
+    code, result = doctor(tmp_path / "train.log", capsys)
+    assert code == 0 and result["cause"] == "healthy" and result["first_bad_step"] is None
+
+
+def test_trl_loss_exactly_zero_every_group_identical(capsys):
+    code, result = doctor(SAMPLES / "trl" / "output", capsys)
+    assert code == 1 and result["source"] == "trl"
+    assert result["cause"] == "no_learning_signal" and result["first_bad_step"] == 34
+    assert result["last_good_checkpoint"].endswith("checkpoint-30")
+    (evidence,) = result["evidence"][:1]
+    assert evidence["file"].endswith("checkpoint-50/trainer_state.json")  # checkpoint-60's is torn
+    text = (SAMPLES / "trl" / "output" / "checkpoint-50" / "trainer_state.json").read_text().splitlines()
+    assert '"step": 34' in text[evidence["line"] - 1]
+
+
+def test_trl_one_checkpoint_directory(capsys):
+    code, result = doctor(SAMPLES / "trl" / "output" / "checkpoint-50", capsys)
+    assert code == 1 and result["cause"] == "no_learning_signal" and result["first_bad_step"] == 34
+    assert result["last_good_checkpoint"].endswith("checkpoint-30")
+
+
+def test_the_printed_account_puts_the_diagnosis_first(capsys):
+    assert main(["doctor", str(SAMPLES / "verl" / "train.log")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "DIAGNOSIS problem: policy_collapse from step 44"
+    assert any(line.strip().startswith("last good checkpoint:") and line.endswith("global_step_40") for line in out)
+
+
+def test_the_record_keeps_curves_for_the_report():
+    _, record = examine(SAMPLES / "areal")
+    assert len(record.series("reward")) == 60 and record.series("time/rollout") and record.series("memory_gib")
+
+
+def test_areal_whose_server_died_before_the_first_step(tmp_path, capsys):
+    (tmp_path / "trainer.log").write_text(
+        "20251112-04:30:00.000 RemoteSGLangEngine INFO: Get server addresses from name_resolve: ['10.0.0.2:23239']\n"
+        "20251112-04:31:10.000 RemoteSGLangEngine WARNING: Request to 10.0.0.2:23239/generate failed (attempt 3/3): "
+        "Cannot connect to host 10.0.0.2:23239 ssl:default [Connect call failed ('10.0.0.2', 23239)]\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: Failed after 3 retries")
+    code, result = doctor(tmp_path, capsys)
+    assert code == 1 and result["cause"] == "server_failure" and result["first_bad_step"] == 1
+    assert result["evidence"][0]["line"] == 2
+
+
+def test_a_log_of_another_kind_named_trainer_log_is_read_by_its_own_reader(tmp_path, capsys):
+    shutil.copy(SAMPLES / "verl" / "train.log", tmp_path / "trainer.log")
+    code, result = doctor(tmp_path, capsys)
+    assert code == 1 and result["source"] == "verl" and result["cause"] == "policy_collapse"
