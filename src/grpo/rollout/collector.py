@@ -20,6 +20,7 @@ import torch
 from grpo.algo.advantages import group_advantages, zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
+from grpo.guard import inputs as k
 from grpo.policy.update import TrainBatch
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
@@ -261,27 +262,27 @@ def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any
     unscorable = attempts.get(SampleStatus.UNSCORABLE.value, 0)
     m.update({
         "rollout/attempts": total,
-        "rollout/failed_frac": failed / total if total else 0.0,
-        "rollout/unscorable_frac": unscorable / generated if generated else 0.0,
+        k.FAILED_FRAC: failed / total if total else 0.0,
+        k.UNSCORABLE_FRAC: unscorable / generated if generated else 0.0,
         "rollout/retries": t["retries"],
         "rollout/rounds": batch.rounds,
-        "rollout/reward_errors": t["reward_errors"],
+        k.REWARD_ERRORS: t["reward_errors"],
         "groups/trained": t["trained"],
         "groups/dropped_invalid": t["dropped_invalid"],
         "groups/dropped_zero_std": t["dropped_zero_std"],
-        "groups/zero_std_frac": t["zero_std"] / t["complete"] if t["complete"] else 0.0,
+        k.ZERO_STD_FRAC: t["zero_std"] / t["complete"] if t["complete"] else 0.0,
     })
     finals = sum(final.values())
     if finals:
-        m["response/empty_frac"] = final.get(SampleStatus.EMPTY.value, 0) / finals
-        m["response/truncated_frac"] = final.get(SampleStatus.TRUNCATED.value, 0) / finals
+        m[k.EMPTY_FRAC] = final.get(SampleStatus.EMPTY.value, 0) / finals
+        m[k.TRUNCATED_FRAC] = final.get(SampleStatus.TRUNCATED.value, 0) / finals
     if t["rewards"]:
         rewards = torch.tensor(t["rewards"])
         m.update({
-            "reward/mean": rewards.mean().item(),
+            k.REWARD_MEAN: rewards.mean().item(),
             "reward/std": rewards.std(unbiased=False).item(),
             "reward/min": rewards.min().item(),
-            "reward/max": rewards.max().item(),
+            k.REWARD_MAX: rewards.max().item(),
             "reward/accuracy": sum(t["correct"]) / len(t["correct"]),  # reward >= task.correct_threshold
         })
     for name in dict.fromkeys(name for name, _ in t["parts"]):  # each reward function on its own
@@ -291,7 +292,7 @@ def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any
     if t["sources"]:  # which server incarnations produced what is trained on (none that failed)
         m["rollout/sources"] = sorted(t["sources"])
     if t["lengths"]:
-        m["response/length_mean"] = sum(t["lengths"]) / len(t["lengths"])
+        m[k.LENGTH_MEAN] = sum(t["lengths"]) / len(t["lengths"])
         m["response/length_max"] = max(t["lengths"])
     m["perf/generated_tokens"] = t["generated_tokens"]
     m["perf/generate_tokens_per_s"] = t["generated_tokens"] / t["generate_s"] if t["generate_s"] else 0.0
