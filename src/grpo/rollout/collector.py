@@ -20,7 +20,7 @@ import torch
 from grpo.algo.advantages import group_advantages, zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
-from grpo.guard import inputs as k
+from grpo.guard import inputs
 from grpo.policy.update import TrainBatch
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
@@ -262,27 +262,27 @@ def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any
     unscorable = attempts.get(SampleStatus.UNSCORABLE.value, 0)
     m.update({
         "rollout/attempts": total,
-        k.FAILED_FRAC: failed / total if total else 0.0,
-        k.UNSCORABLE_FRAC: unscorable / generated if generated else 0.0,
+        inputs.FAILED_FRAC: failed / total if total else 0.0,
+        inputs.UNSCORABLE_FRAC: unscorable / generated if generated else 0.0,
         "rollout/retries": t["retries"],
         "rollout/rounds": batch.rounds,
-        k.REWARD_ERRORS: t["reward_errors"],
+        inputs.REWARD_ERRORS: t["reward_errors"],
         "groups/trained": t["trained"],
         "groups/dropped_invalid": t["dropped_invalid"],
         "groups/dropped_zero_std": t["dropped_zero_std"],
-        k.ZERO_STD_FRAC: t["zero_std"] / t["complete"] if t["complete"] else 0.0,
+        inputs.ZERO_STD_FRAC: t["zero_std"] / t["complete"] if t["complete"] else 0.0,
     })
     finals = sum(final.values())
     if finals:
-        m[k.EMPTY_FRAC] = final.get(SampleStatus.EMPTY.value, 0) / finals
-        m[k.TRUNCATED_FRAC] = final.get(SampleStatus.TRUNCATED.value, 0) / finals
+        m[inputs.EMPTY_FRAC] = final.get(SampleStatus.EMPTY.value, 0) / finals
+        m[inputs.TRUNCATED_FRAC] = final.get(SampleStatus.TRUNCATED.value, 0) / finals
     if t["rewards"]:
         rewards = torch.tensor(t["rewards"])
         m.update({
-            k.REWARD_MEAN: rewards.mean().item(),
+            inputs.REWARD_MEAN: rewards.mean().item(),
             "reward/std": rewards.std(unbiased=False).item(),
             "reward/min": rewards.min().item(),
-            k.REWARD_MAX: rewards.max().item(),
+            inputs.REWARD_MAX: rewards.max().item(),
             "reward/accuracy": sum(t["correct"]) / len(t["correct"]),  # reward >= task.correct_threshold
         })
     for name in dict.fromkeys(name for name, _ in t["parts"]):  # each reward function on its own
@@ -292,7 +292,7 @@ def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any
     if t["sources"]:  # which server incarnations produced what is trained on (none that failed)
         m["rollout/sources"] = sorted(t["sources"])
     if t["lengths"]:
-        m[k.LENGTH_MEAN] = sum(t["lengths"]) / len(t["lengths"])
+        m[inputs.LENGTH_MEAN] = sum(t["lengths"]) / len(t["lengths"])
         m["response/length_max"] = max(t["lengths"])
     m["perf/generated_tokens"] = t["generated_tokens"]
     m["perf/generate_tokens_per_s"] = t["generated_tokens"] / t["generate_s"] if t["generate_s"] else 0.0
