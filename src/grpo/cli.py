@@ -12,7 +12,7 @@ import os
 from grpo.config import load_config
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
-from grpo.errors import EXIT_BAD_INPUT, ConfigError, DiskError, RunDirLocked, exit_status, one_line
+from grpo.errors import EXIT_BAD_INPUT, EXIT_STOPPED, ConfigError, DiskError, RunDirLocked, exit_status, one_line
 from grpo.rundir.files import atomic_write
 
 DEFAULT_EVAL_TOKENS = 256  # grpo eval's answer budget when neither a flag nor the config sets one
@@ -47,7 +47,7 @@ def _eval(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from grpo.api import run_evaluation
-    from grpo.evaluate import format_table
+    from grpo.evaluate import EvaluationFailed, format_table
 
     for flag in ("max_samples", "samples", "max_new_tokens", "batch_size"):
         value = getattr(args, flag)
@@ -79,10 +79,14 @@ def _eval(args: argparse.Namespace) -> int:
                       or (cfg.rollout.max_new_tokens if "rollout.max_new_tokens" in given else DEFAULT_EVAL_TOKENS))
     max_samples = args.max_samples or (cfg.eval.max_samples if "eval.max_samples" in given else None)
     setup_console()
-    result = run_evaluation(cfg, split=args.split, max_samples=max_samples, samples=args.samples,
-                            temperature=args.temperature, max_new_tokens=max_new_tokens,
-                            batch_size=args.batch_size or cfg.eval.batch_size, seed=args.seed,
-                            keep_answers=output is not None)
+    try:
+        result = run_evaluation(cfg, split=args.split, max_samples=max_samples, samples=args.samples,
+                                temperature=args.temperature, max_new_tokens=max_new_tokens,
+                                batch_size=args.batch_size or cfg.eval.batch_size, seed=args.seed,
+                                keep_answers=output is not None)
+    except EvaluationFailed as exc:  # answers the engine never produced: no accuracy, rather than a false one
+        alert(f"evaluation failed: {exc}; no accuracy is reported")
+        return EXIT_STOPPED
     answers = result.pop("answers", None)
     if output is not None:  # the summary and every answer, to see what the model wrote
         atomic_write(output, json.dumps({**result, "answers": answers}, indent=2))

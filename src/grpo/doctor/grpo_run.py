@@ -60,10 +60,12 @@ def details(run_dir: Path) -> list[str]:
     out += _trip_lines(events)
     out += _recovery_lines(events)
     out += server_history(events)
-    evals = [e for e in _read_log(run_dir / "eval.jsonl")[0] if _is_number(e.get("accuracy"))]
-    if evals:
-        out.append("EVAL     " + ", ".join(f"step {e.get('step')} ({e.get('label')}): {e['accuracy']:.1%}"
-                                           for e in evals[-6:]))
+    evals = [e for e in _read_log(run_dir / "eval.jsonl")[0]
+             if _is_number(e.get("accuracy")) or e.get("status") == "failed"]
+    if evals:  # a failed evaluation has no accuracy: it is shown as FAILED, never as 0%
+        out.append("EVAL     " + ", ".join(
+            f"step {e.get('step')} ({e.get('label')}): "
+            + (f"{e['accuracy']:.1%}" if _is_number(e.get("accuracy")) else "FAILED") for e in evals[-6:]))
     try:
         out += _checkpoint_lines(run_dir, store, valid, invalid, good)
     except (TypeError, ValueError) as exc:  # a meta.json edited by hand: its score or step of another type
