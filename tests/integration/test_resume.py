@@ -69,3 +69,18 @@ def test_resume_on_a_dataset_task_continues_at_the_same_row(tmp_path):
     assert max_param_diff(params(straight.policy.model), params(resumed.policy.model)) <= 1e-6
     assert ([deterministic(line) for line in metric_lines(tmp_path / "straight")]
             == [deterministic(line) for line in metric_lines(tmp_path / "resumed")])
+
+
+def test_a_resumed_run_reports_the_evaluation_its_first_start_made_before_training(tmp_path, capsys):
+    from grpo.entry import run
+
+    run_dir = tmp_path / "r"
+    evaluations = ["eval.before_training=true", "eval.after_training=true", "eval.max_samples=4"]
+    assert run("tiny", [f"run_dir={run_dir}", "train.steps=1", *evaluations]) == 0
+    first = json.loads((run_dir / "summary.json").read_text())
+    assert run("tiny", [f"run_dir={run_dir}", "train.steps=2", *evaluations]) == 0
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["steps"] == 2 and resumed["before"] == first["before"]  # evaluated once, reported again
+    before = [line for line in (run_dir / "eval.jsonl").read_text().splitlines() if '"before"' in line]
+    assert len(before) == 1
+    assert capsys.readouterr().out.count("before -> ") == 2

@@ -284,6 +284,8 @@ def test_an_evaluation_that_cannot_complete_is_recorded_as_failed_not_as_an_accu
     n = stop["evidence"]["answers"]
     assert stop["evidence"]["failed"] == n and stop["evidence"]["retried"] == 2 * n  # two retries each
     assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.jsonl").exists()  # no step ran
+    (evaluations,) = [line for line in diagnose(run_dir) if line.startswith("EVAL")]
+    assert "(before): FAILED" in evaluations and "%" not in evaluations
 
 
 def test_a_resumed_run_numbers_its_server_incarnations_on(tmp_path):
