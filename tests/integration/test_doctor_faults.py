@@ -14,7 +14,7 @@ import pytest
 
 from grpo.cli import main
 from grpo.config import CheckpointConfig, load_config
-from grpo.guard.recovery import RunStopped
+from grpo.errors import RunStopped
 from grpo.loop import TrainingLoop
 from grpo.rundir.checkpoints import CheckpointStore
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from grpo.cli import main
 from grpo.config import load_config
-from grpo.guard.recovery import RunStopped
+from grpo.errors import RunStopped
 from grpo.loop import TrainingLoop
 
 SAMPLES = Path(__file__).resolve().parents[1] / "unit" / "doctor" / "samples"
