@@ -54,7 +54,7 @@ class TrainingLoop:
         self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
         self.metrics: MetricsLogger | None = None
         self.signals = SignalWatch()
-        self.engine = None
+        self.engine, self.event_step = None, 0
         try:
             parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
@@ -64,6 +64,7 @@ class TrainingLoop:
             self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals)
             self.advice = SkipAdvice()
             self.state.start(resume_from)
+            self.event_step = self.state.step
             self.metrics = MetricsLogger(self.run.path, cfg.logging, self.total_steps, cfg.name, to_dict(cfg),
                                          start_step=self.state.step, enabled=ranks.main)
         except BaseException:
@@ -75,8 +76,8 @@ class TrainingLoop:
         return self.state.step
 
     def _record_server_event(self, kind: str, message: str, **evidence: Any) -> None:
-        """Server events arrive from watcher threads too; each is one appended line."""
-        self.run.events.record(kind, self.state.step, message, **evidence)
+        """Server events (from watcher threads too): one line each, under the step in progress, as its trips."""
+        self.run.events.record(kind, self.event_step, message, **evidence)
         (log.warning if kind in SERVER_TROUBLE else log.info)("%s", message)
 
     def close(self) -> None:
@@ -137,6 +138,7 @@ class TrainingLoop:
 
     def _train_step(self, step: int) -> None:
         record, timer, started = StepRecord(step), PhaseTimer(self.device), time.perf_counter()
+        self.event_step = step
         self.policy.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.state.lr_scale)
         checkpoint_due = self.ranks.broadcast(self.state.checkpoint_due(step))  # rank 0's clock decides
         at_start = self.state.snapshot()

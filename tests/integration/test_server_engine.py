@@ -71,9 +71,9 @@ def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_i
     run(run_dir, "train.steps=4", "faults.kill_server_at_steps=[2]")
     injected = of_kind(run_dir, "fault_injected")
     failed = of_kind(run_dir, "server_failed")
-    assert [e["step"] for e in injected] == [1]  # events carry the last finished step: during step 2
+    assert [e["step"] for e in injected] == [2]  # events carry the step in progress, as its trips do
     assert len(failed) == 1 and failed[0]["evidence"]["exit"] == "killed by SIGKILL"
-    assert failed[0]["evidence"]["incarnation"] == 1 and failed[0]["step"] == 1
+    assert failed[0]["evidence"]["incarnation"] == 1 and failed[0]["step"] == 2
     assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "server_start")] == [1, 2]
     lines = {line["step"]: line for line in metric_lines(run_dir)}
     assert lines[2]["rollout/failed"] > 0 and lines[2]["rollout/retries"] > 0

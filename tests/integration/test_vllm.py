@@ -56,8 +56,8 @@ def test_killed_then_hung_mid_rollout_each_is_restarted_verified_and_never_train
         "rollout.server.request_timeout_s=20", "rollout.server.health_timeout_s=10")
     failed = of_kind(run_dir, "server_failed")
     assert [f["evidence"]["incarnation"] for f in failed] == [1, 2]
-    assert failed[0]["evidence"]["exit"] == "killed by SIGKILL" and failed[0]["step"] == 1  # during step 2
-    assert "hung" in failed[1]["message"] and failed[1]["step"] == 3  # during step 4
+    assert failed[0]["evidence"]["exit"] == "killed by SIGKILL" and failed[0]["step"] == 2  # the step in progress
+    assert "hung" in failed[1]["message"] and failed[1]["step"] == 4
     assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "server_ready")] == [1, 2, 3]
     lines = {line["step"]: line for line in metric_lines(run_dir)}
     assert sorted(lines) == [1, 2, 3, 4, 5]

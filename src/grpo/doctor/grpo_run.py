@@ -296,9 +296,8 @@ _BREAKER_MARKS = {
 
 
 def read_record(run_dir: Path) -> RunRecord:
-    """The run as the timeline and the cause see it. Events carry the last finished step, so a server
-    failure recorded at step s happened during step s + 1; a trip carries the step it judged, and a
-    crash the step it crashed in."""
+    """The run as the timeline and the cause see it. Server events and trips carry the step in progress
+    when they happened, and a crash the step it crashed in."""
     run_dir = Path(run_dir)
     record = RunRecord("grpo", str(run_dir))
     cfg = _config(run_dir, record.notes)
@@ -396,7 +395,7 @@ def _event_mark(event: dict[str, Any], evidence: Evidence) -> Mark | None:
         breaker = event["evidence"].get("breaker")
         return Mark(step, _BREAKER_MARKS.get(str(breaker), "trip"), f"{breaker} tripped: {message}", evidence)
     if kind in ("server_failed", "server_gave_up", "server_restart"):
-        return Mark(step + 1, _EVENT_MARKS[kind], message, evidence)  # it happened during the next step
+        return Mark(step, _EVENT_MARKS[kind], message, evidence)  # events carry the step in progress
     if kind in _EVENT_MARKS:
         return Mark(step, _EVENT_MARKS[kind], message, evidence)
     return None
