@@ -85,7 +85,7 @@ def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_i
     assert sorted(lines) == [1, 2, 3, 4]
     doctor = "\n".join(diagnose(run_dir))  # the doctor's server section tells the same story
     assert "SERVERS  sglang-0: 2 start(s) (incarnations 1-2)" in doctor and "1 failure(s), 1 restart(s)" in doctor
-    assert "step 1: sglang-0#1 failed: the server process killed by SIGKILL" in doctor
+    assert "step 2: sglang-0#1 failed: the server process killed by SIGKILL" in doctor
 
 
 def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):

@@ -107,7 +107,7 @@ def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
     return records, bad
 
 
-_TEXT_KEYS = {"kind", "message", "label", "update/skip_reason"}
+_TEXT_KEYS = {"kind", "message", "label", "status", "error", "update/skip_reason"}
 
 
 def _latest_steps(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
