@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+from pathlib import Path
 
 from grpo.config import RunConfig, load_config, split_overrides
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.dist import from_environment
-from grpo.errors import EXIT_CRASH, EXIT_OK, ConfigError, DiskError, RunDirLocked, RunStopped, exit_status, one_line
+from grpo.errors import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, ConfigError, DiskError, RunDirLocked, RunStopped, exit_status, one_line
 from grpo.loop import TrainingLoop
 from grpo.policy.models import resolve_device
 from grpo.report import report_line
@@ -25,6 +27,7 @@ def run(config: str | None, overrides: list[str]) -> int:
         ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
         # The lock comes first: a second trainer on this directory must not even open its log. Under
         # torchrun, rank 0 holds it and writes the run directory.
+        fresh = not Path(cfg.resolved_run_dir).exists()
         run_dir = RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
     except (ConfigError, RunDirLocked, FileNotFoundError, PermissionError, DiskError) as exc:
         alert(one_line(exc))
@@ -40,6 +43,8 @@ def run(config: str | None, overrides: list[str]) -> int:
                   f"resume from the newest checkpoint with: {resume_command(run_dir.path, None)}")
         else:
             alert(one_line(exc))
+        if status == EXIT_BAD_INPUT and fresh and ranks.main and not run_dir.checkpoints.list():
+            shutil.rmtree(run_dir.path, ignore_errors=True)  # a refused first start leaves no skeleton behind
         if isinstance(exc, RunStopped) and ranks.main:
             say(report_line(run_dir.path))
         return status

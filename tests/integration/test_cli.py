@@ -72,3 +72,15 @@ def test_the_real_smollm2_trains_one_step(tmp_path):
     assert code == 0
     line = json.loads((tmp_path / "q" / "metrics.jsonl").read_text().splitlines()[0])
     assert line["rollout/attempts"] >= 4
+
+
+def test_a_refused_first_start_leaves_no_skeleton_run_directory(tmp_path, capsys):
+    run_dir = tmp_path / "new"
+    assert main(["train", "--config", "tiny", f"run_dir={run_dir}", "task.reward=nosuch"]) == 2
+    assert "unknown reward 'nosuch'" in capsys.readouterr().err
+    assert not run_dir.exists()
+    # A directory that held a run before keeps everything, refused or not.
+    assert main(["train", "--config", "tiny", f"run_dir={run_dir}", "train.steps=1"]) == 0
+    kept = sorted(p.name for p in run_dir.iterdir())
+    assert main(["train", "--config", "tiny", f"run_dir={run_dir}", "train.steps=2", "task.reward=nosuch"]) == 2
+    assert sorted(p.name for p in run_dir.iterdir()) == kept

@@ -126,7 +126,7 @@ class Guard:
         return frac >= b.threshold, (
             f"{frac:.0%} of generated answers could not be scored: the task's gold answers or the reward "
             f"function are at fault, not the model, and rolling back cannot fix them; check the data "
-            f"(task.path) and task.reward (reward errors this step: {m.get(k.REWARD_ERRORS, 0)})"
+            f"(task.path, and task.gold_pattern where it sets the gold) and task.reward (reward errors this step: {m.get(k.REWARD_ERRORS, 0)})"
         ), {"unscorable_frac": frac, "unscorable": m.get(k.UNSCORABLE),
             "reward_errors": m.get(k.REWARD_ERRORS)}
 
