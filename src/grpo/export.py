@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from grpo.config import CheckpointConfig
 from grpo.errors import ConfigError
@@ -34,11 +36,16 @@ def export_checkpoint(checkpoint: Path, out: Path, merged: bool) -> str:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         if adapter and merged:
-            try:
-                model, tokenizer = lora.load_adapted(info.model_dir, torch.device("cpu"))
-            except ValueError as exc:  # the base is not the one the adapter was trained on
-                raise ConfigError(f"--checkpoint {checkpoint}: {exc}") from None
-            lora.save_merged(model, tmp)
+            # The libraries' loading bars and deprecation notices say nothing the user can act on here.
+            hf_logging.disable_progress_bar()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                try:
+                    model, tokenizer = lora.load_adapted(info.model_dir, torch.device("cpu"))
+                except ValueError as exc:  # the base is not the one the adapter was trained on
+                    raise ConfigError(f"--checkpoint {checkpoint}: {exc}") from None
+                lora.save_merged(model, tmp)
             tokenizer.save_pretrained(tmp)
             what = "the LoRA adapter merged into its base: loads with AutoModelForCausalLM.from_pretrained"
         else:

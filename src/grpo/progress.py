@@ -54,10 +54,17 @@ class Progress:
         rate = done / elapsed if elapsed > 0 else 0.0
         phase_eta = (total - done) / rate if rate > 0 else None
         where = f"step {self.step}/{self.total_steps} " if self.step else ""
-        text = f"{where}{self.phase_name}: {done}/{total} {unit} ({rate:.1f} {unit}/s"
-        text += f", {_minutes(phase_eta)} left)" if phase_eta is not None else ")"
+        if done == 0:  # a stall reads as one, not as a rate of 0 with an ETA that never moves
+            text = f"{where}{self.phase_name}: 0/{total} {unit} (none yet after {_minutes(elapsed)})"
+        else:
+            text = f"{where}{self.phase_name}: {done}/{total} {unit} ({rate:.1f} {unit}/s"
+            text += f", {_minutes(phase_eta)} left)" if phase_eta is not None else ")"
         if self.step_times:
-            remaining = sum(self.step_times) / len(self.step_times) * (self.total_steps - self.step + 1)
+            # The median of the last steps: one skipped or cut-short step must not set the pace; the
+            # step in progress counts with what is left of it.
+            recent = sorted(self.step_times[-5:])
+            typical = recent[len(recent) // 2]
+            remaining = max(typical * (self.total_steps - self.step + 1) - (now - self.step_started), 0.0)
             text += f" | run eta {_minutes(remaining)}"
         return text
 

@@ -43,3 +43,15 @@ def test_a_terminal_status_line_is_cleared_when_its_phase_ends(capsys):
     finally:
         progress.activate(None)
     assert "evaluate: 5/10 decode steps" in err and err.endswith("\r\033[K")  # the table prints on a clean line
+
+
+def test_the_run_eta_follows_the_recent_steps_and_a_stall_reads_as_one():
+    p = Progress(total_steps=10, interval_s=0.0, tty=False)
+    p.step_times = [5.0, 150.0, 300.0, 200.0]  # one step cut short: the pace is the median of the last ones
+    p.start_step(9)
+    p.enter("rollout")
+    now = p.step_started + 100.0  # 100 s into step 9 of 10
+    text = p.describe(0, 64, "samples", now)
+    assert "0/64 samples (none yet after 1.7 min)" in text and "samples/s" not in text
+    assert text.endswith("run eta 5.0 min")  # 2 steps x 200 s - the 100 s already spent
+    assert p.describe(32, 64, "samples", now).startswith("step 9/10 rollout: 32/64 samples (0.3 samples/s")
