@@ -8,13 +8,13 @@ import json
 from grpo.doctor import examine
 
 
-def test_a_server_failure_is_placed_on_the_next_step_with_its_log_line(tmp_path):
+def test_a_server_failure_is_placed_on_the_step_in_progress_with_its_log_line(tmp_path):
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     events = [
-        {"time": 1.0, "step": 6, "kind": "server_failed", "message": "sglang-0: the server process exited with status 1",
+        {"time": 1.0, "step": 7, "kind": "server_failed", "message": "sglang-0: the server process exited with status 1",
          "evidence": {"log_tail": ["loading weights", "torch.OutOfMemoryError: CUDA out of memory", "bye"]}},
-        {"time": 2.0, "step": 6, "kind": "server_gave_up", "message": "inference server sglang-0 gave up",
+        {"time": 2.0, "step": 7, "kind": "server_gave_up", "message": "inference server sglang-0 gave up",
          "evidence": {"log_tail": []}},
     ]
     (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
