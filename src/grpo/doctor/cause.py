@@ -39,7 +39,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     model_side = [a for a in timeline if a.kind in MODEL_SIDE]
     if record.source == "grpo" and record.finished and not any(not a.from_event for a in model_side):
         trouble = [a for a in timeline if a.from_event and a.kind not in ("restart", "server_restart")]
-        return "healthy", None, _healthy_text(record) + (
+        signs = [a for a in timeline if not a.from_event]  # e.g. entropy falling as the task is learned
+        return "healthy", None, _healthy_text(record, signs) + (
             f"; recovered from {len(trouble)} failure(s) on the way (first: {_describe(trouble[0])} at step "
             f"{trouble[0].step})" if trouble else ""), []
     onset = min((a.step for a in model_side), default=None)
@@ -109,8 +110,7 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                      + (f" of {record.total_steps}" if record.total_steps else "")
                                      + " with no error recorded (killed by SIGKILL, out of memory, or power loss?)"), []
     warnings = [a for a in timeline if a.kind not in ("restart", "server_restart")]
-    looks = ", ".join(f"{_describe(a)} at step {a.step}" for a in warnings[:3])
-    return "healthy", None, _healthy_text(record) + (f"; worth a look: {looks}" if warnings else ""), []
+    return "healthy", None, _healthy_text(record, warnings), []
 
 
 _TELLING = ("reward_zero", "reward_collapse", "failures", "zero_variance", "loss_zero", "reward_error", "nonfinite")
@@ -152,12 +152,14 @@ def _ended_without_a_word(record: RunRecord) -> bool:
             and max(record.metrics) < record.total_steps and not ended_on_purpose and not record.running)
 
 
-def _healthy_text(record: RunRecord) -> str:
+def _healthy_text(record: RunRecord, worth_a_look: list[Anomaly]) -> str:
     steps = record.steps()
     if not steps:
         return "no step was logged yet"
     span = f"steps {steps[0]}-{steps[-1]}" + (f" of {record.total_steps}" if record.total_steps else "")
-    return f"{span}: no anomaly" + ("" if record.finished or record.source != "grpo" else " (not finished)")
+    looks = ", ".join(f"{_describe(a)} at step {a.step}" for a in worth_a_look[:3])
+    return (f"{span}: " + (f"no problem; worth a look: {looks}" if worth_a_look else "no anomaly")
+            + ("" if record.finished or record.source != "grpo" else " (not finished)"))
 
 
 def last_checkpoint_before(record: RunRecord, step: int | None) -> Checkpoint | None:

@@ -85,3 +85,14 @@ def test_rollout_timeouts_as_the_reward_fell_with_the_server_fine_are_a_rollout_
     run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5] + [0.0] * 6)
     run.marks.append(Mark(9, "rollout_error", "Failed after 3 retries", Evidence("trainer.log", 90, "t")))
     assert decide(run) == ("rollout_failure", 9)
+
+
+def test_a_healthy_run_with_an_anomaly_on_its_timeline_says_so_rather_than_no_anomaly():
+    """A rising reward with the entropy falling (the task being learned) is healthy, and the explanation
+    points at what the timeline holds instead of contradicting it."""
+    rising = [0.1 + 0.04 * i for i in range(20)]
+    run = record(rising, entropy=[0.9] * 10 + [0.2] * 10)
+    found = timeline.anomalies(run)
+    what, _, explanation, _ = cause.decide(run, found)
+    assert what == "healthy" and any(a.kind == "entropy_collapse" for a in found)
+    assert "no anomaly" not in explanation and "worth a look: entropy collapse" in explanation
