@@ -19,6 +19,7 @@ from grpo.config import load_config
 from grpo.errors import EXIT_STOPPED, ConfigError
 from grpo.doctor import diagnose
 from grpo.loop import TrainingLoop
+from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
 
 from .helpers import metric_lines
@@ -331,6 +332,7 @@ def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tm
         assert f"http://127.0.0.1:{port} does not answer as a vllm server" in lines[0] and "HTTP 404" in lines[0]
     assert in_process < 3 and seconds < 30
     assert not (tmp_path / "r" / "checkpoints").exists()  # refused before any work
+    assert not default_weights_dir(tmp_path / "r", None).parent.exists()  # nothing left in /dev/shm either
 
 
 def test_a_server_given_up_during_the_evaluation_after_training_stops_the_run_recording_it_failed(tmp_path,

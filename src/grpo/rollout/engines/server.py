@@ -62,9 +62,14 @@ class ServerEngine(RolloutEngine):
                        remove_when_orphaned=self.model_dir.parent if self.in_memory else None)
             for i, url in enumerate(cfg.urls or [None]) for name in [f"{backend.name}-{i}"]
         ]
-        for server in self.servers:
-            if server.attached:
-                server.check_attached()
+        try:
+            for server in self.servers:
+                if server.attached:
+                    server.check_attached()
+        except BaseException:
+            if self.in_memory:  # refused before any work: the claimed memory goes back too
+                shutil.rmtree(self.model_dir.parent, ignore_errors=True)
+            raise
         self.pool = ThreadPoolExecutor(cfg.max_concurrent_requests * len(self.servers), thread_name_prefix="rollout")
         self.source: WeightSource | None = None
         self.revision: int | None = None  # the weights in model_dir: what every server must serve
