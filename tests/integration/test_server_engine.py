@@ -22,7 +22,7 @@ from grpo.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
 
-from .helpers import metric_lines
+from .helpers import disturb_each_evaluation, metric_lines
 
 STANDIN = Path(__file__).resolve().parents[1] / "standins" / "sglang_server.py"
 STANDIN_COMMAND = f"{{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} --dtype {{dtype}} --seed {{seed}}"
@@ -240,18 +240,7 @@ def test_an_attached_server_is_used_and_when_it_dies_the_run_stops_saying_grpo_c
 def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, monkeypatch):
     """Each evaluation's server is SIGKILLed as its requests go out: the failed answers are retried on a
     restarted, verified server, never scored, and every answer equals a clean evaluation's."""
-    from grpo.evaluate import evaluate
-
-    compared = []
-
-    def disturbed(engine, *args, **kwargs):
-        engine.arm_faults({"kill_server"})
-        result = evaluate(engine, *args, keep_answers=True, **kwargs)
-        clean = evaluate(engine, *args, keep_answers=True, **kwargs)
-        compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
-        return result
-
-    monkeypatch.setattr("grpo.held_out.evaluate", disturbed)
+    compared = disturb_each_evaluation(monkeypatch)
     run_dir = tmp_path / "r"
     run(run_dir, "train.steps=2", "eval.before_training=true", "eval.after_training=true")
     assert len(compared) == 2

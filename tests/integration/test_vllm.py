@@ -24,7 +24,9 @@ from grpo.config import load_config
 from grpo.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
 
-from .helpers import metric_lines
+from tests.processes import session
+
+from .helpers import disturb_each_evaluation, metric_lines
 
 VLLM_PYTHON = Path(os.environ.get("GRPO_VLLM_PYTHON", Path(__file__).resolve().parents[2] / ".venv-vllm/bin/python"))
 
@@ -117,20 +119,6 @@ def test_a_start_that_fails_for_memory_is_tried_twice_and_names_the_knob(tmp_pat
     assert len(of_kind(run_dir, "server_start")) == 2  # not a third time
 
 
-def session(sid: int) -> list[int]:
-    """Live (not zombie) processes of session `sid`: a server's, as its reaper leads one."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
-
-
 def wait_for(condition, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -215,24 +203,11 @@ def test_sigterm_during_a_server_start_exits_4_within_5_seconds(tmp_path):
 def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, monkeypatch):
     """Each evaluation's server is SIGKILLed as its requests go out: the failed answers are retried on a
     restarted, verified server, never scored; the answers equal a clean evaluation's of the same weights."""
-    from grpo.evaluate import evaluate
-
-    compared = []
-
-    def disturbed(engine, *args, **kwargs):
-        engine.arm_faults({"kill_server"})
-        result = evaluate(engine, *args, keep_answers=True, **kwargs)
-        clean = evaluate(engine, *args, keep_answers=True, **kwargs)
-        compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
-        return result
-
-    monkeypatch.setattr("grpo.held_out.evaluate", disturbed)
+    compared = disturb_each_evaluation(monkeypatch)
     run_dir = tmp_path / "r"
     run(run_dir, "train.steps=1", "eval.before_training=true", "eval.after_training=true")
     assert len(compared) == 2
     for answers, clean_answers, result, clean in compared:
-        print(f"disturbed: accuracy {result['accuracy']}, {result['retried']} answers retried; "
-              f"clean: accuracy {clean['accuracy']}")
         assert [a["completion"] for a in answers] == [a["completion"] for a in clean_answers]
         assert result["accuracy"] == clean["accuracy"] and result["retried"] > 0 == clean["retried"]
     assert [f["evidence"]["exit"] for f in of_kind(run_dir, "server_failed")] == ["killed by SIGKILL"] * 2

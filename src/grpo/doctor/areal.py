@@ -21,8 +21,8 @@ from pathlib import Path
 
 from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
-                                Mark, RunRecord, UnreadableRun)
-from grpo.doctor.textlog import number, read_lines, timestamp
+                                Mark, RunRecord)
+from grpo.doctor.textlog import number, read_head, read_lines, timestamp
 
 TRAINER_LOG = "trainer.log"
 SERVER_LOG = "llm_server.log"
@@ -62,11 +62,7 @@ def find_trainer_log(path: Path) -> Path | None:
 
 
 def _looks_like_areal(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 20).decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise UnreadableRun(f"{path} cannot be read ({exc.strerror or exc}): check its permissions") from None
+    head = read_head(path, 1 << 20)
     return bool(_DONE.search(head) or "StatsLogger" in head or "RemoteSGLangEngine" in head)
 
 

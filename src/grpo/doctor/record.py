@@ -8,6 +8,8 @@ is judged by the same rules.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -80,6 +82,10 @@ class RunRecord:
 
     def series(self, name: str) -> list[tuple[int, float]]:
         return [(s, self.metrics[s][name]) for s in self.steps() if name in self.metrics[s]]
+
+    def finite_series(self, name: str) -> list[tuple[int, float]]:
+        """The series without its NaN and infinite values (the anomalies that read them judge those apart)."""
+        return [(s, v) for s, v in self.series(name) if math.isfinite(v)]
 
     def put(self, step: int, name: str, value: float) -> None:
         self.metrics.setdefault(step, {})[name] = value

@@ -29,6 +29,15 @@ def read_lines(path: Path) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()
 
 
+def read_head(path: Path, size: int) -> str:
+    """The first `size` bytes of a log, as text: enough to tell its format."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(size).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UnreadableRun(f"{path} cannot be read ({exc.strerror or exc}): check its permissions") from None
+
+
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)", re.IGNORECASE)
 
 

@@ -92,7 +92,7 @@ def _runs(series: list[tuple[int, float]], bad) -> list[tuple[int, int, int]]:
 
 
 def _streak(record: RunRecord, name: str, bad, kind: str, what: str) -> list[Anomaly]:
-    return _streak_on(record, [(s, v) for s, v in record.series(name) if math.isfinite(v)], bad, kind, what)
+    return _streak_on(record, record.finite_series(name), bad, kind, what)
 
 
 def _first(record: RunRecord, name: str, bad, kind: str, what: str) -> list[Anomaly]:
@@ -126,7 +126,7 @@ def _streak_on(record: RunRecord, series: list[tuple[int, float]], bad, kind: st
 
 def _reward_collapse(record: RunRecord) -> list[Anomaly]:
     """The reward falls below half its recent best (a rolling mean of 5) and stays there."""
-    series = [(s, v) for s, v in record.series(REWARD) if math.isfinite(v)]
+    series = record.finite_series(REWARD)
     if len(series) < 10:
         return []
     values = [v for _, v in series]
@@ -158,7 +158,7 @@ def _early(values: list[float]) -> float | None:
 
 
 def _entropy_collapse(record: RunRecord) -> list[Anomaly]:
-    series = [(s, v) for s, v in record.series(ENTROPY) if math.isfinite(v)]
+    series = record.finite_series(ENTROPY)
     base = _early([v for _, v in series])
     if not base or base <= 0:
         return []
@@ -172,7 +172,7 @@ def _entropy_collapse(record: RunRecord) -> list[Anomaly]:
 
 
 def _length_limit(record: RunRecord) -> list[Anomaly]:
-    series = [(s, v) for s, v in record.series(TRUNCATED) if math.isfinite(v)]
+    series = record.finite_series(TRUNCATED)
     base = _early([v for _, v in series])
     if base is None or base >= 0.2:
         return []
@@ -184,7 +184,7 @@ def _length_limit(record: RunRecord) -> list[Anomaly]:
 
 
 def _grad_spikes(record: RunRecord) -> list[Anomaly]:
-    series = [(s, v) for s, v in record.series(GRAD_NORM) if math.isfinite(v)]
+    series = record.finite_series(GRAD_NORM)
     for i in range(10, len(series)):
         median = statistics.median(v for _, v in series[max(0, i - 20):i])
         step, value = series[i]
@@ -195,7 +195,7 @@ def _grad_spikes(record: RunRecord) -> list[Anomaly]:
 
 
 def _step_time_jump(record: RunRecord) -> list[Anomaly]:
-    series = [(s, v) for s, v in record.series(STEP_S) if math.isfinite(v)]
+    series = record.finite_series(STEP_S)
     for i in range(10, len(series)):
         median = statistics.median(v for _, v in series[max(0, i - 20):i])
         step, value = series[i]
@@ -207,7 +207,7 @@ def _step_time_jump(record: RunRecord) -> list[Anomaly]:
 
 def _memory_growth(record: RunRecord) -> list[Anomaly]:
     """Memory that only grows: most steps up, and the last quarter 15% over the first."""
-    series = [(s, v) for s, v in record.series(MEMORY_GIB) if math.isfinite(v)]
+    series = record.finite_series(MEMORY_GIB)
     if len(series) < 12:
         return []
     values = [v for _, v in series]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
-                                Mark, RunRecord, UnreadableRun)
-from grpo.doctor.textlog import number, read_lines
+                                Mark, RunRecord)
+from grpo.doctor.textlog import number, read_head, read_lines
 
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
 _CHECKPOINT = re.compile(r"(\S*global_step_(\d+))")
@@ -36,11 +36,7 @@ RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .*g
 
 
 def looks_like_verl(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4 << 20).decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise UnreadableRun(f"{path} cannot be read ({exc.strerror or exc}): check its permissions") from None
+    head = read_head(path, 4 << 20)
     return bool(_STEP.search(head))
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from grpo.rollout.server.process import ServerProcess, oom_kills
+from tests.processes import session
 
 # A "server" whose worker is a separate process of the same session, as vLLM's API server and EngineCore.
 FORKING_SERVER = textwrap.dedent("""
@@ -21,20 +22,6 @@ FORKING_SERVER = textwrap.dedent("""
     print("serving", flush=True)
     time.sleep(300)
 """)
-
-
-def session(sid: int) -> list[int]:
-    """Live (not zombie) processes of session `sid`."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
 
 
 def wait_for(condition, timeout: float) -> bool:

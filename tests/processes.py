@@ -1,0 +1,20 @@
+"""Processes as the kernel sees them, for tests that kill servers and trainers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def session(sid: int) -> list[int]:
+    """Live (not zombie) processes of session `sid`: a server's, as its reaper leads one."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
