@@ -4,9 +4,10 @@ A placement group reserves one bundle per rank (a GPU each where the model runs 
 and, with a server engine that grpo starts (rollout.engine=vllm|sglang, no rollout.server.urls), one
 more per server after them (the same kind), packed onto as few nodes as possible. Rank 0 starts each
 server as an actor in its own bundle and supervises it (grpo.rollout.server.ray_host); a server actor
-lost is recorded and restarted by rank 0, in the same bundle, while the ranks go on. Each actor runs the ordinary `grpo train` in its own process with
-the environment torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT on rank 0's
-node), so the group, the guard and the checkpoints behave exactly as under torchrun.
+lost is recorded and restarted by rank 0, in the same bundle, while the ranks go on. Each rank's actor
+runs the ordinary `grpo train` in its own process with the environment torchrun would give it (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT on rank 0's node), so the group, the guard and the
+checkpoints behave exactly as under torchrun.
 
 The driver watches the actors. A rank whose actor dies (killed, out of memory, its node lost) takes the
 step with it, as under torchrun: the driver records `rank_lost`, kills the rest of the group, records

@@ -37,8 +37,8 @@ from grpo.rollout.server.weights import (
 )
 from grpo.rundir.files import JsonlLog, atomic_write_json, read_json
 
-SERVER_FAULTS = ("kill_server", "kill_server_actor", "hang_server", "garbage_server", "skip_weight_sync", "stale_head_sync",
-                 "no_cache_reset")
+SERVER_FAULTS = ("kill_server", "kill_server_actor", "hang_server", "garbage_server", "skip_weight_sync",
+                 "stale_head_sync", "no_cache_reset")
 
 
 class ServerEngine(RolloutEngine):
