@@ -225,12 +225,12 @@ def ray_launchers(names: list[str], record: Record) -> list[RayActorLauncher] | 
     bundles = os.environ.get(SERVER_BUNDLES_ENV)
     if not bundles:
         return None
-    import ray
-
     indices = [int(b) for b in bundles.split(",")]
     if len(indices) != len(names):
         raise ConfigError(f"the Ray launcher reserved {len(indices)} server bundle(s) for {len(names)} server(s): "
                           "launch with the same rollout.server settings the ranks run with")
+    import ray
+
     group = ray.util.get_current_placement_group()
     gpus = os.environ.get(SERVER_GPUS_ENV) == "1"
     return [RayActorLauncher(name, group, index, gpus, record) for name, index in zip(names, indices)]

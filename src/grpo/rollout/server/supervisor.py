@@ -9,6 +9,9 @@ second of a stop signal (`cancel`): a SIGTERM during a 2-minute vLLM start is no
     STOPPED --ensure_ready--> STARTING --one token--> READY --exit | hang--> FAILED
     FAILED --ensure_ready, budget left--> STARTING          FAILED --budget spent--> GAVE_UP
 
+Where a started server's processes run is its launcher's concern (grpo.rollout.server.launcher: this
+trainer's children, or a Ray actor); everything above is the same for either.
+
 A server grpo did not start (attached by URL) is checked at once (`check_attached`: nothing listening,
 or something that is not such a server, is a config error), watched the same way, and never
 restarted: once failed, it is given up on, and the diagnosis says so.
@@ -27,10 +30,9 @@ from typing import Any, Callable
 from grpo.config import ServerConfig
 from grpo.errors import ConfigError
 from grpo.rollout.engines.base import GenerationCancelled
-from grpo.rollout.server.backend import Backend
+from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
 from grpo.rollout.server.diagnosis import likely_cause, same_failure, server_error
-from grpo.rollout.server.backend import LaunchSpec
 from grpo.rollout.server.launcher import Launch, LaunchFailed, LocalLauncher, ServerHandle, ServerLauncher
 from grpo.rollout.server.process import oom_kills
 
