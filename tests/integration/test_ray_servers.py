@@ -32,14 +32,15 @@ def one_server(tmp_path_factory) -> Path:
     return run_dir
 
 
-def test_two_servers_as_ray_actors_end_with_the_parameters_of_one_server_in_one_process(tmp_path, one_server):
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_two_servers_as_ray_actors_end_with_the_parameters_of_one_server_in_one_process(tmp_path, one_server, nproc):
     run_dir = tmp_path / "r"
-    result = ray_launch(run_dir, *FLEET, "train.steps=3", nproc=1)
+    result = ray_launch(run_dir, *FLEET, "train.steps=3", nproc=nproc)
     assert result.returncode == 0, result.stderr[-3000:]
     assert max_diff(weights(one_server, 3), weights(run_dir, 3)) <= TOLERANCE
     starts = {e["evidence"]["server"]: e["evidence"] for e in of_kind(run_dir, "server_start")}
-    # each server in its own bundle, after the rank's, in an actor of its own (not the trainer's process)
-    assert sorted((name, s["bundle"]) for name, s in starts.items()) == [("sglang-0", 1), ("sglang-1", 2)]
+    # each server in its own bundle, after the ranks', in an actor of its own (not a trainer's process)
+    assert sorted((name, s["bundle"]) for name, s in starts.items()) == [("sglang-0", nproc), ("sglang-1", nproc + 1)]
     assert starts["sglang-0"]["actor_pid"] != starts["sglang-1"]["actor_pid"]
     assert all(s["url"] == f"http://{s['node']}:{s['url'].rsplit(':', 1)[1]}" for s in starts.values())
     lines = metric_lines(run_dir)
