@@ -1,7 +1,8 @@
 """Servers placed by Ray (`grpo train --launcher ray` with rollout.server.replicas=2 of the SGLang
 stand-in): each in a Ray actor in its own bundle, the run ending with one process's parameters on one
-server; and a server's actor SIGKILLed mid-rollout, recorded, restarted in its bundle and verified
-before it serves again (marked `distributed`; needs `pip install 'grpo[ray]'`)."""
+server; a server's actor SIGKILLed mid-rollout, recorded, restarted in its bundle and verified before
+it serves again; and a lost rank 0 taking its server actors and their processes with it (marked
+`distributed`; needs `pip install 'grpo[ray]'`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from grpo.doctor import diagnose
+
+from tests.processes import session
 
 from .helpers import metric_lines
 from .test_distributed import max_diff, one_process, weights
@@ -77,3 +80,22 @@ def test_a_killed_server_actor_is_recorded_restarted_in_its_bundle_and_verified_
     assert verified and back and verified[0]["step"] <= back[0], (verified, back)
     recovery = next(line for line in diagnose(run_dir) if line.startswith("RECOVERY"))
     assert "1 server actor(s) lost" in recovery
+
+
+def test_a_lost_rank_takes_its_server_actors_and_their_processes_with_it_and_the_new_group_starts_them_again(tmp_path):
+    run_dir = tmp_path / "r"
+    result = ray_launch(run_dir, *FLEET, "train.steps=4", "checkpoint.every_steps=2", "faults.kill_rank_at_step=[0,3]",
+                        nproc=1, max_restarts=1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [e["kind"] for e in of_kind(run_dir, "rank_lost") + of_kind(run_dir, "group_restart")] == \
+        ["rank_lost", "group_restart"]
+    starts = [(e["evidence"]["server"], e["evidence"]["incarnation"], e["evidence"]["bundle"], e["evidence"]["pid"])
+              for e in of_kind(run_dir, "server_start")]
+    assert sorted(s[:3] for s in starts) == [("sglang-0", 1, 1), ("sglang-0", 2, 1), ("sglang-1", 1, 2),
+                                             ("sglang-1", 2, 2)]
+    for name, incarnation, _, reaper in starts:
+        if incarnation == 1:  # the first group's servers ended with their actors: nothing of them runs on
+            assert not session(reaper), (name, session(reaper))
+            assert "is gone: ended the server's session" in (run_dir / "servers" / f"{name}.log").read_text()
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert lines[3]["rollout/sources"] == lines[4]["rollout/sources"] == ["sglang-0#2", "sglang-1#2"]

@@ -37,6 +37,11 @@ from grpo.rollout.server.supervisor import Record, StartCancelled
 # ("2,3"), and whether each server actor takes its bundle's GPU ("1") or a CPU ("0").
 SERVER_BUNDLES_ENV = "GRPO_RAY_SERVER_BUNDLES"
 SERVER_GPUS_ENV = "GRPO_RAY_SERVER_GPUS"
+# Ray SIGKILLs a worker's direct children when it ends the worker (its owner, rank 0, died): that
+# would kill the server's reaper and leave the server, in its own session, running for good (seen:
+# two stand-ins re-parented to pid 1 after a group restart). Left alone, the reaper sees its actor
+# gone and ends the server's whole session itself.
+KEEP_CHILDREN_ENV = "RAY_kill_child_processes_on_worker_exit"
 CALL_TIMEOUT_S = 60.0  # a stop or kill through a live actor answers in seconds; a lost one is seen by the watch
 
 
@@ -190,6 +195,7 @@ class RayActorLauncher:
         actor = ray.remote(ServerHost).options(
             num_cpus=1, num_gpus=1 if self.gpus else 0, max_concurrency=8,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=self.bundle),
+            runtime_env={"env_vars": {KEEP_CHILDREN_ENV: "0"}},
         ).remote()
         try:
             placement = {**self._wait(ray, actor, actor.place.remote(), launch, "placed"), "bundle": self.bundle}
