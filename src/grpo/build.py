@@ -5,6 +5,7 @@ injector, the rollout engine, the collector and the guard."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 import random
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.rollout.engines.select import resolve_engine
+from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV
 from grpo.signals import SignalWatch
 from grpo.tasks import Task, build_task
 
@@ -82,6 +84,9 @@ def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Rank
     from grpo.rollout.engines.ranked import RankedEngine
     from grpo.rollout.engines.server import ServerEngine, make_backend
 
+    if cfg.faults.kill_server_actor_at_steps and not os.environ.get(SERVER_BUNDLES_ENV):
+        raise ConfigError("faults.kill_server_actor_at_steps needs servers placed by Ray: grpo train --launcher ray "
+                          "with rollout.engine=vllm|sglang and no rollout.server.urls")
     if ranks.distributed and not ranks.main:
         return RankedEngine(None, ranks)
     cancel = threading.Event() if ranks.distributed else signals.event

@@ -320,6 +320,8 @@ class FaultsConfig:
     # resetting the prefix cache, or turn the server's answers to garbage, at these steps.
     kill_server_at_steps: list[int] = field(default_factory=list)
     hang_server_at_steps: list[int] = field(default_factory=list)  # SIGSTOP, found by a request timeout
+    # under `--launcher ray`: SIGKILL the first server's Ray actor mid-rollout (its server goes with it)
+    kill_server_actor_at_steps: list[int] = field(default_factory=list)
     skip_weight_sync_at_steps: list[int] = field(default_factory=list)  # the probe must catch it
     stale_head_sync_at_steps: list[int] = field(default_factory=list)  # vLLM's stock reload_weights
     no_cache_reset_at_steps: list[int] = field(default_factory=list)  # generation reads stale KV
@@ -557,7 +559,8 @@ def validate(cfg: RunConfig) -> None:
             rules.append((breaker.patience >= 1, f"guard.{field_.name}.patience must be at least 1", breaker.patience))
             rules.append((math.isfinite(breaker.threshold), f"guard.{field_.name}.threshold must be a finite number",
                           breaker.threshold))
-    server_faults = [name for name in ("kill_server_at_steps", "hang_server_at_steps", "garbage_server_at_steps",
+    server_faults = [name for name in ("kill_server_at_steps", "kill_server_actor_at_steps", "hang_server_at_steps",
+                                       "garbage_server_at_steps",
                                        "skip_weight_sync_at_steps", "stale_head_sync_at_steps",
                                        "no_cache_reset_at_steps") if getattr(cfg.faults, name)]
     rules.append((not server_faults or cfg.rollout.engine in ("vllm", "sglang"),

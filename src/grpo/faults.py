@@ -95,7 +95,8 @@ class FaultInjector:
     def server_faults(self, step: int) -> set[str]:
         """Server failures to arm for this step's rollout and sync (the server engine carries them out)."""
         lists = {
-            "kill_server": self.cfg.kill_server_at_steps, "hang_server": self.cfg.hang_server_at_steps,
+            "kill_server": self.cfg.kill_server_at_steps, "kill_server_actor": self.cfg.kill_server_actor_at_steps,
+            "hang_server": self.cfg.hang_server_at_steps,
             "garbage_server": self.cfg.garbage_server_at_steps,
             "skip_weight_sync": self.cfg.skip_weight_sync_at_steps,
             "stale_head_sync": self.cfg.stale_head_sync_at_steps, "no_cache_reset": self.cfg.no_cache_reset_at_steps,

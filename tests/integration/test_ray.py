@@ -22,10 +22,10 @@ pytestmark = [pytest.mark.distributed,
               pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")]
 
 
-def ray_launch(run_dir: Path, *overrides: str, max_restarts: int = 0) -> subprocess.CompletedProcess:
+def ray_launch(run_dir: Path, *overrides: str, max_restarts: int = 0, nproc: int = 2) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local cluster of its own
     return subprocess.run(
-        [sys.executable, "-m", "grpo", "train", "--launcher", "ray", "--nproc", "2", "--max-restarts",
+        [sys.executable, "-m", "grpo", "train", "--launcher", "ray", "--nproc", str(nproc), "--max-restarts",
          str(max_restarts), "--config", "tiny", f"run_dir={run_dir}", *overrides],
         capture_output=True, text=True, timeout=900, env=env,
     )

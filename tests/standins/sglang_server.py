@@ -492,6 +492,13 @@ def make_handler(server: Server):
     return Handler
 
 
+class ListeningServer(ThreadingHTTPServer):
+    # SGLang's uvicorn listens with a backlog of 2048; socketserver's default of 5 overflows when a
+    # rollout opens its 16 connections at once, and off loopback (a server placed by Ray listens on
+    # the node's address) the overflow resets connections.
+    request_queue_size = 2048
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-path", required=True)
@@ -510,7 +517,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
 
     server = Server(args)
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(server))
+    httpd = ListeningServer((args.host, args.port), make_handler(server))
     httpd.daemon_threads = True
     args.port = httpd.server_address[1]
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

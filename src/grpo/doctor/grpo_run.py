@@ -226,9 +226,11 @@ def _recovery_lines(events: list[dict[str, Any]]) -> list[str]:
         ("rollback", "rollback(s)"), ("restart", "restart(s)"), ("interrupted", "interruption(s)"),
         ("crash", "crash(es)"), ("checkpoint_invalid", "invalid checkpoint(s) skipped"),
         ("repaired", "repair(s) of the run directory"), ("rank_lost", "rank(s) lost"),
-        ("group_restart", "group restart(s) by the launcher")) if kinds[k]]
+        ("group_restart", "group restart(s) by the launcher"),
+        ("server_actor_lost", "server actor(s) lost")) if kinds[k]]
     out = [f"RECOVERY {', '.join(parts)}"] if parts else []
-    for event in [e for e in events if e.get("kind") in ("repaired", "checkpoint_invalid", "rank_lost")][-5:]:
+    shown = ("repaired", "checkpoint_invalid", "rank_lost", "server_actor_lost")
+    for event in [e for e in events if e.get("kind") in shown][-5:]:
         out.append(f"         {event.get('kind')}: {event.get('message')}")
     return out
 

@@ -1,9 +1,13 @@
-"""`grpo train --launcher ray --nproc N`: the trainer ranks as Ray actors.
+"""`grpo train --launcher ray --nproc N`: the trainer ranks as Ray actors, and their inference servers.
 
-A placement group reserves one bundle per rank (a GPU each where the model runs on CUDA, else a CPU),
-packed onto as few nodes as possible. Each actor runs the ordinary `grpo train` in its own process with
-the environment torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT on rank 0's
-node), so the group, the guard and the checkpoints behave exactly as under torchrun.
+A placement group reserves one bundle per rank (a GPU each where the model runs on CUDA, else a CPU)
+and, with a server engine that grpo starts (rollout.engine=vllm|sglang, no rollout.server.urls), one
+more per server after them (the same kind), packed onto as few nodes as possible. Rank 0 starts each
+server as an actor in its own bundle and supervises it (grpo.rollout.server.ray_host); a server actor
+lost is recorded and restarted by rank 0, in the same bundle, while the ranks go on. Each rank's actor
+runs the ordinary `grpo train` in its own process with the environment torchrun would give it (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT on rank 0's node), so the group, the guard and the
+checkpoints behave exactly as under torchrun.
 
 The driver watches the actors. A rank whose actor dies (killed, out of memory, its node lost) takes the
 step with it, as under torchrun: the driver records `rank_lost`, kills the rest of the group, records
@@ -20,8 +24,9 @@ import os
 import socket
 from pathlib import Path
 
-from grpo.config import load_config, split_overrides
+from grpo.config import RunConfig, load_config, split_overrides
 from grpo.errors import ConfigError
+from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV, SERVER_GPUS_ENV, actor_loss_cause
 from grpo.rundir.events import EventLog
 
 EXIT_GAVE_UP = 1  # the group kept losing ranks: as a crash, the newest good checkpoint resumes it
@@ -38,18 +43,41 @@ def _import_ray():
     return ray
 
 
-def bundles(nproc: int, gpus: bool) -> list[dict[str, float]]:
-    """One bundle per rank: the resources its actor holds."""
+def bundles(nproc: int, gpus: bool, servers: int = 0) -> list[dict[str, float]]:
+    """One bundle per rank, then one per server: the resources each actor holds."""
     if nproc < 1:
         raise ConfigError(f"--nproc must be at least 1; got {nproc}")
-    return [{"GPU": 1.0, "CPU": 1.0} if gpus else {"CPU": 1.0} for _ in range(nproc)]
+    return [{"GPU": 1.0, "CPU": 1.0} if gpus else {"CPU": 1.0} for _ in range(nproc + servers)]
 
 
-def rank_environment(rank: int, world: int, master_addr: str, master_port: int, attempt: int) -> dict[str, str]:
+def placed_servers(cfg: RunConfig) -> int:
+    """How many servers Ray places: those grpo starts for a server engine (attached ones run elsewhere)."""
+    from grpo.rollout.engines.select import resolve_engine
+
+    if resolve_engine(cfg.rollout.engine) not in ("vllm", "sglang") or cfg.rollout.server.urls:
+        return 0
+    return cfg.rollout.server.replicas
+
+
+def rank_environment(rank: int, world: int, master_addr: str, master_port: int, attempt: int,
+                     server_bundles: list[int] = (), gpus: bool = False) -> dict[str, str]:
     """What torchrun would set for this rank. LOCAL_RANK is 0: Ray gives each actor its own GPU
-    (CUDA_VISIBLE_DEVICES), so every rank sees its device as cuda:0."""
-    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": master_addr,
-            "MASTER_PORT": str(master_port), "TORCHELASTIC_RESTART_COUNT": str(attempt)}
+    (CUDA_VISIBLE_DEVICES), so every rank sees its device as cuda:0. Plus, where servers are placed,
+    their bundles (rank 0 starts them)."""
+    env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": master_addr,
+           "MASTER_PORT": str(master_port), "TORCHELASTIC_RESTART_COUNT": str(attempt)}
+    if server_bundles:
+        env |= {SERVER_BUNDLES_ENV: ",".join(map(str, server_bundles)), SERVER_GPUS_ENV: "1" if gpus else "0"}
+    return env
+
+
+def check_server_nodes(bundle_nodes: dict[int, str], nproc: int, weights_dir: str | None) -> None:
+    """Servers on another node than rank 0 read the weights it writes by path: not from its /dev/shm."""
+    elsewhere = sorted(b for b, node in bundle_nodes.items() if b >= nproc and node != bundle_nodes[0])
+    if elsewhere and weights_dir is None:
+        raise ConfigError(f"Ray placed server bundle(s) {elsewhere} on another node than rank 0, which cannot read "
+                          "rank 0's weights in /dev/shm: set rollout.server.weights_dir to a directory every node "
+                          "sees (a shared filesystem), or give rank 0's node room for the servers")
 
 
 class TrainerRank:
@@ -90,15 +118,24 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
     cfg = load_config(config, split_overrides(overrides)[0])
     gpus = cfg.model.device.startswith("cuda") or (cfg.model.device == "auto" and _has_cuda())
     run_dir = Path(cfg.resolved_run_dir)
+    servers = placed_servers(cfg)
+    wanted = bundles(nproc, gpus, servers)
+    server_bundles = list(range(nproc, nproc + servers))
 
     # A local cluster's raylet may take longer than Ray's default to register on a busy machine
     # (seen on 2 loaded cores): give it two minutes rather than fail the launch.
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=True)
-    group = placement_group(bundles(nproc, gpus), strategy=strategy)
-    ray.get(group.ready())
+    address = address or os.environ.get("RAY_ADDRESS")
+    # A local cluster counts this machine's cores as its CPUs; the ranks and servers (one CPU bundle
+    # each) may be more, and share the cores then, as they would without Ray.
+    cpus = None if address else max(os.cpu_count() or 1, len(wanted))
+    ray.init(address=address or "local", num_cpus=cpus, log_to_driver=True)
+    group = placement_group(wanted, strategy=strategy)
     actor_class = ray.remote(TrainerRank)
     try:
+        ray.get(group.ready())
+        check_server_nodes(ray.util.placement_group_table(group)["bundles_to_node_id"], nproc,
+                           cfg.rollout.server.weights_dir)
         for attempt in range(max_restarts + 1):
             actors = [actor_class.options(
                 num_cpus=1, num_gpus=1 if gpus else 0,
@@ -106,7 +143,8 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
             ).remote() for rank in range(nproc)]
             addresses = ray.get([a.address.remote() for a in actors])
             master_addr, master_port, _ = addresses[0]
-            runs = [a.train.remote(config, overrides, rank_environment(rank, nproc, master_addr, master_port, attempt))
+            runs = [a.train.remote(config, overrides, rank_environment(rank, nproc, master_addr, master_port, attempt,
+                                                                       server_bundles, gpus))
                     for rank, a in enumerate(actors)]
             outcome = _watch(ray, runs)
             if isinstance(outcome, int):
@@ -149,20 +187,12 @@ def _watch(ray, runs: list) -> tuple[int, str] | int:
         try:
             statuses[rank] = ray.get(done[0])
         except ray.exceptions.RayActorError as exc:
-            return rank, _cause(exc)
+            return rank, actor_loss_cause(exc)
         except ray.exceptions.RayError as exc:
             return rank, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     if 0 in statuses:
         return statuses[0]
     return next(status for status in statuses.values() if status != 0)
-
-
-def _cause(exc: Exception) -> str:
-    text = str(exc)
-    for line in text.splitlines():
-        if "SIGKILL" in line or "killed" in line.lower() or "node" in line.lower() or "memory" in line.lower():
-            return line.strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _has_cuda() -> bool:

@@ -29,6 +29,7 @@ from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEn
 from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.fleet import EitherEvent, Fleet
+from grpo.rollout.server.ray_host import ActorServer, ray_launchers
 from grpo.rollout.server.supervisor import Record, ServerState, StartCancelled, Supervisor
 from grpo.rollout.server.weights import (
     DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
@@ -36,8 +37,8 @@ from grpo.rollout.server.weights import (
 )
 from grpo.rundir.files import JsonlLog, atomic_write_json, read_json
 
-SERVER_FAULTS = ("kill_server", "hang_server", "garbage_server", "skip_weight_sync", "stale_head_sync",
-                 "no_cache_reset")
+SERVER_FAULTS = ("kill_server", "kill_server_actor", "hang_server", "garbage_server", "skip_weight_sync",
+                 "stale_head_sync", "no_cache_reset")
 
 
 class ServerEngine(RolloutEngine):
@@ -58,12 +59,17 @@ class ServerEngine(RolloutEngine):
         self._status_lock = threading.Lock()  # background restarts write the status too
         self._closing = threading.Event()
         last = _last_incarnations(run_dir)
+        urls = cfg.urls or [None] * cfg.replicas
+        names = [f"{backend.name}-{i}" for i in range(len(urls))]
+        # Under `--launcher ray` the servers run in their own bundles of the placement group
+        # (grpo.rollout.server.ray_host); else as this process's children.
+        launchers = (None if cfg.urls else ray_launchers(names, self.record)) or [None] * len(names)
         self.servers = [
             Supervisor(name, backend, cfg, model_dir=self.model_dir, dtype=dtype, seed=seed + i,
                        log_dir=run_dir / "servers", record=self.record, health_ids=self.probe[:8], url=url,
                        cancel=EitherEvent(cancel, self._closing), last_incarnation=last.get(name, 0),
-                       remove_when_orphaned=self.model_dir.parent if self.in_memory else None)
-            for i, url in enumerate(cfg.urls or [None] * cfg.replicas) for name in [f"{backend.name}-{i}"]
+                       remove_when_orphaned=self.model_dir.parent if self.in_memory else None, launcher=launcher)
+            for i, (name, url, launcher) in enumerate(zip(names, urls, launchers))
         ]
         self.fleet = Fleet(self.servers)
         try:
@@ -246,6 +252,11 @@ class ServerEngine(RolloutEngine):
         """Wait for every request, cancelling everything on a stop signal. An armed kill/hang fault
         fires as soon as the requests are submitted: the server then fails with requests in flight,
         whatever its speed (waiting for a first answer raced a fast server that answers them all at once)."""
+        if "kill_server_actor" in self.armed and isinstance(servers[0].process, ActorServer):
+            self.armed.discard("kill_server_actor")
+            self.record("fault_injected", f"kill_server_actor: SIGKILL to {servers[0].name}'s Ray actor mid-rollout",
+                        server=servers[0].name, incarnation=servers[0].incarnation)
+            servers[0].process.kill_actor()
         fault = next((f for f in ("kill_server", "hang_server") if f in self.armed), None)
         if fault and servers[0].process is not None:
             self.armed.discard(fault)

@@ -72,12 +72,7 @@ class ServerProcess:
         return self.proc.returncode if self.proc else None
 
     def describe_exit(self) -> str:
-        code = self.returncode
-        if code is None:
-            return "running"
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exited with status {code}"
+        return describe_exit(self.returncode)
 
     def _signal_group(self, sig: int) -> None:
         if self.proc is not None:
@@ -106,20 +101,38 @@ class ServerProcess:
 
     def output(self, limit: int = 4 * 2**20) -> list[str]:
         """What the server wrote since this start (its last `limit` bytes)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(self.log_offset, os.path.getsize(self.log_path) - limit))
-                return f.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            return []
+        return log_since(self.log_path, self.log_offset, limit)
 
     def tail(self, lines: int = 20) -> list[str]:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(0, os.path.getsize(self.log_path) - 64 * 1024))
-                return [line.decode("utf-8", "replace").rstrip() for line in deque(f, maxlen=lines)]
-        except OSError:
-            return []
+        return log_tail(self.log_path, lines)
+
+
+def describe_exit(code: int | None) -> str:
+    """A process's return code in words."""
+    if code is None:
+        return "running"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def log_since(log_path: Path, offset: int, limit: int = 4 * 2**20) -> list[str]:
+    """A server's log from `offset` (where its start began), its last `limit` bytes at most."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(offset, os.path.getsize(log_path) - limit))
+            return f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
+def log_tail(log_path: Path, lines: int = 20) -> list[str]:
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(log_path) - 64 * 1024))
+            return [line.decode("utf-8", "replace").rstrip() for line in deque(f, maxlen=lines)]
+    except OSError:
+        return []
 
 
 def oom_kills(since: float) -> list[str] | None:

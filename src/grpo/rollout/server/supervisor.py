@@ -9,6 +9,9 @@ second of a stop signal (`cancel`): a SIGTERM during a 2-minute vLLM start is no
     STOPPED --ensure_ready--> STARTING --one token--> READY --exit | hang--> FAILED
     FAILED --ensure_ready, budget left--> STARTING          FAILED --budget spent--> GAVE_UP
 
+Where a started server's processes run is its launcher's concern (grpo.rollout.server.launcher: this
+trainer's children, or a Ray actor); everything above is the same for either.
+
 A server grpo did not start (attached by URL) is checked at once (`check_attached`: nothing listening,
 or something that is not such a server, is a config error), watched the same way, and never
 restarted: once failed, it is given up on, and the diagnosis says so.
@@ -27,10 +30,11 @@ from typing import Any, Callable
 from grpo.config import ServerConfig
 from grpo.errors import ConfigError
 from grpo.rollout.engines.base import GenerationCancelled
-from grpo.rollout.server.backend import Backend
+from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
 from grpo.rollout.server.diagnosis import likely_cause, same_failure, server_error
-from grpo.rollout.server.process import ServerProcess, free_port, oom_kills
+from grpo.rollout.server.launcher import Launch, LaunchFailed, LocalLauncher, ServerHandle, ServerLauncher
+from grpo.rollout.server.process import oom_kills
 
 Record = Callable[..., None]  # record(kind, message, **evidence) into the run's event log
 
@@ -75,20 +79,22 @@ class Supervisor:
     def __init__(self, name: str, backend: Backend, cfg: ServerConfig, *, model_dir: Path, dtype: str, seed: int,
                  log_dir: Path, record: Record, health_ids: list[int], url: str | None = None,
                  cancel: threading.Event | None = None, last_incarnation: int = 0,
-                 remove_when_orphaned: Path | None = None) -> None:
+                 remove_when_orphaned: Path | None = None, launcher: ServerLauncher | None = None) -> None:
         """`last_incarnation`: the highest this server had in the run before (a resume goes on from it,
-        so `rollout/sources` never names two servers alike); `remove_when_orphaned`: see ServerProcess."""
+        so `rollout/sources` never names two servers alike); `remove_when_orphaned`: see ServerProcess;
+        `launcher`: where its processes run (default: this trainer's children, on rollout.server.host)."""
         self.name, self.backend, self.cfg = name, backend, cfg
         self.model_dir, self.dtype, self.seed = model_dir, dtype, seed
         self.log_path = log_dir / f"{name}.log"
         self.record, self.health_ids = record, health_ids
         self.cancel = cancel or threading.Event()
         self.remove_when_orphaned = remove_when_orphaned
+        self.launcher = launcher or LocalLauncher(cfg.host, cfg.port)
         self.attached_url = url
         self.state = ServerState.STOPPED
         self.incarnation = last_incarnation  # bumped at every (re)start: samples carry it
         self.dead: set[int] = set()  # incarnations that failed: nothing they produced is used
-        self.process: ServerProcess | None = None
+        self.process: ServerHandle | None = None
         self.client: HttpClient | None = None
         self.url = url
         self.budget = RestartBudget(cfg.max_restarts, cfg.restart_backoff_s)
@@ -162,29 +168,29 @@ class Supervisor:
         started = time.monotonic()
         if self.client is not None:
             self.client.close()
+        deadline = started + self.cfg.startup_timeout_s
+        placement: dict[str, Any] = {}
         if self.attached:
             url = self.attached_url
         else:
-            port = self.cfg.port or free_port(self.cfg.host)
-            url = f"http://{self.cfg.host}:{port}"
-            spec = self.backend.launch(self.cfg, self.cfg.python or _this_python(), self.model_dir, self.cfg.host,
-                                       port, self.dtype, self.seed)
-            if self.cfg.command:
-                spec.argv = self.cfg.command.format(python=self.cfg.python or _this_python(), model=self.model_dir,
-                                                    host=self.cfg.host, port=port, dtype=self.dtype,
-                                                    seed=self.seed).split()
-            spec.argv += self.cfg.extra_args
-            spec.env.update(dict(kv.split("=", 1) for kv in self.cfg.env))
-            self.process = ServerProcess(spec.argv, spec.env, self.log_path, self._on_exit,
-                                         remove_when_orphaned=self.remove_when_orphaned)
-            self.process.start()
+            self.process = None  # the last incarnation's is gone; a launch that fails leaves none
+            try:
+                launched = self.launcher.launch(Launch(self._launch_spec, self.log_path, self._on_exit,
+                                                       self.remove_when_orphaned, self.cancel, deadline))
+            except StartCancelled:
+                self.state = ServerState.STOPPED
+                raise
+            except LaunchFailed as exc:
+                self._fail(str(exc), kill=False, while_starting=True)
+                return False
+            self.process, url, placement = launched.handle, launched.url, launched.placement
         self.url = url
         self.client = HttpClient(url, self.cfg.request_timeout_s, self.cfg.max_concurrent_requests)
         self.record("server_start", f"{self.name}: starting at {url}" + (" (attached)" if self.attached else ""),
                     server=self.name, url=url, incarnation=self.incarnation,
-                    pid=self.process.pid if self.process else None, log=str(self.log_path))
+                    pid=self.process.pid if self.process else None, log=str(self.log_path), **placement)
         try:
-            error = self._wait_ready(time.monotonic() + self.cfg.startup_timeout_s)
+            error = self._wait_ready(deadline)
         except StartCancelled:
             if self.process is not None:
                 self.process.kill()  # a server half started holds nothing worth a graceful stop
@@ -197,6 +203,17 @@ class Supervisor:
             return True
         self._fail(error, kill=True, while_starting=True)
         return False
+
+    def _launch_spec(self, host: str, port: int) -> LaunchSpec:
+        """The server's command and environment, listening on `host`:`port`."""
+        python = self.cfg.python or _this_python()
+        spec = self.backend.launch(self.cfg, python, self.model_dir, host, port, self.dtype, self.seed)
+        if self.cfg.command:
+            spec.argv = self.cfg.command.format(python=python, model=self.model_dir, host=host, port=port,
+                                                dtype=self.dtype, seed=self.seed).split()
+        spec.argv += self.cfg.extra_args
+        spec.env.update(dict(kv.split("=", 1) for kv in self.cfg.env))
+        return spec
 
     def _wait_ready(self, deadline: float) -> str | None:
         """Poll with a one-token generation until it answers: -> None, or why it never did. A stop
@@ -240,7 +257,7 @@ class Supervisor:
 
     # --- failing ----------------------------------------------------------------------------
 
-    def _on_exit(self, process: ServerProcess) -> None:
+    def _on_exit(self, process: ServerHandle) -> None:
         """From the watcher thread, the moment the process ends on its own."""
         with self._lock:
             if process is self.process and self.state in (ServerState.READY, ServerState.STARTING):
