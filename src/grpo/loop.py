@@ -59,8 +59,9 @@ class TrainingLoop:
         try:
             parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
-            self.policy, self.engine, self.rollouts, self.guard = parts.policy, parts.engine, parts.rollouts, parts.guard
+            self.policy, self.engine, self.collector, self.guard = parts.policy, parts.engine, parts.collector, parts.guard
             self.faults, self.recompute_old, self.eval_rewards = parts.faults, parts.recompute_old, parts.eval_rewards
+            self.rollouts = parts.rollouts
             self.state = RunState(cfg, self.run, self.policy, self.guard, ranks, self.rollouts)
             self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals)
             self.advice = SkipAdvice()

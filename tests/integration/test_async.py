@@ -128,3 +128,32 @@ def test_a_vllm_server_sigkilled_mid_rollout_with_batches_queued(tmp_path):
     run_dir = tmp_path / "r"
     server_run(run_dir, [*VLLM, "train.steps=5", "rollout.max_staleness=2", "faults.kill_server_at_steps=[4]"])
     assert_killed_mid_rollout_with_batches_queued(run_dir, "vllm-0")
+
+
+def test_a_stop_mid_update_saves_the_batch_in_flight_and_the_resume_is_exact(tmp_path, monkeypatch):
+    import signal
+
+    from grpo.config import load_config
+    from grpo.errors import RunInterrupted
+    from grpo.loop import TrainingLoop
+
+    stale = ["train.steps=6", "rollout.max_staleness=2", "checkpoint.every_steps=2"]
+    straight = run_tiny([f"run_dir={tmp_path / 'straight'}", *stale])
+    run_dir = tmp_path / "r"
+    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *stale]))
+    original = loop.policy.update
+
+    def signalled(*args, **kwargs):
+        if loop.step + 1 == 4:  # step 6's batch was just launched, on the weights of step 3
+            loop.signals._handle(signal.SIGTERM, None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loop.policy, "update", signalled)
+    with pytest.raises(RunInterrupted, match="state saved at step 3"):
+        loop.train()
+    saved = torch.load(run_dir / "checkpoints" / "step_000003" / "trainer_state.pt", weights_only=False)
+    assert sorted(saved["rollouts"]["batches"]) == [4, 5, 6]  # the one in flight finished, and saved
+    resumed = run_tiny([f"run_dir={run_dir}", *stale])
+    assert max_param_diff(params(straight.policy.model), params(resumed.policy.model)) == 0.0
+    assert ([deterministic(x) for x in metric_lines(tmp_path / "straight")]
+            == [deterministic(x) for x in metric_lines(run_dir)])
