@@ -4,9 +4,11 @@ accuracy before -> after, time per step and where it goes, and ratios against th
 same engine.
 
     python bench/async.py [--engines embedded,vllm] [--staleness 0,1,2] [--steps 25] [--eval-samples 128]
-                          [--vllm-python .venv-vllm/bin/python] [--out bench_runs/async]
+                          [--vllm-python .venv-vllm/bin/python] [--out bench_runs/async] [--set KEY=VALUE ...]
 
-Where the time goes, per step (medians): `wait` is the rollout phase, what the loop waited for its batch
+`--set` passes config overrides to every run (e.g. `--set rollout.max_new_tokens=8` for a smoke check).
+
+Where the time goes, per step (medians over the steps after the first): `wait` is the rollout phase, what the loop waited for its batch
 (all of the generation at 0; with staleness, only what the update did not hide); `generate` is the
 generation itself, on the background worker when ahead; `prepare` recomputes the proximal log-probs (at
 0 only where the engine's log-probs are not the trainer's); `update`; `sync` (a server's weight sync,
@@ -36,8 +38,8 @@ def run(engine: str, staleness: int, out: Path, overrides: list[str]) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
-    def median(key: str) -> float:
-        values = [line[key] for line in lines if isinstance(line.get(key), (int, float))]
+    def median(key: str) -> float:  # over the steps after the first, which waits for its own batch at any staleness
+        values = [line[key] for line in lines[1:] or lines if isinstance(line.get(key), (int, float))]
         return statistics.median(values) if values else 0.0
 
     return {
@@ -62,11 +64,13 @@ def main() -> None:
     parser.add_argument("--eval-samples", type=int, default=None, help="held-out problems; default: the preset's")
     parser.add_argument("--vllm-python", default=".venv-vllm/bin/python")
     parser.add_argument("--out", default="bench_runs/async")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every run")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     common = [f"train.steps={args.steps}"] if args.steps else []
     common += [f"eval.max_samples={args.eval_samples}"] if args.eval_samples else []
+    common += args.set
     settings = {"embedded": [], "vllm": ["rollout.engine=vllm", f"rollout.server.python={args.vllm_python}",
                                          "rollout.server.kv_cache_gib=2"]}
     results = [run(engine, int(s), out, common + settings[engine])
