@@ -23,6 +23,7 @@ from grpo.guard.breakers import Guard
 from grpo.policy.models import resolve_device
 from grpo.policy.policy import Policy
 from grpo.rewards import Reward, resolve_rewards
+from grpo.rollout.ahead import RolloutQueue
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
@@ -44,6 +45,7 @@ class Components:
     engine: RolloutEngine
     recompute_old: bool  # recompute old log-probs with the trainer rather than trust the sampler's
     collector: RolloutCollector
+    rollouts: RolloutQueue  # each step's batch, generated in turn or ahead (rollout.max_staleness)
     guard: Guard
 
 
@@ -57,6 +59,8 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else rewards
     device = resolve_device(cfg.model.device, ranks.local_rank)
     engine_name = resolve_engine(cfg.rollout.engine)
+    if ranks.distributed and cfg.rollout.max_staleness:
+        raise ConfigError("rollout.max_staleness > 0 does not run under torchrun yet: set rollout.max_staleness=0")
     policy = Policy(cfg, device, ranks)
     faults = FaultInjector(cfg.faults, seed, ranks.rank)
     if engine_name == "embedded":
@@ -67,14 +71,16 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     else:
         engine = _server_engine(cfg, engine_name, policy, ranks, run_dir, signals, record_server_event)
     # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
-    # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs.
+    # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs. Off
+    # policy (max_staleness > 0), the recomputed ones are the proximal policy's (grpo.algo.offpolicy).
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
-                     else engine_name != "embedded" or not policy.inference_is_exact)
+                     else engine_name != "embedded" or not policy.inference_is_exact or cfg.rollout.max_staleness > 0)
     collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, faults, seed,
                                  ranks=ranks)
     collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
+    rollouts = RolloutQueue(collector, engine, policy, faults, cfg.rollout.max_staleness, total_steps)
     return Components(task, total_steps, rewards, eval_rewards, device, policy, faults, engine,
-                      recompute_old, collector, Guard(cfg.guard))
+                      recompute_old, collector, rollouts, Guard(cfg.guard))
 
 
 def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Ranks, run_dir: Path,

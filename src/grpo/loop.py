@@ -1,6 +1,7 @@
 """The GRPO training loop. Each step reads top to bottom in named phases:
 
-    set the learning rate -> rollout -> check rollouts -> advantages and update (unless blocked)
+    set the learning rate -> rollout -> check rollouts -> advantages (and, off policy, the off-policy
+    check) and update (unless blocked)
     -> check the update -> sync -> evaluate if due -> record -> save if due -> act on the verdict
 
 Rollout breakers run before the update, so a bad batch is never trained on. The guard only decides;
@@ -54,13 +55,14 @@ class TrainingLoop:
         self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
         self.metrics: MetricsLogger | None = None
         self.signals = SignalWatch()
-        self.engine, self.event_step = None, 0
+        self.engine, self.rollouts, self.event_step = None, None, 0
         try:
             parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
             self.policy, self.engine, self.collector, self.guard = parts.policy, parts.engine, parts.collector, parts.guard
             self.faults, self.recompute_old, self.eval_rewards = parts.faults, parts.recompute_old, parts.eval_rewards
-            self.state = RunState(cfg, self.run, self.policy, self.guard, ranks)
+            self.rollouts = parts.rollouts
+            self.state = RunState(cfg, self.run, self.policy, self.guard, ranks, self.rollouts)
             self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals)
             self.advice = SkipAdvice()
             self.state.start(resume_from)
@@ -82,6 +84,8 @@ class TrainingLoop:
 
     def close(self) -> None:
         progress.activate(None)
+        if self.rollouts is not None:  # before the engine: a batch in flight may be using it
+            self.rollouts.close()
         if self.engine is not None:
             self.engine.close()
         if self.metrics is not None:
@@ -149,8 +153,9 @@ class TrainingLoop:
                 record.trips += self.guard.check("rollout", step, record.rollout)
             if record.blocking_trip is None:
                 self._advantages_and_update(step, batch, record, timer)
+            if record.update is not None:
                 with timer.phase("guard"):
-                    self._check_params(record.update, checkpoint_due)
+                    self.policy.check_update(record.update, scan=checkpoint_due)
                     record.trips += self.guard.check("update", step, record.update_metrics())
         except (StopRequested, GenerationCancelled):
             # Nothing of this step reached the weights: put back what it consumed (RNG, streaks) so
@@ -163,7 +168,7 @@ class TrainingLoop:
 
         with timer.phase("sync"):
             try:
-                record.sync = self.engine.sync_weights(self.policy)
+                record.sync = self.rollouts.sync_weights(self.policy)
             except (ServerGaveUp, WeightSyncFailed) as exc:
                 self.verdicts.server_stop(exc, step)
         self.state.step, self.state.data_index = step, batch.next_data_index
@@ -184,10 +189,9 @@ class TrainingLoop:
         self.faults.after_step(step)
 
     def _rollout(self, step: int, timer: PhaseTimer) -> RolloutBatch:
-        """Generate, score and filter; failures are retried and lost groups refilled."""
-        self.faults.before_rollout(step, self.engine)
+        """Generated, scored and filtered (now, or ahead: grpo.rollout.ahead); failures retried, groups refilled."""
         with timer.phase("rollout"), progress.phase("rollout"), self.policy.unsharded():
-            batch = self.collector.collect(step, self.state.data_index, self.policy.revision)
+            batch = self.rollouts.take(step, self.state.data_index)
         self.faults.after_rollout(step, self.run.path)
         return batch
 
@@ -197,7 +201,10 @@ class TrainingLoop:
             rows, signal_anywhere = self.ranks.sum([len(train_batch), float(signal_here)])
             if rows and signal_anywhere:
                 record.prepared = self.policy.prepare(train_batch, self.recompute_old)
+                record.trips += self.guard.check("offpolicy", step, record.update_metrics())
         record.no_signal = bool(rows) and not signal_anywhere
+        if record.blocking_trip is not None:
+            return
         if not rows:
             record.update = UpdateResult(False, skip_reason="no trainable groups")
         elif not signal_anywhere:
@@ -209,15 +216,6 @@ class TrainingLoop:
             with timer.phase("update"), progress.phase("update"):
                 record.update = self.policy.update(train_batch, inject_nan=self.faults.nan_loss(step),
                                                    check_stop=check_stop)
-
-    def _check_params(self, result: UpdateResult, checkpoint_due: bool) -> None:
-        # With a finite, clipped gradient an AdamW step cannot make a finite fp32/bf16 weight
-        # non-finite, so the full scan (a pass over every weight) runs only where that does not
-        # hold, and before every checkpoint, which must never hold a poisoned model.
-        scan = self.cfg.actor.max_grad_norm <= 0 or self.cfg.model.dtype == "float16"
-        if result.applied and (scan or checkpoint_due) and not self.policy.params_finite():
-            # The weights did change: only a rollback (the breaker's default) undoes this.
-            result.skip_reason = "non-finite parameters after the update"
 
     def _record(self, step: int, record: StepRecord, batch: RolloutBatch) -> None:
         m = record.metrics()

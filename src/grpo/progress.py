@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from typing import Iterator
 
@@ -98,5 +99,7 @@ def phase(name: str) -> Iterator[None]:
 
 
 def tick(done: int, total: int, unit: str = "") -> None:
-    if _active is not None:
+    # Generation ahead of the trainer (grpo.rollout.ahead) runs on a worker thread: the display
+    # follows the loop's own phase.
+    if _active is not None and threading.current_thread() is threading.main_thread():
         _active.update(done, total, unit)

@@ -59,7 +59,8 @@ class VerdictActions:
         trip, target = verdict.trip, verdict.rollback_to
         assert trip is not None and target is not None
         checkpoints = self.run.checkpoints
-        good = self.state.restore_newest([i for i in checkpoints.list() if i.healthy and i.step <= target.step])
+        good = self.state.restore_newest([i for i in checkpoints.list() if i.healthy and i.step <= target.step],
+                                         queued=False)
         if good is None:
             self.stop(Verdict("stop", trip, f"{trip.message}; not rolling back: no healthy checkpoint loads"))
         self.state.lr_scale *= self.cfg.rollback_lr_factor

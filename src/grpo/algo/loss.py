@@ -53,8 +53,11 @@ def policy_loss(
     cfg: LossConfig,
     totals: BatchTotals,
     ref_logprobs: torch.Tensor | None = None,  # [B, T] frozen reference, when kl_coef > 0
+    importance_weights: torch.Tensor | None = None,  # [B, T] proximal/behaviour, truncated (grpo.algo.offpolicy)
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped surrogate with separate low/high clip (DAPO clip-higher), plus an optional KL penalty."""
+    """Clipped surrogate with separate low/high clip (DAPO clip-higher), plus an optional KL penalty.
+    Off policy, `old_logprobs` are the proximal policy's and each token's surrogate is weighted by its
+    importance weight (AReaL's decoupled objective); the KL penalty is not."""
     mask = mask.to(logprobs.dtype)
     log_ratio = logprobs - old_logprobs
     ratio = log_ratio.exp()  # [B, T]
@@ -62,6 +65,8 @@ def policy_loss(
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * adv
     token_loss = -torch.minimum(unclipped, clipped)  # [B, T]
+    if importance_weights is not None:
+        token_loss = token_loss * importance_weights
     kl_token = None
     if cfg.kl_coef > 0:
         if ref_logprobs is None:

@@ -1,7 +1,7 @@
 """Circuit breakers: each watches one step metric, and trips after `patience` bad steps in a row.
 
-Rollout breakers run before the update (a bad batch is never trained on); update breakers run after
-it. The guard's streaks and baselines are part of the checkpointed state; the rollback count is not,
+Rollout breakers run before the update (a bad batch is never trained on), and so does the off-policy
+breaker, once the proximal log-probs are known; update breakers run after it. The guard's streaks and baselines are part of the checkpointed state; the rollback count is not,
 so rolling back can never reset the limit on rollbacks.
 """
 
@@ -19,6 +19,8 @@ from grpo.rundir.checkpoints import CheckpointInfo
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
 ROLLOUT_BREAKERS = ("failed_rollouts", "unscorable_rewards", "zero_reward", "reward_collapse", "empty_responses", "truncated_responses")
 UPDATE_BREAKERS = ("nonfinite", "zero_loss", "grad_norm_spike", "kl_explosion")
+OFFPOLICY_BREAKERS = ("offpolicy_kl",)
+PHASES = {"rollout": ROLLOUT_BREAKERS, "offpolicy": OFFPOLICY_BREAKERS, "update": UPDATE_BREAKERS}
 MIN_HISTORY = 5
 
 
@@ -48,7 +50,7 @@ class Verdict:
 class Guard:
     def __init__(self, cfg: GuardConfig) -> None:
         self.cfg = cfg
-        self.streaks = {name: 0 for name in ROLLOUT_BREAKERS + UPDATE_BREAKERS}
+        self.streaks = {name: 0 for names in PHASES.values() for name in names}
         self.reward_history: list[float] = []
         self.grad_norm_history: list[float] = []
         self.rollbacks = 0
@@ -57,7 +59,7 @@ class Guard:
         if not self.cfg.enabled:
             return []
         trips = []
-        for name in ROLLOUT_BREAKERS if phase == "rollout" else UPDATE_BREAKERS:
+        for name in PHASES[phase]:
             breaker: BreakerConfig = getattr(self.cfg, name)
             if not breaker.enabled:
                 continue
@@ -186,3 +188,14 @@ class Guard:
         if kl is None:
             return None
         return (not math.isfinite(kl)) or kl > b.threshold, f"KL {kl:.3g} > {b.threshold:g}", {"kl": kl}
+
+    def _offpolicy_kl(self, b: BreakerConfig, m: dict[str, Any]):
+        kl = m.get(k.OFFPOLICY_KL)
+        if kl is None:  # on policy: nothing generated ahead
+            return None
+        return (not math.isfinite(kl)) or kl > b.threshold, (
+            f"the batch's sampler is {kl:.3g} nats per token (KL) from the policy about to train on it "
+            f"(threshold {b.threshold:g}): the policy moves too far per step for samples this stale; a "
+            "rollback lowers the learning rate, or lower rollout.max_staleness"), {
+            "offpolicy_kl": kl, "staleness": m.get(k.STALENESS_MAX),
+            "importance_weight_max": m.get("offpolicy/importance_weight_max")}

@@ -13,6 +13,10 @@ EMPTY_FRAC = "response/empty_frac"
 TRUNCATED_FRAC = "response/truncated_frac"
 LENGTH_MEAN = "response/length_mean"
 ZERO_STD_FRAC = "groups/zero_std_frac"
+STALENESS_MAX = "rollout/staleness_max"  # versions between the weights that generated the batch and the policy
+
+# before the update, with rollout.max_staleness > 0 (grpo.algo.offpolicy)
+OFFPOLICY_KL = "offpolicy/kl"
 
 # update phase: read after the update
 APPLIED = "update/applied"

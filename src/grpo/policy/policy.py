@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from grpo.algo.loss import BatchTotals, LossConfig
+from grpo.algo.offpolicy import importance_weights
 from grpo.config import RunConfig
 from grpo.errors import ConfigError
 from grpo.dist import SINGLE, Ranks
@@ -90,7 +91,9 @@ class Policy:
     def prepare(self, batch: TrainBatch, recompute_old: bool) -> dict[str, float]:
         """Fill in what the loss needs beyond the sampler's output: recomputed old log-probs when
         asked for, and the reference model's log-probs when a KL term is used. -> how far the
-        sampler's log-probs are from the trainer's, when recomputed (drift shows on the curves)."""
+        sampler's log-probs are from the trainer's, when recomputed (drift shows on the curves).
+        Off policy (rollout.max_staleness > 0) the recomputed log-probs are the proximal policy's, and
+        each token gets its importance weight proximal/behaviour (grpo.algo.offpolicy)."""
         metrics = {}
         with self.unsharded():
             if recompute_old:
@@ -100,6 +103,12 @@ class Policy:
                 if diffs:
                     metrics = {"rollout/logprob_mismatch": sum(diffs) / len(diffs),
                                "rollout/logprob_mismatch_max": max(diffs)}
+                if self.cfg.rollout.max_staleness > 0:
+                    flat = lambda rows: torch.tensor([x for row in rows for x in row], dtype=torch.float64)  # noqa: E731
+                    weights, offpolicy = importance_weights(flat(batch.old_logprobs), flat(sampler),
+                                                            self.cfg.algo.importance_cap)  # [tokens]
+                    batch.importance_weights = list(weights.split([len(row) for row in sampler]))
+                    metrics.update(offpolicy)
             if self.uses_reference:
                 batch.ref_logprobs = [torch.tensor(lp) for lp in self.reference_logprobs(batch)]
         return metrics
@@ -179,6 +188,16 @@ class Policy:
             lambda enabled: sharding.set_gradient_sync(self.model, enabled),
             lambda: self.model(input_ids=pad).logits.float().sum() * 0.0,
         )
+
+    def check_update(self, result: UpdateResult, scan: bool) -> None:
+        """Mark an applied update that left a weight non-finite. With a finite, clipped gradient an
+        AdamW step cannot make a finite fp32/bf16 weight non-finite, so the full scan (a pass over
+        every weight) runs only where that does not hold, and where asked (`scan`: before every
+        checkpoint, which must never hold a poisoned model)."""
+        scan = scan or self.cfg.actor.max_grad_norm <= 0 or self.cfg.model.dtype == "float16"
+        if result.applied and scan and not self.params_finite():
+            # The weights did change: only a rollback (the breaker's default) undoes this.
+            result.skip_reason = "non-finite parameters after the update"
 
     def params_finite(self) -> bool:
         return not self.ranks.any(not self.optimizer.params_finite())

@@ -25,6 +25,7 @@ class TrainBatch:
     old_logprobs: list[list[float]]  # [B][T_i] under the sampling policy
     advantages: torch.Tensor  # [B]
     ref_logprobs: list[torch.Tensor] | None = None  # [B][T_i], when a KL term is used
+    importance_weights: list[torch.Tensor] | None = None  # [B][T_i] proximal/behaviour, off policy (algo.offpolicy)
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -46,6 +47,7 @@ class MicroBatch:
     old_logprobs: torch.Tensor  # [b, T]
     advantages: torch.Tensor  # [b]
     ref_logprobs: torch.Tensor | None = None  # [b, T]
+    importance_weights: torch.Tensor | None = None  # [b, T]
 
 
 def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.device) -> MicroBatch:
@@ -64,6 +66,7 @@ def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.devic
     completion_mask = torch.zeros((b, completion_len))
     old = torch.zeros((b, completion_len))
     ref = torch.zeros((b, completion_len)) if batch.ref_logprobs is not None else None
+    weights = torch.zeros((b, completion_len)) if batch.importance_weights is not None else None
     for i, r in enumerate(rows):
         completion = batch.completion_ids[r]
         completion_ids[i, : len(completion)] = torch.tensor(completion, dtype=torch.long)
@@ -71,10 +74,12 @@ def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.devic
         old[i, : len(completion)] = torch.tensor(batch.old_logprobs[r])
         if ref is not None:
             ref[i, : len(completion)] = batch.ref_logprobs[r]
+        if weights is not None:
+            weights[i, : len(completion)] = batch.importance_weights[r]
     to = lambda t: t.to(device) if t is not None else None  # noqa: E731
     return MicroBatch(
         to(prompt_ids), to(prompt_mask), to(torch.tensor(prompt_index)), to(completion_ids), to(completion_mask),
-        to(old), to(batch.advantages[rows].float()), to(ref),
+        to(old), to(batch.advantages[rows].float()), to(ref), to(weights),
     )
 
 
@@ -265,7 +270,8 @@ def update_policy(
             mb = collate(batch, chunks[index], pad_id, device)
             logprobs, entropy = completion_logprobs(model, mb, temperature, with_entropy=update == 0)
             loss, metrics = policy_loss(
-                logprobs, mb.old_logprobs, mb.advantages, mb.completion_mask, loss_cfg, totals, mb.ref_logprobs
+                logprobs, mb.old_logprobs, mb.advantages, mb.completion_mask, loss_cfg, totals, mb.ref_logprobs,
+                mb.importance_weights,
             )
             if inject_nan:
                 loss = loss * float("nan")

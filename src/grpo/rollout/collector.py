@@ -7,6 +7,7 @@ sample never gets a reward, so it can never be trained on as a 0.
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import time
@@ -81,6 +82,8 @@ class RolloutBatch:
     generated_tokens: int = 0
     generate_s: float = 0.0
     reward_s: float = 0.0
+    policy_version: int | None = None  # the policy version whose weights generated every sample (grpo.rollout.ahead)
+    staleness: int = 0  # versions between those weights and the policy being updated on the batch
 
     def rewards(self) -> torch.Tensor:
         """[N, G] rewards of the kept groups."""
@@ -122,6 +125,12 @@ class RolloutCollector:
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
         self.jitter = random.Random(data_seed)
         self.revision: int | None = None
+
+    def using(self, engine: RolloutEngine) -> RolloutCollector:
+        """The same collector generating with `engine` (a pinned copy of the weights: grpo.rollout.ahead)."""
+        other = copy.copy(self)
+        other.engine = engine
+        return other
 
     def check_rewards(self, rows: int = 4) -> None:
         """Call each reward function once on the first training rows, their gold answers as completions, so a
@@ -294,6 +303,8 @@ def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any
     if t["lengths"]:
         m[inputs.LENGTH_MEAN] = sum(t["lengths"]) / len(t["lengths"])
         m["response/length_max"] = max(t["lengths"])
+    # Every sample of a batch comes from one version, so over the trained samples the mean is the batch's.
+    m[inputs.STALENESS_MAX] = m["rollout/staleness_mean"] = batch.staleness
     m["perf/generated_tokens"] = t["generated_tokens"]
     m["perf/generate_tokens_per_s"] = t["generated_tokens"] / t["generate_s"] if t["generate_s"] else 0.0
     m["time/generate_s"] = t["generate_s"]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from grpo.config import BreakerConfig, GuardConfig
-from grpo.guard.breakers import ROLLOUT_BREAKERS, UPDATE_BREAKERS, Guard, Trip, most_severe
+from grpo.guard.breakers import OFFPOLICY_BREAKERS, PHASES, ROLLOUT_BREAKERS, UPDATE_BREAKERS, Guard, Trip, most_severe
 
 HEALTHY_REWARD = 0.5
 HEALTHY_GRAD_NORM = 1.0
@@ -45,13 +45,14 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # median 1.0, threshold 50 -> bad above 50
     "grad_norm_spike": ("update", {"actor/grad_norm": 60.0}, {"actor/grad_norm": 1.2}),
     "kl_explosion": ("update", {"actor/kl": 11.0}, {"actor/kl": 0.01}),  # bad above 10
+    # bad above 0.5 nats per token between the sampler and the policy about to train
+    "offpolicy_kl": ("offpolicy", {"offpolicy/kl": 0.8, "rollout/staleness_max": 2}, {"offpolicy/kl": 0.01}),
 }
 
 
 def test_cases_cover_every_breaker():
-    assert set(CASES) == set(ROLLOUT_BREAKERS + UPDATE_BREAKERS)
-    assert all(CASES[name][0] == "rollout" for name in ROLLOUT_BREAKERS)
-    assert all(CASES[name][0] == "update" for name in UPDATE_BREAKERS)
+    assert set(CASES) == set(ROLLOUT_BREAKERS + OFFPOLICY_BREAKERS + UPDATE_BREAKERS)
+    assert all(CASES[name][0] == phase for phase, names in PHASES.items() for name in names)
 
 
 def with_breaker(name: str, **changes: Any) -> GuardConfig:
@@ -308,3 +309,14 @@ def test_decide_rolls_back_to_the_last_good_checkpoint_until_the_budget_is_spent
 def test_decide_stops_when_there_is_no_healthy_checkpoint():
     verdict = Guard(GuardConfig()).decide([_trip("rollback")], None)
     assert verdict.action == "stop" and "no healthy checkpoint" in verdict.reason
+
+
+def test_offpolicy_kl_is_quiet_on_policy_and_trips_before_the_update_on_nan():
+    guard = Guard(GuardConfig())
+    assert guard.check("offpolicy", 1, {"rollout/staleness_max": 0}) == []  # no KL measured: nothing ahead
+    assert guard.healthy
+    guard.check("offpolicy", 2, {"offpolicy/kl": float("nan")})
+    (trip,) = guard.check("offpolicy", 3, {"offpolicy/kl": 0.9, "rollout/staleness_max": 2})
+    assert trip.breaker == "offpolicy_kl" and trip.action == "rollback"
+    assert trip.evidence["staleness"] == 2 and "rollout.max_staleness" in trip.message
+    assert guard.check("update", 4, {"offpolicy/kl": 9.0}) == []  # only in its own phase

@@ -62,3 +62,28 @@ def test_revision_changes_with_every_weight_change_and_version_only_with_updates
     policy.save_state(tmp_path / "m" / "policy")
     policy.load_state(tmp_path / "m")
     assert (policy.version, policy.revision) == (1, 2)
+
+
+def test_off_policy_prepare_keeps_the_behaviour_log_probs_apart_and_weights_each_token():
+    policy = tiny_policy("rollout.temperature=0.7", "algo.micro_batch_size=4", "rollout.max_staleness=1",
+                         "algo.importance_cap=1.5")
+    batch = sampled_batch(policy, temperature=0.7)
+    behaviour = [list(lp) for lp in batch.old_logprobs]
+    with torch.no_grad():  # the policy moved on since it sampled: the samples are one version behind
+        for p in policy.model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    metrics = policy.prepare(batch, recompute_old=True)
+    proximal = batch.old_logprobs
+    assert [len(w) for w in batch.importance_weights] == [len(row) for row in behaviour]
+    for weights, prox, behav in zip(batch.importance_weights, proximal, behaviour):
+        expected = [min(float(torch.tensor(p - b, dtype=torch.float64).exp()), 1.5) for p, b in zip(prox, behav)]
+        assert weights.tolist() == [float(torch.tensor(e, dtype=torch.float32)) for e in expected]
+    assert metrics["offpolicy/kl"] > 0 and metrics["offpolicy/importance_weight_max"] > 1.5
+    assert 0 < metrics["offpolicy/importance_capped_frac"] < 1
+
+
+def test_on_policy_prepare_adds_no_importance_weights():
+    policy = tiny_policy("rollout.temperature=0.7", "algo.micro_batch_size=4")
+    batch = sampled_batch(policy, temperature=0.7)
+    metrics = policy.prepare(batch, recompute_old=True)
+    assert batch.importance_weights is None and not any(k.startswith("offpolicy/") for k in metrics)

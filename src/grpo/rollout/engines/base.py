@@ -67,6 +67,15 @@ class RolloutEngine(abc.ABC):
         engines share the weights already."""
         return {}
 
+    def pinned(self, policy) -> RolloutEngine:
+        """An engine that generates from `policy`'s current weights until the next `sync_weights`,
+        while the policy trains on (grpo.rollout.ahead)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot generate ahead of the trainer")
+
+    def outlived(self, completion: Completion) -> bool:
+        """Whether what produced `completion` has failed since (a server incarnation): then it is not used."""
+        return False
+
     def arm_faults(self, faults: set[str]) -> None:
         """Rehearse server failures in the next generation or sync (grpo.faults)."""
         if faults:

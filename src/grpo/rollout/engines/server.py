@@ -29,6 +29,7 @@ from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEn
 from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.fleet import EitherEvent, Fleet
+from grpo.rollout.server.pinned import PinnedWeights
 from grpo.rollout.server.ray_host import ActorServer, ray_launchers
 from grpo.rollout.server.supervisor import Record, ServerState, StartCancelled, Supervisor
 from grpo.rollout.server.weights import (
@@ -117,6 +118,15 @@ class ServerEngine(RolloutEngine):
         self._write_status()
         return {"sync/seconds": seconds, "sync/probe_diff": self.last_sync["probe_diff"],
                 "sync/probe_max_diff": max(r.max_diff for r in results), "sync/tolerance": self.tolerance}
+
+    def pinned(self, policy) -> RolloutEngine:
+        """Serving `policy`'s current weights, verified, and holding them until the next sync while the
+        policy trains on: a server restarted meanwhile starts from the same files and is checked against
+        them (PinnedWeights), never against the policy's newer ones."""
+        self.source = policy
+        self._sync_all()
+        self.source = PinnedWeights(policy, self.probe)
+        return self
 
     def _sync_all(self) -> list[ProbeResult]:
         """Every server up and serving the policy's current weights, verified: the weights are
@@ -247,6 +257,10 @@ class ServerEngine(RolloutEngine):
                 completion.error = f"{server.name} failed after producing this sample; it is not used"
         self._write_status()
         return completions
+
+    def outlived(self, completion: Completion) -> bool:
+        server = next((s for s in self.servers if s.name == completion.meta.get("server")), None)
+        return server is not None and completion.meta.get("incarnation") in server.dead
 
     def _wait(self, futures: list[Future], servers: list[Supervisor]) -> None:
         """Wait for every request, cancelling everything on a stop signal. An armed kill/hang fault
