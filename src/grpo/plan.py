@@ -43,9 +43,12 @@ class Costs:
     layer_activation_units: float = 3.0
     # Eager attention keeps its softmax [heads, query, key] in fp32 and in the model's dtype.
     attention_score_bytes: float = 6.0
-    # The loss's logits of one micro-batch, in fp32 element copies of [rows, completion tokens, vocab] alive
-    # at once (the model's output, its fp32 upcast, log-softmax and entropy temporaries, their gradients).
-    logits_fp32_copies: float = 4.0
+    # The loss's logits of one micro-batch: bytes per element of [rows, completion tokens, vocab] alive at once
+    # (the model's output, its fp32 upcast, log-softmax and entropy temporaries, their gradients) ...
+    logits_element_bytes: float = 16.0
+    # ... and fp32 copies of [head_chunk_tokens, vocab] when the head runs a chunk of tokens at a time (0: not).
+    head_chunk_tokens: int = 0
+    head_chunk_fp32_copies: float = 0.0
     # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
     decode_logits_fp32_copies: float = 4.0
     # Resident memory the allocator keeps after peaks it has freed (glibc arenas), as a fraction of the rest.
@@ -145,9 +148,9 @@ class Plan:
         return self.peak.bytes
 
 
-def architecture(cfg: RunConfig) -> Architecture:
+def architecture(cfg: RunConfig, download: bool = True) -> Architecture:
     """From the model's config alone: tiny's section, the offline preset's known sizes, a local directory's or a
-    hub model's config.json (the hub's cache, else one small download). No weights are read."""
+    hub model's config.json (the hub's cache, else one small download when `download`). No weights are read."""
     name = cfg.model.name
     if name == "tiny":
         from grpo.policy.models import build_char_tokenizer
@@ -166,7 +169,7 @@ def architecture(cfg: RunConfig) -> Architecture:
             raise ConfigError(f"model.name={name} has no config.json; point it at a model directory")
         config = json.loads(path.read_text())
     else:
-        config = _hub_config(name)
+        config = _hub_config(name, download)
     try:
         return Architecture.from_config_json(config, config.get("dtype") or config.get("torch_dtype") or "float32")
     except KeyError as exc:
@@ -174,10 +177,15 @@ def architecture(cfg: RunConfig) -> Architecture:
                           "Llama-style decoders") from None
 
 
-def _hub_config(name: str) -> dict:
-    try:
-        from huggingface_hub import hf_hub_download
+def _hub_config(name: str, download: bool) -> dict:
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
+    cached = try_to_load_from_cache(name, "config.json")
+    if isinstance(cached, str):
+        return json.loads(Path(cached).read_text())
+    if not download:
+        raise ConfigError(f"model.name={name}: its config.json is not in the local Hugging Face cache")
+    try:
         return json.loads(Path(hf_hub_download(name, "config.json")).read_text())
     except Exception as exc:  # hub errors come as many types; one line says which model and why
         raise ConfigError(f"model.name={name}: cannot read its config.json ({type(exc).__name__}: "
@@ -293,7 +301,8 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
         scores = arch.num_layers * (prompts * P * P + rows * T * (P + T)) * arch.num_heads \
             * costs.attention_score_bytes if eager else 0
         note = f"{prompts} prompts x {P} + {rows} rows x {T} tokens, {arch.num_layers} layers"
-    logits = rows * T * arch.vocab_size * 4 * costs.logits_fp32_copies
+    logits = rows * T * arch.vocab_size * costs.logits_element_bytes \
+        + min(costs.head_chunk_tokens, rows * T) * arch.vocab_size * 4 * costs.head_chunk_fp32_copies
     out = [Component("activations", kept, note)]
     if scores:
         out.append(Component("attention scores", scores, "eager attention's softmax, kept for backward"))
@@ -423,8 +432,8 @@ def refusal(cfg: RunConfig, device: str) -> str | None:
     architecture cannot be read is not judged here: loading it gives the error."""
     if not cfg.memory.check:
         return None
-    try:
-        arch = architecture(cfg)
+    try:  # no download here: a hub model not yet cached is judged by nothing, and its load says what fails
+        arch = architecture(cfg, download=False)
         prompt_len = prompt_tokens(cfg)
     except (ConfigError, OSError):
         return None

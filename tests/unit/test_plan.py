@@ -76,3 +76,18 @@ def test_a_same_gpu_server_is_named_in_the_plan():
     plan = plan_memory(cfg, "cuda", SMOL, 51)
     assert plan.server_note is not None and "60%" in plan.server_note
     assert "KV cache" not in [c.name for p in plan.phases for c in p.components]  # the server generates
+
+
+def test_a_local_model_is_planned_from_its_config_json_alone(tmp_path):
+    (tmp_path / "config.json").write_text(__import__("json").dumps({**SMOLLM2_135M, "tie_word_embeddings": False}))
+    arch = architecture(load_config("quickstart", [f"model.name={tmp_path}"]))
+    assert arch.params == SMOL.params + SMOL.vocab_size * SMOL.hidden_size  # an untied head is counted
+    assert not (tmp_path / "model.safetensors").exists()  # nothing but the config was needed
+
+
+def test_a_hub_model_not_in_the_cache_is_not_downloaded_by_train(monkeypatch, tmp_path):
+    from grpo.errors import ConfigError
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
+        architecture(load_config("quickstart", ["model.name=nobody/nothing"]), download=False)
