@@ -58,6 +58,7 @@ class TimedGRPOTrainer(GRPOTrainer):
         self.prepare_s = 0.0
         self.completion_tokens = 0
         self.prompt_completion_tokens = 0
+        self.peak_after_generate = 0
 
     def _generate(self, prompts):
         start = time.perf_counter()
@@ -65,6 +66,7 @@ class TimedGRPOTrainer(GRPOTrainer):
             return super()._generate(prompts)
         finally:
             self.generate_s += time.perf_counter() - start
+            self.peak_after_generate = peak_rss_bytes()  # tells a generation peak from an update one
 
     def _generate_and_score_completions(self, inputs):
         start = time.perf_counter()
@@ -94,7 +96,9 @@ class StepTimes(TrainerCallback):
         step_s = now - self.last
         self.steps.append({"step_s": step_s, "generate_s": t.generate_s, "update_s": step_s - t.prepare_s,
                            "completion_tokens": t.completion_tokens,
-                           "prompt_completion_tokens": t.prompt_completion_tokens})
+                           "prompt_completion_tokens": t.prompt_completion_tokens,
+                           "peak_rss_after_generate_bytes": t.peak_after_generate,
+                           "peak_rss_at_step_end_bytes": peak_rss_bytes()})
         t.generate_s = t.prepare_s = 0.0
         t.completion_tokens = t.prompt_completion_tokens = 0
         self.last = now

@@ -38,9 +38,9 @@ class Costs:
 
     runtime_cpu_bytes: float = 0.60 * GIB  # Python, torch, transformers, grpo and the tokenizer, resident
     runtime_cuda_bytes: float = 0.50 * GIB  # the CUDA context and its kernels, outside torch's allocator
-    # Activations one decoder layer keeps for backward, per token, in units of (hidden_size + intermediate_size)
-    # elements of the model's dtype: norms, projections, rotary q/k, the MLP's gate, up and product.
-    layer_activation_units: float = 3.0
+    # What one decoder layer keeps for backward, per token, is counted tensor by tensor (`layer_token_bytes`);
+    # this scales the count to what is measured (autograd's own buffers, the allocator's rounding).
+    activation_scale: float = 1.0
     # Eager attention keeps its softmax [heads, query, key] in fp32 and in the model's dtype.
     attention_score_bytes: float = 6.0
     # The loss's logits of one micro-batch: bytes per element of [rows, completion tokens, vocab] alive at once
@@ -280,32 +280,50 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     return Plan(device, arch, params, trainable, prompt_len, phases, _server_note(cfg, device))
 
 
+def layer_token_bytes(cfg: RunConfig, arch: Architecture, kv_per_token: float) -> float:
+    """Bytes one decoder layer keeps for backward per token, `kv_per_token` being the key/value positions its
+    row holds per token it runs (completions attend to their prompt's cache too):
+    two RMSNorms (fp32 input and normalised copy, and the dtype output), rotated queries and the attention
+    output, keys and values expanded to every head (eager and SDPA on CPU repeat them), the MLP's gate, its
+    activation, up and their product; with LoRA, PEFT's fp32 copy of each adapted layer's input."""
+    w = BYTES[cfg.model.dtype]
+    h, i, q = arch.hidden_size, arch.intermediate_size, arch.num_heads * arch.head_dim
+    total = 2 * h * (8 + w) + 2 * q * w + 2 * q * w * kv_per_token + 4 * i * w
+    if cfg.model.lora.rank > 0:
+        targets = cfg.model.lora.target_modules
+        adapted = LORA_ADAPTED if "all-linear" in targets else [n for n in LORA_ADAPTED if n in targets]
+        total += sum(arch.linear_shapes[n][0] for n in adapted) * 4
+    return total
+
+
 def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_len: int, eager: bool,
                           costs: Costs = COSTS) -> list[Component]:
     """What one micro-batch's forward keeps for its backward, and its logits."""
     w = BYTES[cfg.model.dtype]
     T, P = cfg.rollout.max_new_tokens, prompt_len
-    layer_token = (arch.hidden_size + arch.intermediate_size) * w * costs.layer_activation_units
+    heads, layers = arch.num_heads, arch.num_layers
     if cfg.model.gradient_checkpointing:
         # Every row runs prompt and completion in full; each layer keeps only its input, and one layer at a
         # time recomputes its activations in backward.
         tokens = rows * (P + T)
-        kept = arch.num_layers * tokens * arch.hidden_size * w + tokens * layer_token
-        scores = rows * arch.num_heads * (P + T) ** 2 * costs.attention_score_bytes if eager else 0
+        per_token = layer_token_bytes(cfg, arch, 1.0)
+        kept = layers * tokens * arch.hidden_size * w + tokens * per_token
+        scores = rows * heads * (P + T) ** 2 * costs.attention_score_bytes if eager else 0
         note = f"{rows} rows x {P + T} tokens, layer inputs kept, one layer recomputed"
     else:
-        # Each distinct prompt runs once (its KV cache shared by its group's rows), then the completions.
+        # Each distinct prompt runs once (its KV cache shared by its group's rows), then the completions, which
+        # attend to the prompt and to the completion so far.
         prompts = min(rows, cfg.rollout.problems_per_step)
-        tokens = prompts * P + rows * T
-        kept = arch.num_layers * tokens * layer_token
-        scores = arch.num_layers * (prompts * P * P + rows * T * (P + T)) * arch.num_heads \
-            * costs.attention_score_bytes if eager else 0
-        note = f"{prompts} prompts x {P} + {rows} rows x {T} tokens, {arch.num_layers} layers"
+        kept = layers * (prompts * P * layer_token_bytes(cfg, arch, 1.0)
+                         + rows * T * layer_token_bytes(cfg, arch, (P + T) / T))
+        scores = layers * (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
+        note = f"{prompts} prompts x {P} + {rows} rows x {T} tokens, {layers} layers"
     logits = rows * T * arch.vocab_size * costs.logits_element_bytes \
         + min(costs.head_chunk_tokens, rows * T) * arch.vocab_size * 4 * costs.head_chunk_fp32_copies
-    out = [Component("activations", kept, note)]
+    out = [Component("activations", kept * costs.activation_scale, note)]
     if scores:
-        out.append(Component("attention scores", scores, "eager attention's softmax, kept for backward"))
+        out.append(Component("attention scores", scores * costs.activation_scale,
+                             "eager attention's softmax, kept for backward"))
     out.append(Component("logits", logits, f"{rows} rows x {T} tokens x {arch.vocab_size} vocabulary"))
     return out
 
