@@ -5,6 +5,7 @@ injector, the rollout engine, the collector and the guard."""
 from __future__ import annotations
 
 import math
+import threading
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,6 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else rewards
     device = resolve_device(cfg.model.device, ranks.local_rank)
     engine_name = resolve_engine(cfg.rollout.engine)
-    if ranks.distributed and engine_name != "embedded":
-        raise ConfigError(f"rollout.engine={engine_name} does not run under torchrun yet: use "
-                          "rollout.engine=embedded (each rank generates its share)")
     policy = Policy(cfg, device, ranks)
     faults = FaultInjector(cfg.faults, seed, ranks.rank)
     if engine_name == "embedded":
@@ -65,10 +63,7 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
                                                cancel=None if ranks.distributed else signals.event,
                                                inference=policy.inference_weights)
     else:
-        from grpo.rollout.engines.server import ServerEngine, make_backend
-
-        engine = ServerEngine(make_backend(engine_name), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
-                              dtype=cfg.model.dtype, seed=seed, record=record_server_event, cancel=signals.event)
+        engine = _server_engine(cfg, engine_name, policy, ranks, run_dir, signals, record_server_event)
     # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
     # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs.
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
@@ -78,6 +73,21 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
     return Components(task, total_steps, rewards, eval_rewards, device, policy, faults, engine,
                       recompute_old, collector, Guard(cfg.guard))
+
+
+def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Ranks, run_dir: Path,
+                   signals: SignalWatch, record_server_event: Callable[..., Any]) -> RolloutEngine:
+    """One process: the servers' engine. Under torchrun: rank 0 holds it, every rank's calls go
+    through it (grpo.rollout.engines.ranked); a stop signal is acted on at a step's end, by all ranks."""
+    from grpo.rollout.engines.ranked import RankedEngine
+    from grpo.rollout.engines.server import ServerEngine, make_backend
+
+    if ranks.distributed and not ranks.main:
+        return RankedEngine(None, ranks)
+    cancel = threading.Event() if ranks.distributed else signals.event
+    engine = ServerEngine(make_backend(engine_name), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
+                          dtype=cfg.model.dtype, seed=cfg.train.seed, record=record_server_event, cancel=cancel)
+    return RankedEngine(engine, ranks) if ranks.distributed else engine
 
 
 def _total_steps(cfg: RunConfig, task: Task) -> int:

@@ -114,6 +114,9 @@ class ServerConfig:
     # Attach to servers you run yourself (http://host:port) instead of starting one: grpo then
     # watches them but cannot restart them.
     urls: list[str] = field(default_factory=list)
+    # How many servers grpo starts (each supervised and restarted on its own, requests spread over
+    # the verified ones); with urls, one per URL.
+    replicas: int = 1
     # The Python of the server's own environment (e.g. .venv-vllm/bin/python); null: this one.
     python: str | None = None
     # Replaces the launch command; {python} {model} {host} {port} {dtype} {seed} are filled in.
@@ -586,6 +589,11 @@ def validate(cfg: RunConfig) -> None:
          s.memory_fraction),
         (all("=" in kv for kv in s.env), "rollout.server.env entries must look like KEY=VALUE", s.env),
         (all(u.startswith("http://") for u in s.urls), "rollout.server.urls must look like http://HOST:PORT", s.urls),
+        (s.replicas >= 1, "rollout.server.replicas must be at least 1", s.replicas),
+        (not s.urls or s.replicas in (1, len(s.urls)), "rollout.server.replicas must be 1 or the number of "
+         "rollout.server.urls (one server per URL)", s.replicas),
+        (s.replicas == 1 or s.port == 0, "rollout.server.port must be 0 (a free port each) with several replicas",
+         s.port),
     ]
     lora = cfg.model.lora
     rules += [

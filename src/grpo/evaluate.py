@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from grpo.config import TaskConfig
+from grpo.dist import SINGLE, Ranks
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
@@ -33,15 +34,17 @@ class EvaluationFailed(Exception):
 
 def generate_answers(engine: RolloutEngine, prompts: list[list[int]], params: SamplingParams,
                      seeds: list[int] | None = None, *, max_retries: int = 2, retry_backoff_s: float = 0.5,
-                     sleep: Callable[[float], None] = time.sleep) -> tuple[list[Completion], int]:
+                     sleep: Callable[[float], None] = time.sleep,
+                     ranks: Ranks = SINGLE) -> tuple[list[Completion], int]:
     """Every prompt answered: failed answers retried with backoff (on a server, the engine restarts
     and verifies a failed server first). -> (the completions, how many retries it took), or
-    EvaluationFailed."""
+    EvaluationFailed. With `ranks`, each rank's share: the ranks retry, and fail, together (a server
+    engine's calls under torchrun are collective)."""
     completions = engine.generate(prompts, params, seeds)
     retried = 0
     for attempt in range(max_retries):
         failed = [i for i, c in enumerate(completions) if c.status in ENGINE_FAILURES]
-        if not failed:
+        if not ranks.any(bool(failed)):
             break
         retried += len(failed)
         sleep(retry_backoff_s * 2**attempt)
@@ -49,10 +52,10 @@ def generate_answers(engine: RolloutEngine, prompts: list[list[int]], params: Sa
         for i, completion in zip(failed, again):
             completions[i] = completion
     failed = [i for i, c in enumerate(completions) if c.status in ENGINE_FAILURES]
-    if failed:
+    if ranks.any(bool(failed)):
         raise EvaluationFailed(
             f"{len(failed)} of {len(prompts)} answers still failed after {max_retries} retries "
-            f"(first: {completions[failed[0]].error})",
+            f"(first: {completions[failed[0]].error if failed else 'on another rank'})",
             {"answers": len(prompts), "failed": len(failed), "retried": retried, "max_retries": max_retries,
              "errors": sorted({str(completions[i].error) for i in failed})[:5]})
     return completions, retried
@@ -80,6 +83,7 @@ def evaluate(
     keep_answers: bool = False,
     max_retries: int = 2,
     retry_backoff_s: float = 0.5,
+    ranks: Ranks = SINGLE,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
     task.correct_threshold (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
@@ -87,7 +91,7 @@ def evaluate(
     `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed."""
     threshold = task_cfg.correct_threshold
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
-    retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s}
+    retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
     rewards = _score(reward_fns, problems, greedy)
     scored = [r for r in rewards if r is not None]

@@ -91,7 +91,8 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
         name, url = server.get("name"), server.get("url")
         line = (f"         {name} at {url}: {server.get('state')}, incarnation {server.get('incarnation')}, "
                 f"{server.get('restarts')} of {server.get('max_restarts')} restarts used, serves policy version "
-                f"{server.get('policy_version')}")
+                f"{server.get('policy_version')}, {server.get('requests', 0)} requests answered"
+                + (" (restarting while the others serve)" if server.get("restarting_aside") else ""))
         out.append(line)
         if not running:
             continue  # a finished or stopped run's servers are gone by design

@@ -22,7 +22,7 @@ def evaluate_held_out(cfg: RunConfig, task: Task, engine: RolloutEngine, policy:
     try:
         with progress.phase(f"evaluate ({label})"), policy.unsharded():
             result = evaluate(engine, policy.tokenizer, problems, cfg.task, rewards,
-                              max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens)
+                              max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, ranks=ranks)
     except GenerationCancelled:
         return None
     return merge_evaluations(ranks.gather(result))

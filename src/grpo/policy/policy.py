@@ -61,6 +61,7 @@ class Policy:
         self.version = 0
         # Changes whenever the weights do (an update or a load), so an engine knows to sync.
         self.revision = 0
+        self._unsharded_depth = 0  # see unsharded()
 
     @property
     def lr(self) -> float:
@@ -71,15 +72,20 @@ class Policy:
 
     @contextlib.contextmanager
     def unsharded(self) -> Iterator[None]:
-        """For generation and evaluation: the weights gathered once for the whole phase."""
-        if not self.sharded:
+        """For generation and evaluation: the weights gathered once for the whole phase. Within it,
+        another `unsharded` (a server's probe inside the rollout) changes nothing."""
+        if not self.sharded or self._unsharded_depth:
             yield
             return
         with contextlib.ExitStack() as stack:
             stack.enter_context(sharding.unsharded(self.model))
             if self.ref_model is not None:
                 stack.enter_context(sharding.unsharded(self.ref_model))
-            yield
+            self._unsharded_depth += 1
+            try:
+                yield
+            finally:
+                self._unsharded_depth -= 1
 
     def prepare(self, batch: TrainBatch, recompute_old: bool) -> dict[str, float]:
         """Fill in what the loss needs beyond the sampler's output: recomputed old log-probs when

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache
 
 from grpo.progress import tick
+from grpo.policy.head import chosen_token_logprobs
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.policy.optim import MasterWeightAdamW
 
@@ -76,29 +78,59 @@ def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.devic
     )
 
 
-def _logits_full(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
-    """Every row as one sequence, prompt included: -> logits [b, T, V] predicting each completion token."""
+class _Forward:
+    """One forward pass of the model that yields, for the last `keep` positions, either the logits
+    [b, keep, V] or, when the output layer is split off (see `_split_head`), the final hidden
+    states [b, keep, H]: the head is then applied a chunk at a time (grpo.policy.head)."""
+
+    def __init__(self, model: torch.nn.Module, decoder: torch.nn.Module | None) -> None:
+        self.model, self.decoder = model, decoder
+
+    def __call__(self, keep: int, **inputs) -> torch.Tensor:
+        if self.decoder is not None:
+            return self.decoder(**inputs).last_hidden_state[:, -keep:]
+        return self.model(**inputs, logits_to_keep=keep).logits
+
+
+def _split_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """The decoder body and the output embedding's weight, where the logits are plainly
+    hidden @ weight.T; None where they are not, or the weight is not whole here (FSDP shards it
+    with the root module, and only the root's forward gathers it)."""
+    if isinstance(model, FSDPModule):
+        return None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the model
+    config = base.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None
+    head = base.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.bias is not None:  # an adapted or biased head: as it is
+        return None
+    return base.get_decoder(), head.weight
+
+
+def _completion_outputs(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
+    """Every row as one sequence, prompt included: -> outputs [b, T, V|H] predicting each completion token."""
     completion_len = mb.completion_ids.shape[1]
     input_ids = torch.cat([mb.prompt_ids[mb.prompt_index], mb.completion_ids], dim=1)  # [b, P+T]
     attention_mask = torch.cat([mb.prompt_mask[mb.prompt_index], mb.completion_mask.long()], dim=1)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    # Only the last T+1 positions' logits are needed: skip the lm_head over the prompt.
-    return model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-        use_cache=False, logits_to_keep=completion_len + 1,
-    ).logits[:, :-1]
+    # Only the last T+1 positions are needed: the head never runs over the prompt.
+    return forward(
+        completion_len + 1, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        use_cache=False,
+    )[:, :-1]
 
 
-def _logits_shared_prompt(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
-    """The same logits, with each distinct prompt run once: its KV cache (with gradient) is expanded
+def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
+    """The same outputs, with each distinct prompt run once: its KV cache (with gradient) is expanded
     to the rows that continue it, then only completion tokens are run. Attention is causal, so this
     is the full forward computed without repeating the prompt G times."""
     cache = DynamicCache()
     prompt_positions = (mb.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [g, P]
-    first = model(
-        input_ids=mb.prompt_ids, attention_mask=mb.prompt_mask, position_ids=prompt_positions,
-        past_key_values=cache, use_cache=True, logits_to_keep=1,
-    ).logits[:, -1:][mb.prompt_index]  # [b, 1, V] predicts the first completion token
+    first = forward(
+        1, input_ids=mb.prompt_ids, attention_mask=mb.prompt_mask, position_ids=prompt_positions,
+        past_key_values=cache, use_cache=True,
+    )[mb.prompt_index]  # [b, 1, V|H] predicts the first completion token
     completion_len = mb.completion_ids.shape[1]
     if completion_len == 1:
         return first
@@ -107,10 +139,10 @@ def _logits_shared_prompt(model: torch.nn.Module, mb: MicroBatch) -> torch.Tenso
     attention_mask = torch.cat([mb.prompt_mask[mb.prompt_index], mb.completion_mask[:, :-1].long()], dim=1)
     start = mb.prompt_mask.sum(-1)[mb.prompt_index]  # [b] first position after each prompt
     positions = start[:, None] + torch.arange(completion_len - 1, device=fed.device)  # [b, T-1]
-    rest = model(
-        input_ids=fed, attention_mask=attention_mask, position_ids=positions,
+    rest = forward(
+        completion_len - 1, input_ids=fed, attention_mask=attention_mask, position_ids=positions,
         past_key_values=cache, use_cache=True,
-    ).logits  # [b, T-1, V]
+    )  # [b, T-1, V|H]
     return torch.cat([first, rest], dim=1)
 
 
@@ -123,11 +155,32 @@ def completion_logprobs(
     if checkpointing is None:  # transformers < 5
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     shared = share_prompt and len(mb.prompt_ids) < len(mb.completion_ids) and not checkpointing
-    logits = (_logits_shared_prompt(model, mb) if shared else _logits_full(model, mb)).float()  # [b, T, V]
+    split = _split_head(model)
+    forward = _Forward(model, split[0] if split else None)
+    outputs = (_completion_outputs_shared_prompt if shared else _completion_outputs)(forward, mb)  # [b, T, V|H]
+    if split is None:
+        return _logprobs_from_logits(outputs, mb.completion_ids, temperature, with_entropy)
+    # Padding never reaches the head: only the completion tokens' hidden states do.
+    real = mb.completion_mask.bool()  # [b, T]
+    token_logprobs, token_entropy = chosen_token_logprobs(
+        outputs[real], split[1], mb.completion_ids[real], temperature, with_entropy
+    )  # [N], [N]
+    logprobs = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_logprobs)
+    entropy = None
+    if token_entropy is not None:
+        entropy = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_entropy)
+    return logprobs, entropy
+
+
+def _logprobs_from_logits(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits [b, T, V], targets [b, T] -> log-probs [b, T], entropy [b, T] or None."""
+    logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits.div_(temperature)  # in place: one fewer [b, T, V] copy
     log_norm = torch.logsumexp(logits, dim=-1)  # [b, T]
-    logprobs = logits.gather(-1, mb.completion_ids[..., None]).squeeze(-1) - log_norm
+    logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - log_norm
     entropy = None
     if with_entropy:
         with torch.no_grad():

@@ -182,7 +182,7 @@ class RolloutCollector:
                 if completion.status.retryable:
                     still_pending.append(slot)
             pending = still_pending
-            if not pending:
+            if not self.ranks.any(bool(pending)):  # together: a server engine's calls are collective
                 break
         batch.generate_s += time.perf_counter() - start
         return [Group(problems[i], slots[i * G : (i + 1) * G]) for i in range(len(problems))]

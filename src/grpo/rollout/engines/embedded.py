@@ -121,15 +121,20 @@ class EmbeddedEngine(RolloutEngine):
         device = next(self.model.parameters()).device
         generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         batch = len(prompts)
-        prompt_len = max(len(p) for p in prompts)
+        # A group's samples share one prompt: each distinct prompt is prefilled once, and its KV
+        # cache and last logits are then repeated for the rows that continue it.
+        distinct: dict[tuple[int, ...], int] = {}
+        prompt_index = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)  # [B]
+        unique = [list(p) for p in distinct]
+        prompt_len = max(len(p) for p in unique)
         pad_id = self.tokenizer.pad_token_id
-        input_ids = torch.full((batch, prompt_len), pad_id, dtype=torch.long)  # [B, P] left-padded
-        attention_mask = torch.zeros((batch, prompt_len), dtype=torch.long)  # [B, P]
-        for i, prompt in enumerate(prompts):
+        input_ids = torch.full((len(unique), prompt_len), pad_id, dtype=torch.long)  # [U, P] left-padded
+        attention_mask = torch.zeros((len(unique), prompt_len), dtype=torch.long)  # [U, P]
+        for i, prompt in enumerate(unique):
             input_ids[i, prompt_len - len(prompt) :] = torch.tensor(prompt)
             attention_mask[i, prompt_len - len(prompt) :] = 1
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]
         cache = DynamicCache()
         eos = torch.tensor(sorted(self.eos_ids), device=device)
 
@@ -140,7 +145,10 @@ class EmbeddedEngine(RolloutEngine):
         logits = self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             past_key_values=cache, use_cache=True, logits_to_keep=1,
-        ).logits[:, -1].float()  # [A, V]
+        ).logits[:, -1].float()[prompt_index]  # [A, V]
+        if len(unique) < batch:
+            cache.batch_select_indices(prompt_index)
+        attention_mask, position_ids = attention_mask[prompt_index], position_ids[prompt_index]  # [A, P]
         next_pos = position_ids[:, -1]  # [A]
         done_before, total = self._progress  # decode steps of the earlier batches of this call
         for position in range(params.max_new_tokens):

@@ -28,6 +28,7 @@ from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
+from grpo.rollout.server.fleet import EitherEvent, Fleet
 from grpo.rollout.server.supervisor import Record, ServerState, StartCancelled, Supervisor
 from grpo.rollout.server.weights import (
     DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
@@ -54,14 +55,17 @@ class ServerEngine(RolloutEngine):
         self.statistic, default_tolerance = DEFAULT_TOLERANCE[dtype]
         self.tolerance = cfg.probe_tolerance if cfg.probe_tolerance is not None else default_tolerance
         self._record = record
+        self._status_lock = threading.Lock()  # background restarts write the status too
+        self._closing = threading.Event()
         last = _last_incarnations(run_dir)
         self.servers = [
             Supervisor(name, backend, cfg, model_dir=self.model_dir, dtype=dtype, seed=seed + i,
                        log_dir=run_dir / "servers", record=self.record, health_ids=self.probe[:8], url=url,
-                       cancel=cancel, last_incarnation=last.get(name, 0),
+                       cancel=EitherEvent(cancel, self._closing), last_incarnation=last.get(name, 0),
                        remove_when_orphaned=self.model_dir.parent if self.in_memory else None)
-            for i, url in enumerate(cfg.urls or [None]) for name in [f"{backend.name}-{i}"]
+            for i, url in enumerate(cfg.urls or [None] * cfg.replicas) for name in [f"{backend.name}-{i}"]
         ]
+        self.fleet = Fleet(self.servers)
         try:
             for server in self.servers:
                 if server.attached:
@@ -111,22 +115,48 @@ class ServerEngine(RolloutEngine):
     def _sync_all(self) -> list[ProbeResult]:
         """Every server up and serving the policy's current weights, verified: the weights are
         exported when they changed, and each server is (re)started where needed, then reloaded and
-        probed. -> the probes made (none when everything was already in sync)."""
+        probed. A failed server is restarted in the background while another serves (see
+        grpo.rollout.server.fleet), and verified here once it is up. -> the probes made (none when
+        everything was already in sync)."""
         assert self.source is not None, "start() first"
         if self.source.revision != self.revision:
-            export_weights(self.source, self.model_dir)
-            self.revision, self.version = self.source.revision, self.source.version
+            self.export(self.source)
         results = []
+        for server, started_from in self.fleet.restarted():
+            results.append(self._verify(server, reload=started_from != self.revision, rejoining=True))
+        stopped = [s for s in self.servers if s.state == ServerState.STOPPED]
+        started = self.fleet.start_together(stopped) if len(stopped) > 1 else set()
         for server in self.servers:
-            restarted = server.ensure_ready()
+            if self.fleet.restarting(server):
+                continue
+            if server.state == ServerState.FAILED and self.fleet.can_restart_aside(server):
+                self.fleet.restart_aside(server, self.revision)
+                continue
+            restarted = server.ensure_ready() or server.name in started
             if server.revision != self.revision:
                 results.append(self._verify(server, reload=not restarted))
         self._write_status()
         return results
 
-    def _verify(self, server: Supervisor, reload: bool) -> ProbeResult:
+    def export(self, policy) -> None:
+        """Write the policy's weights where every server loads from (under torchrun, every rank
+        takes part in gathering them: grpo.rollout.engines.ranked)."""
+        self.source = policy
+        export_weights(policy, self.model_dir)
+        self.revision, self.version = policy.revision, policy.version
+
+    def _serving(self) -> list[Supervisor]:
+        """The servers that may take requests now, after waiting for a restart when none can."""
+        self._sync_all()
+        while not (servers := self.fleet.serving(self.revision)):
+            self.fleet.wait_for_restarts()
+            self._sync_all()
+        return servers
+
+    def _verify(self, server: Supervisor, reload: bool, rejoining: bool = False) -> ProbeResult:
         """Reload (unless the server just started from these files), reset the cache, and probe;
-        a mismatch is fixed by syncing again, then by a restart, then it is a WeightSyncFailed."""
+        a mismatch is fixed by syncing again, then by a restart, then it is a WeightSyncFailed.
+        `rejoining`: restarted in the background, its verification is recorded as a fresh start's."""
         mode = ReloadMode.FULL
         reset = True
         if reload and "skip_weight_sync" in self.armed:
@@ -159,8 +189,9 @@ class ServerEngine(RolloutEngine):
                              "fingerprint_error": result.fingerprint_error})
             if result.passes(self.tolerance):
                 server.revision = self.revision
-                if not reload:
-                    self.record("weight_sync_verified", f"{server.name}#{server.incarnation}: started from weights "
+                if not reload or rejoining:
+                    how = "started from" if not reload else "restarted, then reloaded"
+                    self.record("weight_sync_verified", f"{server.name}#{server.incarnation}: {how} weights "
                                 f"revision {self.revision}, verified (log-probs off by {result.diff:.2g}, "
                                 f"{self.statistic} over the probe)", server=server.name,
                                 incarnation=server.incarnation, revision=self.revision, probe_diff=result.diff,
@@ -192,8 +223,7 @@ class ServerEngine(RolloutEngine):
                  seeds: list[int] | None = None) -> list[Completion]:
         if self.cancel.is_set():
             raise GenerationCancelled("generation cancelled")
-        self._sync_all()
-        servers = [s for s in self.servers if s.state == ServerState.READY]
+        servers = self._serving()
         seeds = [seed & 0x7FFFFFFF for seed in seeds] if seeds is not None else list(range(len(prompts)))
         garbage = "garbage_server" in self.armed
         self.armed.discard("garbage_server")
@@ -224,9 +254,13 @@ class ServerEngine(RolloutEngine):
                         f"to {servers[0].name} mid-rollout", server=servers[0].name,
                         incarnation=servers[0].incarnation)
         pending = set(futures)
+        written = time.monotonic()
         while pending:
             _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             tick(len(futures) - len(pending), len(futures), "samples")
+            if time.monotonic() - written > 1.0:  # `grpo health` sees each server's requests rise
+                self._write_status()
+                written = time.monotonic()
             if self.cancel.is_set():
                 for server in servers:
                     if server.client is not None:
@@ -242,6 +276,7 @@ class ServerEngine(RolloutEngine):
             if garbage:
                 raise ServerError("garbage", "unexpected answer: injected garbage (faults.garbage_server_at_steps)")
             result = self.backend.generate(server.client, prompt, params, seed)
+            self.fleet.answered(server)
         except ServerError as exc:
             status = SampleStatus.TIMEOUT if exc.kind == "timeout" else SampleStatus.FAILED
             return Completion([], [], "", "error", status, str(exc), {**meta, "error": exc.kind})
@@ -256,18 +291,22 @@ class ServerEngine(RolloutEngine):
 
     def status(self) -> list[dict]:
         return [{**s.status(), "revision": s.revision, "policy_version": self.version if s.revision == self.revision
-                 and s.revision is not None else None} for s in self.servers]
+                 and s.revision is not None else None, "requests": self.fleet.requests(s),
+                 "restarting_aside": self.fleet.restarting(s)} for s in self.servers]
 
     def _write_status(self) -> None:
         try:
-            atomic_write_json(self.status_path, {"time": time.time(), "engine": self.backend.name,
-                                                 "trainer_policy_version": self.version, "last_sync": self.last_sync,
-                                                 "tolerance": self.tolerance, "health_ids": self.probe[:8],
-                                                 "servers": self.status()})
+            with self._status_lock:
+                atomic_write_json(self.status_path, {
+                    "time": time.time(), "engine": self.backend.name, "trainer_policy_version": self.version,
+                    "last_sync": self.last_sync, "tolerance": self.tolerance, "health_ids": self.probe[:8],
+                    "servers": self.status()})
         except OSError:
             pass  # status is for `grpo health`; the run does not depend on it
 
     def close(self) -> None:
+        self._closing.set()  # a restart in the background ends its wait at once
+        self.fleet.close()
         for server in self.servers:
             server.stop()
         self._write_status()

@@ -33,11 +33,12 @@ def test_greedy_is_independent_of_batching_and_padding():
 
 def test_sampled_logprobs_match_a_training_forward_pass():
     engine, tok = make_engine()
-    prompts = prompts_for(tok, ["abc", "hello world", "9+9="])
+    # Repeated prompts (a group's samples) are prefilled once and continued from the shared cache.
+    prompts = prompts_for(tok, ["abc", "hello world", "abc", "9+9=", "abc"])
     temperature = 0.7
     outs = engine.generate(prompts, SamplingParams(10, temperature), list(range(1, 1 + len(prompts))))
-    batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(3))
-    mb = collate(batch, [0, 1, 2], tok.pad_token_id, torch.device("cpu"))
+    batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(len(prompts)))
+    mb = collate(batch, list(range(len(prompts))), tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
         logprobs, _ = completion_logprobs(engine.model, mb, temperature)
     torch.testing.assert_close(logprobs * mb.completion_mask, mb.old_logprobs, atol=1e-4, rtol=1e-4)
