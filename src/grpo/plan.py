@@ -43,12 +43,13 @@ class Costs:
     activation_scale: float = 1.0
     # Eager attention keeps its softmax [heads, query, key] in fp32 and in the model's dtype.
     attention_score_bytes: float = 6.0
-    # The loss's logits of one micro-batch: bytes per element of [rows, completion tokens, vocab] alive at once
-    # (the model's output, its fp32 upcast, log-softmax and entropy temporaries, their gradients) ...
-    logits_element_bytes: float = 16.0
-    # ... and fp32 copies of [head_chunk_tokens, vocab] when the head runs a chunk of tokens at a time (0: not).
-    head_chunk_tokens: int = 0
-    head_chunk_fp32_copies: float = 0.0
+    # The loss's logits of one micro-batch (grpo.policy.head): [completion tokens, vocab] in the model's dtype,
+    # kept for backward (which turns them into their own gradient in place) ...
+    logits_dtype_copies: float = 1.0
+    # ... and, a chunk of head_chunk_tokens at a time, fp32 temporaries of [chunk, vocab]: the scaled logits,
+    # their exponentials, the softmax and its product for the entropy.
+    head_chunk_tokens: int = 256
+    head_chunk_fp32_copies: float = 3.0
     # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
     decode_logits_fp32_copies: float = 4.0
     # Resident memory the allocator keeps after peaks it has freed (glibc arenas), as a fraction of the rest.
@@ -318,8 +319,10 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
                          + rows * T * layer_token_bytes(cfg, arch, (P + T) / T))
         scores = layers * (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
         note = f"{prompts} prompts x {P} + {rows} rows x {T} tokens, {layers} layers"
-    logits = rows * T * arch.vocab_size * costs.logits_element_bytes \
+    logits = rows * T * arch.vocab_size * w * costs.logits_dtype_copies \
         + min(costs.head_chunk_tokens, rows * T) * arch.vocab_size * 4 * costs.head_chunk_fp32_copies
+    if cfg.model.lora.rank == 0:  # the head's weight gradient, made whole before it is accumulated
+        logits += arch.vocab_size * arch.hidden_size * w
     out = [Component("activations", kept * costs.activation_scale, note)]
     if scores:
         out.append(Component("attention scores", scores * costs.activation_scale,
