@@ -132,9 +132,9 @@ def main() -> None:
         rows.append({"config": name, "overrides": CONFIGS[name], "predicted": predicted, "measured": measured,
                      "seconds": time.time() - started})
         print(f"[{name}] measured in {time.time() - started:.0f}s", flush=True)
+        if args.json:  # after each config: a long series interrupted keeps what it measured
+            Path(args.json).write_text(json.dumps(rows, indent=2))
     print(table(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

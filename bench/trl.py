@@ -6,7 +6,7 @@ phase, peak RSS and mean completion length, in both precision pairings.
 
 The work: SmolLM2-135M-Instruct, two-digit additions (grpo's arith task: the same prompts, in the same order,
 for both), 8 prompts x 8 samples x 40 new tokens, temperature 1.0, lr 1e-5, no KL, no gradient
-checkpointing, micro-batches of 32 rows. Pairings:
+checkpointing, micro-batches of 32 rows (--micro-batch, the same on both sides). Pairings:
   fp32: grpo bf16 weights with fp32 master weights and AdamW state  vs  TRL fp32 weights under bf16 autocast
   bf16: grpo bf16 weights without master weights                    vs  TRL pure bf16 weights (no autocast)
 Each configuration runs in its own process (its peak RSS is its own), for --warmup untimed steps and then
@@ -192,6 +192,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     parser.add_argument("--pairings", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    parser.add_argument("--micro-batch", type=int, default=32, help="rows per forward/backward, both sides "
+                                                                    "(grpo algo.micro_batch_size; TRL "
+                                                                    "per_device_train_batch_size); divides 64")
     parser.add_argument("--trl-python", default=str(REPO / ".venv-trl" / "bin" / "python"))
     parser.add_argument("--work-dir", default=str(REPO / "bench_runs" / "trl"), help="run directories and logs")
     parser.add_argument("--out", help="append a dated section with the machine and the tables to this file "
@@ -206,7 +209,10 @@ def main() -> None:
         raise SystemExit(f"{args.trl_python} does not exist: build TRL's environment with scripts/setup_trl_env.sh")
     from grpo.policy.models import resolve_model_source
 
-    work = Work()
+    work = Work(micro_batch_size=args.micro_batch)
+    if (work.problems_per_step * work.samples_per_problem) % work.micro_batch_size:
+        raise SystemExit(f"--micro-batch {args.micro_batch} must divide the step's "
+                         f"{work.problems_per_step * work.samples_per_problem} completions")
     out = Path(args.work_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model_source(MODEL)  # the packaged GGUF, dequantised once to a HF directory
@@ -229,7 +235,7 @@ def main() -> None:
     if args.out:
         section = [f"## grpo vs TRL: {started:%Y-%m-%d %H:%M} UTC", "", header, "", *lines,
                    "", f"`python bench/trl.py --steps {args.steps} --warmup {args.warmup} --pairings "
-                   f"{args.pairings}`", ""]
+                   f"{args.pairings} --micro-batch {args.micro_batch}`", ""]
         path = Path(args.out)
         prefix = "" if path.is_file() else "# Benchmark results\n\n"
         with open(path, "a") as f:
