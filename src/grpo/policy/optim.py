@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -10,10 +11,18 @@ from torch.distributed.tensor import DTensor
 from grpo.config import ActorConfig
 
 
+def _move_grad_to_master(master: torch.Tensor, param: torch.Tensor) -> None:
+    if master.grad is None:
+        master.grad = param.grad.float()
+    else:
+        master.grad.add_(param.grad)
+    param.grad = None
+
+
 class MasterWeightAdamW:
     """AdamW whose parameters and state are fp32 copies of a bf16/fp16 model's trainable weights.
 
-    Micro-batch gradients are moved into fp32 as they arrive, so accumulation does not round to bf16;
+    Micro-batch gradients are added into fp32 as they arrive, so accumulation does not round to bf16;
     after each step the fp32 weights are copied back into the model. For an fp32 model the master
     weights are the model's own parameters and nothing is copied.
     """
@@ -25,6 +34,10 @@ class MasterWeightAdamW:
         self.use_master = cfg.fp32_master_weights and any(p.dtype != torch.float32 for p in self.params)
         if self.use_master:
             self.master = [p.detach().float().clone() for p in self.params]
+            # Each gradient moves into its fp32 master as soon as backward has it, so the bf16
+            # gradients of the whole model never exist at once beside the fp32 ones.
+            for param, master in zip(self.params, self.master):
+                param.register_post_accumulate_grad_hook(functools.partial(_move_grad_to_master, master))
         else:
             self.master = self.params
         # Fused: one kernel over all tensors, about 4x faster than the per-tensor loop on CPU. FSDP's
@@ -34,19 +47,6 @@ class MasterWeightAdamW:
             self.master, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
             fused=not sharded, foreach=sharded or None,
         )
-
-    def accumulate_grads(self) -> None:
-        """Call after each micro-batch's backward()."""
-        if not self.use_master:
-            return
-        for param, master in zip(self.params, self.master):
-            if param.grad is None:
-                continue
-            if master.grad is None:
-                master.grad = param.grad.float()
-            else:
-                master.grad.add_(param.grad)
-            param.grad = None
 
     def clip_grad_norm(self, max_norm: float) -> float:
         """Clip in place and return the total norm before clipping (inf/nan when the grads are)."""

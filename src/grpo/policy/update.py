@@ -198,9 +198,16 @@ class UpdateResult:
 
 
 def micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
-    """Rows grouped by length, so each micro-batch pads little; the loss is normalised over the
-    whole batch, so the grouping does not change it."""
-    order = sorted(range(len(batch)), key=lambda r: (len(batch.prompt_ids[r]) + len(batch.completion_ids[r]), r))
+    """Rows in micro-batches of `size`, a group's samples (one prompt) side by side, so that each
+    micro-batch runs a prompt once for all its samples (the shared-prompt forward); groups ordered
+    by their longest row and rows within a group by length, so padding stays small. The loss is
+    normalised over the whole batch, so the grouping does not change it."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row, prompt in enumerate(batch.prompt_ids):
+        groups.setdefault(tuple(prompt), []).append(row)
+    length = lambda r: (len(batch.prompt_ids[r]) + len(batch.completion_ids[r]), r)  # noqa: E731
+    ordered = sorted(groups.values(), key=lambda rows: max(length(r) for r in rows))
+    order = [r for rows in ordered for r in sorted(rows, key=length)]
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
@@ -254,7 +261,6 @@ def update_policy(
                 collective.set_gradient_sync(index == passes - 1)
                 if index >= len(chunks):  # this rank's rows are done: a pass that keeps the collectives in step
                     collective.zero_loss().backward()
-                    optimizer.accumulate_grads()
                     continue
             mb = collate(batch, chunks[index], pad_id, device)
             logprobs, entropy = completion_logprobs(model, mb, temperature, with_entropy=update == 0)
@@ -264,7 +270,6 @@ def update_policy(
             if inject_nan:
                 loss = loss * float("nan")
             loss.backward()
-            optimizer.accumulate_grads()
             try:
                 check_stop()
             except BaseException:

@@ -45,7 +45,6 @@ def test_micro_batch_grads_accumulate_in_fp32():
     assert (torch.tensor(1.0, dtype=torch.bfloat16) + small).item() == 1.0
     for c in (1.0, small):
         (model.weight.float() * c).sum().backward()
-        opt.accumulate_grads()
         assert model.weight.grad is None  # moved into the master
     assert opt.master[0].grad.dtype == torch.float32
     assert torch.equal(opt.master[0].grad, torch.full((3, 4), 1.0 + small))
@@ -68,7 +67,6 @@ def test_accumulated_grads_equal_the_fp32_sum_of_each_micro_batch():
     opt = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
     for x in (x1, x2):
         backward_on(model, x)
-        opt.accumulate_grads()
     for master, g1, g2 in zip(opt.master, *per_batch):
         assert torch.equal(master.grad, g1.float() + g2.float())
 
@@ -79,7 +77,6 @@ def test_step_updates_masters_and_copies_the_rounded_masters_into_the_bf16_param
     opt = MasterWeightAdamW(model, ActorConfig(lr=lr))
     before = [m.detach().clone() for m in opt.master]
     backward_on(model, torch.randn(5, 4, generator=torch.Generator().manual_seed(3)))
-    opt.accumulate_grads()
     grads = [m.grad.clone() for m in opt.master]
     opt.step()
     for param, master, old, grad in zip(model.parameters(), opt.master, before, grads):
@@ -96,8 +93,6 @@ def test_zero_grad_clears_master_and_model_grads():
     model = bf16_linear(0)
     opt = MasterWeightAdamW(model, ActorConfig())
     backward_on(model, torch.ones(2, 4))
-    opt.accumulate_grads()
-    backward_on(model, torch.ones(2, 4))  # a stray micro-batch not yet accumulated
     opt.zero_grad()
     assert all(m.grad is None for m in opt.master)
     assert all(p.grad is None for p in model.parameters())
@@ -106,7 +101,6 @@ def test_zero_grad_clears_master_and_model_grads():
 def _train(model: torch.nn.Linear, opt: MasterWeightAdamW, seeds: list[int]) -> None:
     for seed in seeds:
         backward_on(model, torch.randn(5, 4, generator=torch.Generator().manual_seed(seed)))
-        opt.accumulate_grads()
         opt.step()
         opt.zero_grad()
 
@@ -120,7 +114,6 @@ def test_fp32_model_keeps_no_master_copies():
     assert all(m is p for m, p in zip(opt.master, params))
     backward_on(model, torch.ones(2, 4))
     grad = model.weight.grad.clone()
-    opt.accumulate_grads()  # no-op: the grads stay on the params
     assert torch.equal(model.weight.grad, grad)
     before = model.weight.detach().clone()
     opt.step()
