@@ -109,6 +109,8 @@ def main() -> None:
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--work-dir", default=str(REPO / "bench_runs" / "plan"))
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides for every config (e.g. "
+                                                     "rollout.problems_per_step=4), measured and predicted alike")
     parser.add_argument("--predict-only", metavar="JSON", help="no runs: predict again for the measured peaks in "
                                                                  "this --json file (after a recalibration)")
     args = parser.parse_args()
@@ -127,9 +129,10 @@ def main() -> None:
     rows = []
     for name in names:
         started = time.time()
-        measured = measure(name, CONFIGS[name], args.steps, out)
-        predicted = predict(CONFIGS[name], args.steps)
-        rows.append({"config": name, "overrides": CONFIGS[name], "predicted": predicted, "measured": measured,
+        overrides = [*args.overrides, *CONFIGS[name]]
+        measured = measure(name, overrides, args.steps, out)
+        predicted = predict(overrides, args.steps)
+        rows.append({"config": name, "overrides": overrides, "predicted": predicted, "measured": measured,
                      "seconds": time.time() - started})
         print(f"[{name}] measured in {time.time() - started:.0f}s", flush=True)
         if args.json:  # after each config: a long series interrupted keeps what it measured

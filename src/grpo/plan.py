@@ -312,9 +312,11 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
         scores = rows * heads * (P + T) ** 2 * costs.attention_score_bytes if eager else 0
         note = f"{rows} rows x {P + T} tokens, layer inputs kept, one layer recomputed"
     else:
-        # Each distinct prompt runs once (its KV cache shared by its group's rows), then the completions, which
-        # attend to the prompt and to the completion so far.
-        prompts = min(rows, cfg.rollout.problems_per_step)
+        # A micro-batch holds whole groups (a group split at its edges adds one prompt); each distinct prompt
+        # runs once, its KV cache shared by its group's rows, then the completions, which attend to the prompt
+        # and to the completion so far.
+        G = cfg.rollout.samples_per_problem
+        prompts = min(cfg.rollout.problems_per_step, -(-rows // G) + (1 if rows % G else 0))
         kept = layers * (prompts * P * layer_token_bytes(cfg, arch, 1.0)
                          + rows * T * layer_token_bytes(cfg, arch, (P + T) / T))
         scores = layers * (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
