@@ -52,8 +52,6 @@ class Costs:
     head_chunk_fp32_copies: float = 3.0
     # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
     decode_logits_fp32_copies: float = 4.0
-    # Resident memory the allocator keeps after peaks it has freed (glibc arenas), as a fraction of the rest.
-    allocator_slack: float = 0.0
 
 
 COSTS = Costs()
@@ -259,9 +257,10 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     if r.engine in ("embedded", "auto"):  # auto may pick vLLM on a GPU: planned as embedded, the larger
         kv = gen_rows * (P + T) * arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * w
         gen.append(Component("KV cache", kv, f"{gen_rows} rows x {P + T} tokens"))
-        prefill = gen_rows * P * (arch.hidden_size + arch.intermediate_size) * w * 2
+        prompts = min(gen_rows, r.problems_per_step)  # each distinct prompt is prefilled once
+        prefill = prompts * P * (arch.hidden_size + arch.intermediate_size) * w * 2
         if eager:
-            prefill += gen_rows * arch.num_heads * P * P * costs.attention_score_bytes
+            prefill += prompts * arch.num_heads * P * P * costs.attention_score_bytes
         gen.append(Component("prefill activations", prefill, "one layer's, no gradient"))
         gen.append(Component("decode logits", gen_rows * arch.vocab_size * 4 * costs.decode_logits_fp32_copies,
                              f"{gen_rows} rows x {arch.vocab_size} vocabulary, fp32"))
@@ -274,11 +273,7 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     gradients = Component("gradients", trainable * (4 if (master or trained_bytes == 4) else w),
                           "accumulated over micro-batches" + (", fp32" if master else ""))
     update = Phase("update", tuple(steady + [gradients, *activation_components(cfg, arch, b, P, eager, costs)]))
-    phases = (load, generation, update)
-    if costs.allocator_slack:
-        phases = tuple(Phase(p.name, (*p.components, Component("allocator slack", p.bytes * costs.allocator_slack)))
-                       for p in phases)
-    return Plan(device, arch, params, trainable, prompt_len, phases, _server_note(cfg, device))
+    return Plan(device, arch, params, trainable, prompt_len, (load, generation, update), _server_note(cfg, device))
 
 
 def layer_token_bytes(cfg: RunConfig, arch: Architecture, kv_per_token: float) -> float:
