@@ -36,11 +36,11 @@ LORA_ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 class Costs:
     """Per-element costs of the trainer's computation, calibrated against measured peaks (bench/plan.py)."""
 
-    runtime_cpu_bytes: float = 0.60 * GIB  # Python, torch, transformers, grpo and the tokenizer, resident
+    runtime_cpu_bytes: float = 0.45 * GIB  # Python, torch, transformers, grpo and the tokenizer, resident
     runtime_cuda_bytes: float = 0.50 * GIB  # the CUDA context and its kernels, outside torch's allocator
     # What one decoder layer keeps for backward, per token, is counted tensor by tensor (`layer_token_bytes`);
     # this scales the count to what is measured (autograd's own buffers, the allocator's rounding).
-    activation_scale: float = 1.0
+    activation_scale: float = 0.85
     # Eager attention keeps its softmax [heads, query, key] in fp32 and in the model's dtype.
     attention_score_bytes: float = 6.0
     # The loss's logits of one micro-batch (grpo.policy.head): [completion tokens, vocab] in the model's dtype,
@@ -269,10 +269,18 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
                                  "adapted layers merged for generation"))
     generation = Phase("generation", tuple(steady + gen))
 
-    b = min(a.micro_batch_size, r.problems_per_step * r.samples_per_problem)
-    gradients = Component("gradients", trainable * (4 if (master or trained_bytes == 4) else w),
-                          "accumulated over micro-batches" + (", fp32" if master else ""))
-    update = Phase("update", tuple(steady + [gradients, *activation_components(cfg, arch, b, P, eager, costs)]))
+    rows_per_step = r.problems_per_step * r.samples_per_problem
+    b = min(a.micro_batch_size, rows_per_step)
+    activations = activation_components(cfg, arch, b, P, eager, costs)
+    grads = trainable * (4 if (master or trained_bytes == 4) else w)
+    if b == rows_per_step:
+        # One micro-batch: its backward makes the gradients as it frees the activations, so the peak holds
+        # the larger of the two, not both.
+        gradients = Component("gradients", max(0.0, grads - sum(c.bytes for c in activations)),
+                              "made while the activations are freed (one micro-batch): beyond them")
+    else:
+        gradients = Component("gradients", grads, "accumulated over micro-batches" + (", fp32" if master else ""))
+    update = Phase("update", tuple(steady + [gradients, *activations]))
     return Plan(device, arch, params, trainable, prompt_len, (load, generation, update), _server_note(cfg, device))
 
 
