@@ -1,4 +1,4 @@
-"""The `grpo` command: train, quickstart, eval, config show, export, doctor, health."""
+"""The `grpo` command: train, quickstart, eval, plan, config show, export, doctor, health."""
 
 from __future__ import annotations
 
@@ -97,6 +97,21 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(config: str | None, overrides: list[str]) -> int:
+    from grpo.config import split_overrides
+    from grpo.plan import architecture, available_memory, device_kind, plan_memory, prompt_tokens, render, suggestion
+
+    cfg = load_config(config, split_overrides(overrides)[0])
+    device = device_kind(cfg)
+    plan = plan_memory(cfg, device, architecture(cfg), prompt_tokens(cfg))
+    available = available_memory(cfg, device)
+    lines = render(plan, available)
+    if plan.peak_bytes > available.bytes:
+        lines.append(suggestion(cfg, plan, available.bytes, device))
+    _print("\n".join(lines))
+    return 0 if plan.peak_bytes <= available.bytes else 1
+
+
 def _doctor(path: Path, as_json: bool) -> int:
     from grpo.doctor import UnreadableRun, explain
 
@@ -174,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. task.path=... task.reward=math "
                                                  "eval.max_new_tokens=512 (keys eval does not use are refused)")
 
+    plan = sub.add_parser("plan", help="the peak memory a run will need, by phase (load, generation, update), "
+                                       "predicted from the model's config before anything loads; exit 1 when it "
+                                       "does not fit")
+    plan.add_argument("--config", help="YAML file or preset name")
+    plan.add_argument("overrides", nargs="*", help="dotted.key=value, as for grpo train")
+
     config = sub.add_parser("config", help="grpo config show [--config X] [overrides]")
     show = config.add_subparsers(dest="config_command", required=True).add_parser(
         "show", help="the resolved config with every key's default and meaning (a valid --config file)")
@@ -218,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(render(load_config(args.config, args.overrides)), end="")
             return 0
+        if args.command == "plan":
+            return _plan(args.config, args.overrides)
         if args.command == "health":
             from grpo.health import check, find_run
 

@@ -338,6 +338,17 @@ class FaultsConfig:
 
 
 @dataclass
+class MemoryConfig:
+    """`grpo train` predicts the run's peak memory before loading anything (`grpo plan` shows it by phase)
+    and refuses a run that cannot fit, naming the knob to change."""
+
+    check: bool = True  # false: run even when the predicted peak exceeds the memory available
+    # The memory the run may take, in GiB; null: MemAvailable (CPU, or the cgroup's room when lower), or the
+    # GPU's free memory (less a same-GPU server's memory fraction)
+    limit_gib: float | None = None
+
+
+@dataclass
 class RunConfig:
     name: str = "grpo"  # the run's name (W&B, the default run_dir)
     run_dir: str = "runs/{name}"  # where config, metrics, events, checkpoints and logs go
@@ -354,6 +365,7 @@ class RunConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     @property
     def resolved_run_dir(self) -> Path:
@@ -566,6 +578,8 @@ def validate(cfg: RunConfig) -> None:
         (g.baseline_steps >= 1, "guard.baseline_steps must be at least 1", g.baseline_steps),
         (g.pause_poll_s > 0, "guard.pause_poll_s must be above 0", g.pause_poll_s),
         (g.pause_timeout_s >= 0, "guard.pause_timeout_s must be 0 or more", g.pause_timeout_s),
+        (cfg.memory.limit_gib is None or cfg.memory.limit_gib > 0, "memory.limit_gib must be above 0 (or null for "
+         "what the machine has available)", cfg.memory.limit_gib),
         (0 <= cfg.faults.fail_fraction <= 1, "faults.fail_fraction must be in [0, 1]", cfg.faults.fail_fraction),
     ]
     for field_ in dataclasses.fields(GuardConfig):

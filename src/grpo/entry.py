@@ -16,6 +16,7 @@ from grpo.console import setup as setup_console
 from grpo.dist import from_environment
 from grpo.errors import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, ConfigError, DiskError, RunDirLocked, RunStopped, exit_status, one_line
 from grpo.loop import TrainingLoop
+from grpo.plan import device_kind, refusal
 from grpo.policy.models import resolve_device
 from grpo.report import report_line
 from grpo.rundir.resume import resume_command
@@ -28,6 +29,10 @@ def run(config: str | None, overrides: list[str]) -> int:
         config_overrides, resume_from = split_overrides(overrides)
         cfg = load_config(config, config_overrides)
         ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
+        if not ranks.distributed:  # sharded ranks hold a share each: the plan models one process
+            refused = refusal(cfg, device_kind(cfg))
+            if refused:
+                raise ConfigError(refused)
         # The lock comes first: a second trainer on this directory must not even open its log. Under
         # torchrun, rank 0 holds it and writes the run directory.
         fresh = not Path(cfg.resolved_run_dir).exists()

@@ -1,0 +1,253 @@
+"""grpo and TRL's GRPOTrainer side by side on the same work, in one invocation: seconds per step, tokens/s by
+phase, peak RSS and mean completion length, in both precision pairings.
+
+    PYTHONPATH=src python bench/trl.py [--steps 3] [--warmup 1] [--trl-python .venv-trl/bin/python]
+                                       [--pairings fp32,bf16] [--out bench/RESULTS.md]
+
+The work: SmolLM2-135M-Instruct, two-digit additions (grpo's arith task: the same prompts, in the same order,
+for both), 8 prompts x 8 samples x 40 new tokens, temperature 1.0, lr 1e-5, no KL, no gradient
+checkpointing, micro-batches of 32 rows (--micro-batch, the same on both sides). Pairings:
+  fp32: grpo bf16 weights with fp32 master weights and AdamW state  vs  TRL fp32 weights under bf16 autocast
+  bf16: grpo bf16 weights without master weights                    vs  TRL pure bf16 weights (no autocast)
+Each configuration runs in its own process (its peak RSS is its own), for --warmup untimed steps and then
+--steps timed ones. TRL runs in its own environment (scripts/setup_trl_env.sh builds .venv-trl) through
+bench/trl_runner.py, offline, on the Hugging Face directory grpo's loader makes of the packaged GGUF.
+
+Phases: generation is sampling the completions (grpo: time/generate_s; TRL: its `_generate`); the update is
+forward, backward and optimizer step (grpo: time/update_s; TRL: the step less its generation batch's
+preparation). Tokens/s of both phases count completion tokens (what is sampled and what is trained on).
+Peak RSS: grpo resets VmHWM at each phase (for its per-phase memory metrics), so its peak is the largest of
+those and of the process's own maximum RSS; TRL's is its VmHWM at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = "smollm2-135m-instruct"
+PAIRINGS = {"fp32": ("fp32 master weights", "fp32 weights + bf16 autocast"),
+            "bf16": ("pure bf16 (no master weights)", "pure bf16 weights")}
+
+
+@dataclass
+class Work:
+    problems_per_step: int = 8
+    samples_per_problem: int = 8
+    max_new_tokens: int = 40
+    temperature: float = 1.0
+    lr: float = 1e-5
+    micro_batch_size: int = 32
+    seed: int = 0
+
+
+@dataclass
+class Result:
+    label: str
+    step_s: float  # median over the timed steps
+    generate_s: float
+    update_s: float
+    completion_tokens: float  # per step, mean over the timed steps
+    peak_rss_bytes: int
+    wall_s: float  # the whole process: load, warm-up and timed steps
+
+    @property
+    def generate_tokens_per_s(self) -> float:
+        return self.completion_tokens / self.generate_s
+
+    @property
+    def update_tokens_per_s(self) -> float:
+        return self.completion_tokens / self.update_s
+
+    def mean_length(self, work: Work) -> float:
+        return self.completion_tokens / (work.problems_per_step * work.samples_per_problem)
+
+
+def run_child(command: list[str], log: Path, env: dict[str, str]) -> tuple[int, float]:
+    """-> (the child's maximum RSS in bytes, wall seconds); its output goes to `log`."""
+    started = time.time()
+    with open(log, "w") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-25:])
+        raise SystemExit(f"{' '.join(command[:4])} ... failed (exit {child.returncode}); the end of {log}:\n{tail}")
+    return usage.ru_maxrss * 1024, time.time() - started
+
+
+def prompts(work: Work, count: int) -> list[dict]:
+    """The first `count` training problems in grpo's order, as the chat messages grpo renders them."""
+    from grpo.config import load_config
+    from grpo.tasks import build_task
+    from grpo.tasks.prompts import build_messages
+
+    cfg = load_config("quickstart", [f"train.seed={work.seed}"])
+    task = build_task(cfg.task, splits=("train",))
+    rows = []
+    for index in range(count):
+        problem = task.train_problem(index, cfg.train.seed)
+        rows.append({"messages": build_messages(problem, cfg.task), "gold": problem.gold})
+    return rows
+
+
+def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Result:
+    run_dir = out / f"grpo-{'master' if master else 'bf16'}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    overrides = [
+        f"model.name={MODEL}", "model.dtype=bfloat16", "model.gradient_checkpointing=false",
+        f"rollout.problems_per_step={work.problems_per_step}", f"rollout.samples_per_problem={work.samples_per_problem}",
+        f"rollout.max_new_tokens={work.max_new_tokens}", f"rollout.temperature={work.temperature}",
+        f"actor.lr={work.lr}", "actor.schedule=constant", "actor.warmup_steps=0", "actor.max_grad_norm=1.0",
+        f"actor.fp32_master_weights={str(master).lower()}", "algo.kl_coef=0",
+        f"algo.micro_batch_size={work.micro_batch_size}", f"train.steps={warmup + steps}", f"train.seed={work.seed}",
+        "eval.before_training=false", "eval.after_training=false", "eval.every_steps=0",
+        "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.save_final=false",
+        "logging.tensorboard=false",
+    ]
+    command = [sys.executable, "-m", "grpo", "train", "--config", "quickstart", "--run-dir", str(run_dir), *overrides]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    max_rss, wall = run_child(command, out / f"{run_dir.name}.log", env)
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    timed = lines[warmup:]
+    if len(timed) != steps:
+        raise SystemExit(f"{run_dir}/metrics.jsonl has {len(lines)} steps, expected {warmup + steps}")
+    phase_peaks = [v for line in lines for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib")]
+    return Result(
+        label=f"grpo, {PAIRINGS['fp32' if master else 'bf16'][0]}",
+        step_s=statistics.median(x["time/step_s"] for x in timed),
+        generate_s=statistics.median(x["time/generate_s"] for x in timed),
+        update_s=statistics.median(x["time/update_s"] for x in timed),
+        completion_tokens=statistics.mean(x["perf/generated_tokens"] for x in timed),
+        peak_rss_bytes=max([max_rss, *(int(v * 2**30) for v in phase_peaks)]),
+        wall_s=wall,
+    )
+
+
+def run_trl(work: Work, pure_bf16: bool, steps: int, warmup: int, out: Path, trl_python: str,
+            model_dir: str, rows: list[dict]) -> Result:
+    name = f"trl-{'bf16' if pure_bf16 else 'fp32-autocast'}"
+    spec = {**work.__dict__, "steps": warmup + steps, "precision": "bf16" if pure_bf16 else "fp32_autocast",
+            "model_dir": model_dir, "prompts": rows}
+    spec_path = out / f"{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # TRL's environment never imports grpo
+    env["HF_HUB_OFFLINE"] = "1"
+    log = out / f"{name}.log"
+    max_rss, wall = run_child([trl_python, str(REPO / "bench" / "trl_runner.py"), str(spec_path)], log, env)
+    report = json.loads(log.read_text().strip().splitlines()[-1])
+    timed = report["steps"][warmup:]
+    if len(timed) != steps:
+        raise SystemExit(f"{log}: {len(report['steps'])} steps reported, expected {warmup + steps}")
+    return Result(
+        label=f"TRL, {PAIRINGS['bf16' if pure_bf16 else 'fp32'][1]} ({report['attn_implementation']} attention)",
+        step_s=statistics.median(x["step_s"] for x in timed),
+        generate_s=statistics.median(x["generate_s"] for x in timed),
+        update_s=statistics.median(x["update_s"] for x in timed),
+        completion_tokens=statistics.mean(x["completion_tokens"] for x in timed),
+        peak_rss_bytes=max(report["peak_rss_bytes"], max_rss),
+        wall_s=wall,
+    )
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return f"{model}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
+
+
+def table(pairs: list[tuple[str, Result, Result]], work: Work) -> list[str]:
+    lines = ["| config | s/step | generation s | generation tok/s | update s | update tok/s | peak RSS MiB "
+             "| mean completion len |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for _, grpo, trl in pairs:
+        for r in (grpo, trl):
+            lines.append(f"| {r.label} | {r.step_s:.1f} | {r.generate_s:.1f} | {r.generate_tokens_per_s:.0f} "
+                         f"| {r.update_s:.1f} | {r.update_tokens_per_s:.0f} | {r.peak_rss_bytes / 2**20:,.0f} "
+                         f"| {r.mean_length(work):.1f} |")
+    lines += ["", "| pairing | TRL time / grpo time | grpo RSS / TRL RSS |", "|---|---:|---:|"]
+    for name, grpo, trl in pairs:
+        lines.append(f"| {name}: {PAIRINGS[name][0]} vs {PAIRINGS[name][1]} | {trl.step_s / grpo.step_s:.2f}x "
+                     f"| {grpo.peak_rss_bytes / trl.peak_rss_bytes:.2f}x |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
+    parser.add_argument("--pairings", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    parser.add_argument("--micro-batch", type=int, default=32, help="rows per forward/backward, both sides "
+                                                                    "(grpo algo.micro_batch_size; TRL "
+                                                                    "per_device_train_batch_size); divides 64")
+    parser.add_argument("--trl-python", default=str(REPO / ".venv-trl" / "bin" / "python"))
+    parser.add_argument("--work-dir", default=str(REPO / "bench_runs" / "trl"), help="run directories and logs")
+    parser.add_argument("--out", help="append a dated section with the machine and the tables to this file "
+                                      "(e.g. bench/RESULTS.md)")
+    args = parser.parse_args()
+    pairings = [p for p in args.pairings.split(",") if p]
+    if not pairings or any(p not in PAIRINGS for p in pairings):
+        raise SystemExit(f"--pairings {args.pairings!r}: give one or more of {', '.join(PAIRINGS)}")
+    if args.steps < 1 or args.warmup < 0:
+        raise SystemExit("--steps must be at least 1 and --warmup 0 or more")
+    if not Path(args.trl_python).is_file():
+        raise SystemExit(f"{args.trl_python} does not exist: build TRL's environment with scripts/setup_trl_env.sh")
+    from grpo.policy.models import resolve_model_source
+
+    work = Work(micro_batch_size=args.micro_batch)
+    if (work.problems_per_step * work.samples_per_problem) % work.micro_batch_size:
+        raise SystemExit(f"--micro-batch {args.micro_batch} must divide the step's "
+                         f"{work.problems_per_step * work.samples_per_problem} completions")
+    out = Path(args.work_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = resolve_model_source(MODEL)  # the packaged GGUF, dequantised once to a HF directory
+    rows = prompts(work, (args.warmup + args.steps) * work.problems_per_step)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    pairs = []
+    for name in pairings:
+        pure = name == "bf16"
+        print(f"[{name}] grpo ...", flush=True)
+        grpo = run_grpo(work, master=not pure, steps=args.steps, warmup=args.warmup, out=out)
+        print(f"[{name}] TRL ...", flush=True)
+        trl = run_trl(work, pure, args.steps, args.warmup, out, args.trl_python, model_dir, rows)
+        pairs.append((name, grpo, trl))
+    header = (f"grpo vs TRL {_trl_version(args.trl_python)} GRPOTrainer, {started:%Y-%m-%d %H:%M} UTC, {machine()}; "
+              f"{work.problems_per_step} prompts x {work.samples_per_problem} samples x {work.max_new_tokens} new "
+              f"tokens, micro-batch {work.micro_batch_size}, {args.warmup} warm-up + {args.steps} timed steps "
+              "(medians)")
+    lines = table(pairs, work)
+    print("\n" + header + "\n\n" + "\n".join(lines))
+    if args.out:
+        section = [f"## grpo vs TRL: {started:%Y-%m-%d %H:%M} UTC", "", header, "", *lines,
+                   "", f"`python bench/trl.py --steps {args.steps} --warmup {args.warmup} --pairings "
+                   f"{args.pairings} --micro-batch {args.micro_batch}`", ""]
+        path = Path(args.out)
+        prefix = "" if path.is_file() else "# Benchmark results\n\n"
+        with open(path, "a") as f:
+            f.write(prefix + "\n".join(section) + "\n")
+        print(f"appended to {path}")
+
+
+def _trl_version(python: str) -> str:
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('trl'))"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() or "(unknown version)"
+
+
+if __name__ == "__main__":
+    main()
