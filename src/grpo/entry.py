@@ -9,7 +9,6 @@ import os
 import shutil
 from pathlib import Path
 
-from grpo.allocator import return_freed_memory
 from grpo.config import RunConfig, load_config, split_overrides
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
@@ -24,7 +23,6 @@ from grpo.rundir.run import RunDir
 
 
 def run(config: str | None, overrides: list[str]) -> int:
-    return_freed_memory()  # before the model loads: its memory then comes back when freed
     try:
         config_overrides, resume_from = split_overrides(overrides)
         cfg = load_config(config, config_overrides)
