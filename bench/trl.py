@@ -120,9 +120,13 @@ def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Re
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
     max_rss, wall = run_child(command, out / f"{run_dir.name}.log", env)
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    timed = lines[warmup:]
-    if len(timed) != steps:
+    if len(lines) != warmup + steps:
         raise SystemExit(f"{run_dir}/metrics.jsonl has {len(lines)} steps, expected {warmup + steps}")
+    # A step whose groups all agree has no update (GRPO's no-signal skip): only steps that did the whole
+    # work (generation and update, as TRL's every step does) are timed.
+    timed = [x for x in lines[warmup:] if "time/update_s" in x]
+    if not timed:
+        raise SystemExit(f"{run_dir}: no timed step updated the policy; run more --steps")
     phase_peaks = [v for line in lines for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib")]
     return Result(
         label=f"grpo, {PAIRINGS['fp32' if master else 'bf16'][0]}",
