@@ -40,7 +40,7 @@ class Costs:
     runtime_cuda_bytes: float = 0.50 * GIB  # the CUDA context and its kernels, outside torch's allocator
     # What one decoder layer keeps for backward, per token, is counted tensor by tensor (`layer_token_bytes`);
     # this scales the count to what is measured (autograd's own buffers, the allocator's rounding).
-    activation_scale: float = 0.85
+    activation_scale: float = 1.4
     # Eager attention keeps its softmax [heads, query, key] in fp32 and in the model's dtype.
     attention_score_bytes: float = 6.0
     # The loss's logits of one micro-batch (grpo.policy.head): [completion tokens, vocab] in the model's dtype,
