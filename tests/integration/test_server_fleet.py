@@ -93,7 +93,10 @@ def test_one_of_two_servers_killed_mid_rollout_only_its_samples_are_retried_whil
     # only sglang-0's share failed: half of the step's 16 samples at most (round robin over the two)
     assert 0 < lines[2]["rollout/failed"] <= 8 and lines[2]["rollout/retries"] == lines[2]["rollout/failed"]
     # nothing of the dead incarnation was trained on; the other server kept serving through it
-    assert lines[2]["rollout/sources"] == lines[3]["rollout/sources"] == ["sglang-1#1"]
+    assert lines[2]["rollout/sources"] == ["sglang-1#1"]
+    # Step 3 runs while sglang-0 restarts: on a busy machine the restart may win and serve it too; the
+    # dead incarnation never serves again either way.
+    assert set(lines[3]["rollout/sources"]) <= {"sglang-1#1", "sglang-0#2"} and "sglang-1#1" in lines[3]["rollout/sources"]
     assert lines[4]["rollout/sources"] == ["sglang-0#2", "sglang-1#1"]  # back, verified, serving again
     assert sorted(lines) == [1, 2, 3, 4] and all(line["update/applied"] == 1 for line in lines.values())
 
