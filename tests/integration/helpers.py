@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -49,3 +51,31 @@ def disturb_each_evaluation(monkeypatch) -> list[tuple[list, list, dict, dict]]:
 
     monkeypatch.setattr("grpo.held_out.evaluate", disturbed)
     return compared
+
+
+def start_attached_standin(tmp_path: Path, name: str) -> tuple[subprocess.Popen, str]:
+    """The SGLang stand-in on a tiny model, started as a user runs their own server: -> (process, URL),
+    once it listens. Its log is tmp_path/<name>.log."""
+    from grpo.config import TinyModelConfig
+    from grpo.policy.models import build_char_tokenizer, build_tiny_model
+
+    model_dir = tmp_path / "served"
+    if not model_dir.exists():
+        tokenizer = build_char_tokenizer()
+        torch.manual_seed(0)
+        build_tiny_model(TinyModelConfig(), tokenizer, torch.float32).save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+    log_path = tmp_path / f"{name}.log"
+    standin = Path(__file__).resolve().parent.parent / "standins" / "sglang_server.py"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, str(standin), "--model-path", str(model_dir), "--host", "127.0.0.1",
+                                 "--port", "0"], stdout=log, stderr=subprocess.STDOUT, text=True)
+    url = None
+    with log_path.open() as reader:
+        while url is None and proc.poll() is None:
+            line = reader.readline()
+            if "Uvicorn running on" in line:
+                url = line.split("running on ")[1].split()[0]
+    assert url, log_path.read_text()
+    return proc, url
+

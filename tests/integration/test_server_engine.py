@@ -22,7 +22,7 @@ from grpo.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
 
-from .helpers import disturb_each_evaluation, metric_lines
+from .helpers import disturb_each_evaluation, metric_lines, start_attached_standin
 
 STANDIN = Path(__file__).resolve().parents[1] / "standins" / "sglang_server.py"
 STANDIN_COMMAND = f"{{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} --dtype {{dtype}} --seed {{seed}}"
@@ -186,27 +186,7 @@ def test_a_server_that_dies_on_every_start_stops_the_run_with_a_diagnosis(tmp_pa
 @pytest.fixture
 def standin(tmp_path):
     """A stand-in server started by the test, as a user would run their own."""
-    from grpo.policy.models import build_char_tokenizer, build_tiny_model
-    from grpo.config import TinyModelConfig
-    import torch
-
-    model_dir = tmp_path / "served"
-    tokenizer = build_char_tokenizer()
-    torch.manual_seed(0)
-    build_tiny_model(TinyModelConfig(), tokenizer, torch.float32).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    log = open(tmp_path / "standin.log", "w")
-    proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", str(model_dir), "--host", "127.0.0.1",
-                             "--port", "0"], stdout=log, stderr=subprocess.STDOUT, text=True)
-    url = None
-    with open(tmp_path / "standin.log") as reader:
-        while url is None and proc.poll() is None:
-            line = reader.readline()
-            if "Uvicorn running on" in line:
-                url = line.split("running on ")[1].split()[0]
-            elif not line:
-                proc.poll()
-    assert url, (tmp_path / "standin.log").read_text()
+    proc, url = start_attached_standin(tmp_path, "standin")
     yield proc, url
     proc.kill()
     proc.wait()

@@ -18,7 +18,7 @@ from grpo.health import check
 from grpo.loop import TrainingLoop
 from grpo.rollout.server.supervisor import ServerState
 
-from .helpers import max_param_diff, metric_lines, params
+from .helpers import max_param_diff, metric_lines, params, start_attached_standin
 from .test_server_engine import SGLANG, of_kind
 
 FLEET = [*SGLANG, "rollout.server.replicas=2"]
@@ -128,32 +128,12 @@ def test_two_ranks_on_two_servers_end_with_the_parameters_of_one_process_on_one_
 
 
 def test_two_attached_servers_both_serve_and_are_verified_after_every_update(tmp_path):
-    import subprocess
-    import sys
-
-    import torch
-
-    from grpo.config import TinyModelConfig
-    from grpo.policy.models import build_char_tokenizer, build_tiny_model
-
-    from .test_server_engine import STANDIN
-
-    model_dir = tmp_path / "served"
-    tokenizer = build_char_tokenizer()
-    torch.manual_seed(0)
-    build_tiny_model(TinyModelConfig(), tokenizer, torch.float32).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
     procs, urls = [], []
     try:
         for i in range(2):
-            log = tmp_path / f"standin-{i}.log"
-            procs.append(subprocess.Popen([sys.executable, str(STANDIN), "--model-path", str(model_dir),
-                                           "--host", "127.0.0.1", "--port", "0"], stdout=log.open("w"),
-                                          stderr=subprocess.STDOUT))
-            deadline = time.monotonic() + 120
-            while "fired up" not in log.read_text() and procs[-1].poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            urls.append(log.read_text().split("running on ")[1].split()[0])
+            proc, url = start_attached_standin(tmp_path, f"standin-{i}")
+            procs.append(proc)
+            urls.append(url)
         run_dir = tmp_path / "r"
         train(run_dir, "rollout.engine=sglang", f"rollout.server.urls=[{urls[0]},{urls[1]}]", "train.steps=2")
         lines = metric_lines(run_dir)
