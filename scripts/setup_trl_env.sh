@@ -39,43 +39,13 @@ PY
 
 start=$(date +%s)
 
-if [[ -x "$ENV_DIR/bin/python" ]]; then
-    if have="$(check_trl)" && [[ "$(tail -n1 <<<"$have")" == "$TRL_VERSION" ]]; then
-        say "$ENV_DIR already has trl $TRL_VERSION: nothing to do"
-        exit 0
-    fi
-    say "$ENV_DIR exists but lacks a working trl $TRL_VERSION: (re)installing into it"
-else
-    say "creating venv $ENV_DIR with $($PYTHON --version 2>&1) ($(command -v "$PYTHON"))"
-    "$PYTHON" -m venv "$ENV_DIR"
-fi
-
-PIP=("$ENV_DIR/bin/python" -m pip --disable-pip-version-check)
-Q=(--quiet)
-[[ "${VERBOSE:-0}" == 1 ]] && Q=()
-
-say "upgrading pip"
-"${PIP[@]}" install --quiet --upgrade pip
-
-say "installing torch==$TORCH_VERSION (CPU build)"
-"${PIP[@]}" install "${Q[@]}" "torch==$TORCH_VERSION"
-if ! "$ENV_DIR/bin/python" -W ignore -c "import torch, sys; sys.exit(0 if '+cpu' in torch.__version__ else 1)"; then
-    say "WARNING: installed torch is $("$ENV_DIR/bin/python" -W ignore -c 'import torch; print(torch.__version__)'), not a +cpu build"
-fi
+source "$REPO_ROOT/scripts/cpu_venv.sh"
+ensure_venv check_trl "$TRL_VERSION" trl
+install_cpu_torch
 
 say "installing trl==$TRL_VERSION, transformers==$TRANSFORMERS_VERSION"
 "${PIP[@]}" install "${Q[@]}" "trl==$TRL_VERSION" "transformers==$TRANSFORMERS_VERSION" "torch==$TORCH_VERSION"
 
-say "verifying: from trl import GRPOTrainer"
-if ! have="$(check_trl)"; then
-    say "ERROR: 'from trl import GRPOTrainer' fails in $ENV_DIR:"
-    "$ENV_DIR/bin/python" -c "from trl import GRPOTrainer" || true
-    exit 1
-fi
-have="$(tail -n1 <<<"$have")"
-if [[ "$have" != "$TRL_VERSION" ]]; then
-    say "ERROR: trl $have installed, expected $TRL_VERSION"
-    exit 1
-fi
+verify_installed check_trl "$TRL_VERSION" trl "from trl import GRPOTrainer"
 versions="$("$ENV_DIR/bin/python" -W ignore -c 'import torch, transformers; print(f"torch {torch.__version__}, transformers {transformers.__version__}")')"
-say "done: trl $have, $versions, $(du -sh "$ENV_DIR" | cut -f1), $(( $(date +%s) - start ))s"
+say "done: trl $TRL_VERSION, $versions, $(du -sh "$ENV_DIR" | cut -f1), $(( $(date +%s) - start ))s"

