@@ -23,7 +23,11 @@ from .helpers import deterministic, metric_lines
 
 pytestmark = pytest.mark.distributed
 STEPS = ["train.steps=5", "checkpoint.every_steps=2", "checkpoint.keep_last=5"]
-TOLERANCE = 1e-5  # fp32: gradients summed in another order, through five AdamW steps
+# fp32, gradients summed in another order. AdamW's first steps move a parameter by about lr (1e-3 in
+# tiny) however small its gradient, so the few whose gradients are near AdamW's eps (1e-8) turn that
+# rounding into up to ~1% of a step; a wrong batch, share or normalisation moves most parameters by ~lr.
+TOLERANCE = 2e-5  # any parameter
+ROUNDING = 1e-6  # ... and at most 1 in 1,000 of them past this
 
 
 def torchrun(run_dir: Path, *overrides: str, nproc: int = 2, max_restarts: int = 0) -> subprocess.CompletedProcess:
@@ -43,9 +47,12 @@ def weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(run_dir / "checkpoints" / f"step_{step:06d}" / "model" / "model.safetensors")
 
 
-def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+    diffs = [(a[k].float() - b[k].float()).abs() for k in a]
+    assert max(d.max().item() for d in diffs) < TOLERANCE
+    past_rounding = sum(int((d > ROUNDING).sum()) for d in diffs)
+    assert past_rounding <= sum(d.numel() for d in diffs) / 1000, f"{past_rounding} parameters differ by > {ROUNDING}"
 
 
 def assert_close_metrics(a: Path, b: Path) -> None:
@@ -72,7 +79,7 @@ def test_two_ranks_compute_what_one_process_does(tmp_path, single):
     run_dir = tmp_path / "r"
     result = torchrun(run_dir, *STEPS)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert max_diff(weights(single, 5), weights(run_dir, 5)) < TOLERANCE
+    assert_same_weights(weights(single, 5), weights(run_dir, 5))
     assert_close_metrics(single, run_dir)
     policy_files = sorted(p.name for p in (run_dir / "checkpoints" / "step_000005" / "policy").iterdir())
     assert policy_files == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # each rank wrote its shards
@@ -81,7 +88,7 @@ def test_two_ranks_compute_what_one_process_does(tmp_path, single):
 
     model = AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "step_000005" / "model")
     loaded = {k: v for k, v in model.state_dict().items() if k in weights(single, 5)}
-    assert max_diff(loaded, weights(single, 5)) < TOLERANCE  # the consolidated model loads in plain transformers
+    assert_same_weights(loaded, weights(single, 5))  # the consolidated model loads in plain transformers
 
 
 def test_a_nan_on_rank_1_only_is_not_applied_by_any_rank_and_both_roll_back(tmp_path):
@@ -97,7 +104,7 @@ def test_a_nan_on_rank_1_only_is_not_applied_by_any_rank_and_both_roll_back(tmp_
     line3 = next(x for x in metric_lines(run_dir) if x["step"] == 3)
     assert line3["update/applied"] == 0 and line3["update/nonfinite"] == 1
     # Had either rank applied the NaN step, or rolled back alone, this could not match one process.
-    assert max_diff(weights(tmp_path / "one", 5), weights(run_dir, 5)) < TOLERANCE
+    assert_same_weights(weights(tmp_path / "one", 5), weights(run_dir, 5))
 
 
 def test_a_rank_killed_mid_step_is_restarted_by_the_launcher_and_the_run_ends_as_if_it_had_not(tmp_path, single):
@@ -109,19 +116,19 @@ def test_a_rank_killed_mid_step_is_restarted_by_the_launcher_and_the_run_ends_as
     restarts = [e for e in events if e["kind"] == "restart"]
     assert len(restarts) == 1 and restarts[0]["message"].endswith("step_000002")  # the last good checkpoint
     assert [x["step"] for x in metric_lines(run_dir)] == [1, 2, 3, 4, 5]  # step 3's line replayed once
-    assert max_diff(weights(single, 5), weights(run_dir, 5)) < TOLERANCE
+    assert_same_weights(weights(single, 5), weights(run_dir, 5))
 
 
 def test_a_checkpoint_of_two_ranks_resumes_in_one_process_and_back(tmp_path, single):
     two_then_one = tmp_path / "a"
     assert torchrun(two_then_one, *STEPS, "train.steps=3").returncode == 0
     one_process(two_then_one, *STEPS)  # same directory: resumes from step 3, saved by 2 ranks
-    assert max_diff(weights(single, 5), weights(two_then_one, 5)) < TOLERANCE
+    assert_same_weights(weights(single, 5), weights(two_then_one, 5))
 
     one_then_two = tmp_path / "b"
     one_process(one_then_two, *STEPS, "train.steps=3")
     result = torchrun(one_then_two, *STEPS)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert max_diff(weights(single, 5), weights(one_then_two, 5)) < TOLERANCE
+    assert_same_weights(weights(single, 5), weights(one_then_two, 5))
     for run_dir in (two_then_one, one_then_two):
         assert [x["step"] for x in metric_lines(run_dir)] == [1, 2, 3, 4, 5]

@@ -16,7 +16,7 @@ from grpo.doctor import diagnose
 from grpo.rundir.files import JsonlLog
 
 from .helpers import metric_lines
-from .test_distributed import STEPS, TOLERANCE, assert_close_metrics, max_diff, one_process, weights
+from .test_distributed import STEPS, assert_close_metrics, assert_same_weights, one_process, weights
 
 pytestmark = [pytest.mark.distributed,
               pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")]
@@ -42,7 +42,7 @@ def test_two_ranks_as_ray_actors_compute_what_one_process_does(tmp_path, single)
     run_dir = tmp_path / "r"
     result = ray_launch(run_dir, *STEPS)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert max_diff(weights(single, 5), weights(run_dir, 5)) < TOLERANCE
+    assert_same_weights(weights(single, 5), weights(run_dir, 5))
     assert_close_metrics(single, run_dir)
     policy = sorted(p.name for p in (run_dir / "checkpoints" / "step_000005" / "policy").iterdir())
     assert policy == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # each actor wrote its shards
@@ -61,7 +61,7 @@ def test_a_killed_actor_is_restarted_with_its_group_and_the_run_ends_as_if_it_ha
     resumed = [e for e in events if e["kind"] == "restart"]
     assert len(resumed) == 1 and resumed[0]["message"].endswith("step_000002")  # the last good checkpoint
     assert [x["step"] for x in metric_lines(run_dir)] == [1, 2, 3, 4, 5]
-    assert max_diff(weights(single, 5), weights(run_dir, 5)) < TOLERANCE
+    assert_same_weights(weights(single, 5), weights(run_dir, 5))
     recovery = next(line for line in diagnose(run_dir) if line.startswith("RECOVERY"))
     assert "1 rank(s) lost" in recovery and "1 group restart(s) by the launcher" in recovery
 

@@ -16,7 +16,7 @@ from grpo.doctor import diagnose
 from tests.processes import session
 
 from .helpers import metric_lines
-from .test_distributed import max_diff, one_process, weights
+from .test_distributed import assert_same_weights, one_process, weights
 from .test_ray import ray_launch
 from .test_server_engine import SGLANG, of_kind
 
@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.distributed,
               pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")]
 
 FLEET = [*SGLANG, "rollout.server.replicas=2", "checkpoint.keep_last=10"]
-TOLERANCE = 1e-5  # fp32
 STEPS = 30
 
 
@@ -40,7 +39,7 @@ def test_two_servers_as_ray_actors_end_with_the_parameters_of_one_server_in_one_
     run_dir = tmp_path / "r"
     result = ray_launch(run_dir, *FLEET, "train.steps=3", nproc=nproc)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert max_diff(weights(one_server, 3), weights(run_dir, 3)) <= TOLERANCE
+    assert_same_weights(weights(one_server, 3), weights(run_dir, 3))
     starts = {e["evidence"]["server"]: e["evidence"] for e in of_kind(run_dir, "server_start")}
     # each server in its own bundle, after the ranks', in an actor of its own (not a trainer's process)
     assert sorted((name, s["bundle"]) for name, s in starts.items()) == [("sglang-0", nproc), ("sglang-1", nproc + 1)]
