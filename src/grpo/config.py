@@ -57,7 +57,8 @@ class ModelConfig:
     name: str = "smollm2-135m-instruct"
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"  # the weights' precision (fp32 AdamW master copies)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    # auto: eager on CPU (faster than SDPA's CPU kernels for short RL sequences), sdpa on GPU
+    # auto: eager on CPU (faster than SDPA's CPU kernels for short RL sequences; for Llama, Mistral and Qwen
+    # models without copying keys and values per query head: grpo.policy.attention), sdpa on GPU
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
     lora: LoraConfig = field(default_factory=LoraConfig)

@@ -26,7 +26,7 @@ BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The offline preset's architecture (SmolLM2-135M-Instruct), so its plan needs no conversion of the GGUF.
 SMOLLM2_135M = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                 "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "tie_word_embeddings": True,
-                "dtype": "float32"}
+                "dtype": "float32", "model_type": "llama"}
 # A server's memory fraction when rollout.server.memory_fraction is null: vLLM's --gpu-memory-utilization default.
 SERVER_DEFAULT_FRACTION = {"vllm": 0.9, "sglang": 0.88}
 LORA_ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -70,6 +70,7 @@ class Architecture:
     head_dim: int
     tied_embeddings: bool
     file_dtype: str | None  # the weights' dtype on disk; None: built in memory (tiny)
+    model_type: str = "llama"  # transformers' name for the architecture
 
     @classmethod
     def from_config_json(cls, config: dict, file_dtype: str | None) -> Architecture:
@@ -81,6 +82,7 @@ class Architecture:
             num_heads=heads, num_kv_heads=config.get("num_key_value_heads") or heads,
             head_dim=config.get("head_dim") or config["hidden_size"] // heads,
             tied_embeddings=bool(config.get("tie_word_embeddings", False)), file_dtype=file_dtype,
+            model_type=config.get("model_type", "llama"),
         )
 
     @property
@@ -252,7 +254,8 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     steady = resident + [optimizer]
     T, P = r.max_new_tokens, prompt_len
     gen_rows = min(r.generation_batch_size, r.problems_per_step * r.samples_per_problem)
-    eager = _attention(cfg, device) == "eager"
+    attention = _attention(cfg, device, arch)
+    eager = attention in ("eager", "grouped_eager")
     gen: list[Component] = []
     if r.engine in ("embedded", "auto"):  # auto may pick vLLM on a GPU: planned as embedded, the larger
         kv = gen_rows * (P + T) * arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * w
@@ -271,7 +274,7 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
 
     rows_per_step = r.problems_per_step * r.samples_per_problem
     b = min(a.micro_batch_size, rows_per_step)
-    activations = activation_components(cfg, arch, b, P, eager, costs)
+    activations = activation_components(cfg, arch, b, P, attention, costs)
     grads = trainable * (4 if (master or trained_bytes == 4) else w)
     if b == rows_per_step:
         # One micro-batch: its backward makes the gradients as it frees the activations, so the peak holds
@@ -284,15 +287,17 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     return Plan(device, arch, params, trainable, prompt_len, (load, generation, update), _server_note(cfg, device))
 
 
-def layer_token_bytes(cfg: RunConfig, arch: Architecture, kv_per_token: float) -> float:
+def layer_token_bytes(cfg: RunConfig, arch: Architecture, kv_per_token: float, attention: str) -> float:
     """Bytes one decoder layer keeps for backward per token, `kv_per_token` being the key/value positions its
     row holds per token it runs (completions attend to their prompt's cache too):
     two RMSNorms (fp32 input and normalised copy, and the dtype output), rotated queries and the attention
-    output, keys and values expanded to every head (eager and SDPA on CPU repeat them), the MLP's gate, its
-    activation, up and their product; with LoRA, PEFT's fp32 copy of each adapted layer's input."""
+    output, keys and values (expanded to every query head by eager and SDPA on CPU, not by grouped_eager),
+    the MLP's gate, its activation, up and their product; with LoRA, PEFT's fp32 copy of each adapted
+    layer's input."""
     w = BYTES[cfg.model.dtype]
     h, i, q = arch.hidden_size, arch.intermediate_size, arch.num_heads * arch.head_dim
-    total = 2 * h * (8 + w) + 2 * q * w + 2 * q * w * kv_per_token + 4 * i * w
+    kv = arch.num_kv_heads * arch.head_dim if attention == "grouped_eager" else q
+    total = 2 * h * (8 + w) + 2 * q * w + 2 * kv * w * kv_per_token + 4 * i * w
     if cfg.model.lora.rank > 0:
         targets = cfg.model.lora.target_modules
         adapted = LORA_ADAPTED if "all-linear" in targets else [n for n in LORA_ADAPTED if n in targets]
@@ -300,17 +305,18 @@ def layer_token_bytes(cfg: RunConfig, arch: Architecture, kv_per_token: float) -
     return total
 
 
-def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_len: int, eager: bool,
+def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_len: int, attention: str,
                           costs: Costs = COSTS) -> list[Component]:
     """What one micro-batch's forward keeps for its backward, and its logits."""
     w = BYTES[cfg.model.dtype]
+    eager = attention in ("eager", "grouped_eager")
     T, P = cfg.rollout.max_new_tokens, prompt_len
     heads, layers = arch.num_heads, arch.num_layers
     if cfg.model.gradient_checkpointing:
         # Every row runs prompt and completion in full; each layer keeps only its input, and one layer at a
         # time recomputes its activations in backward.
         tokens = rows * (P + T)
-        per_token = layer_token_bytes(cfg, arch, 1.0)
+        per_token = layer_token_bytes(cfg, arch, 1.0, attention)
         kept = layers * tokens * arch.hidden_size * w + tokens * per_token
         scores = rows * heads * (P + T) ** 2 * costs.attention_score_bytes if eager else 0
         note = f"{rows} rows x {P + T} tokens, layer inputs kept, one layer recomputed"
@@ -320,8 +326,8 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
         # and to the completion so far.
         G = cfg.rollout.samples_per_problem
         prompts = min(cfg.rollout.problems_per_step, -(-rows // G) + (1 if rows % G else 0))
-        kept = layers * (prompts * P * layer_token_bytes(cfg, arch, 1.0)
-                         + rows * T * layer_token_bytes(cfg, arch, (P + T) / T))
+        kept = layers * (prompts * P * layer_token_bytes(cfg, arch, 1.0, attention)
+                         + rows * T * layer_token_bytes(cfg, arch, (P + T) / T, attention))
         scores = layers * (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
         note = f"{prompts} prompts x {P} + {rows} rows x {T} tokens, {layers} layers"
     logits = rows * T * arch.vocab_size * w * costs.logits_dtype_copies \
@@ -336,9 +342,16 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
     return out
 
 
-def _attention(cfg: RunConfig, device: str) -> str:
+def _attention(cfg: RunConfig, device: str, arch: Architecture) -> str:
+    """The attention the trainer will run (grpo.policy.models picks the same)."""
+    from grpo.policy.attention import PLAIN_EAGER_MODELS
+
     attn = cfg.model.attn_implementation
-    return ("eager" if device == "cpu" else "sdpa") if attn == "auto" else attn
+    if attn != "auto":
+        return attn
+    if device != "cpu":
+        return "sdpa"
+    return "grouped_eager" if arch.model_type in PLAIN_EAGER_MODELS else "eager"
 
 
 def _server_note(cfg: RunConfig, device: str) -> str | None:

@@ -91,3 +91,10 @@ def test_a_hub_model_not_in_the_cache_is_not_downloaded_by_train(monkeypatch, tm
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
         architecture(load_config("quickstart", ["model.name=nobody/nothing"]), download=False)
+
+
+def test_grouped_eager_attention_keeps_keys_and_values_once_per_key_value_head():
+    grouped = phases(load_config("quickstart", []))
+    eager = phases(load_config("quickstart", ["model.attn_implementation=eager"]))
+    assert grouped["update"] < eager["update"]  # SmolLM2: 3 key-value heads for 9 query heads
+    assert grouped["load"] == eager["load"]

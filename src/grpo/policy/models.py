@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from grpo.config import ModelConfig, TinyModelConfig
+from grpo.policy.attention import use_grouped_eager
 from grpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
         except OSError as exc:  # hub errors (missing repo, gated, network) are OSErrors with a long text
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(f"model.name={cfg.name} could not be loaded: {first}") from None
+    if cfg.attn_implementation == "auto" and device.type == "cpu":
+        use_grouped_eager(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -1,0 +1,67 @@
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, Qwen2Config
+from transformers.models.llama.modeling_llama import eager_attention_forward
+
+from grpo.policy.attention import NAME, PLAIN_EAGER_MODELS, grouped_eager_attention, use_grouped_eager
+
+
+class Module(torch.nn.Module):
+    num_key_value_groups = 3
+
+
+def inputs(dtype: torch.dtype):
+    torch.manual_seed(0)
+    batch, kv_heads, groups, length, keys, dim = 2, 2, 3, 5, 9, 16
+    query = torch.randn(batch, kv_heads * groups, length, dim, dtype=dtype, requires_grad=True)
+    key = torch.randn(batch, kv_heads, keys, dim, dtype=dtype, requires_grad=True)
+    value = torch.randn(batch, kv_heads, keys, dim, dtype=dtype, requires_grad=True)
+    mask = torch.zeros(batch, 1, length, keys, dtype=dtype)
+    mask[0, :, :, :4] = torch.finfo(dtype).min  # row 0 is left-padded
+    return query, key, value, mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_outputs_and_gradients_are_eagers_to_rounding(dtype):
+    query, key, value, mask = inputs(dtype)
+    expected, expected_weights = eager_attention_forward(Module(), query, key, value, mask, 0.25)
+    output, weights = grouped_eager_attention(Module(), query, key, value, mask, 0.25)
+    assert output.shape == expected.shape == (2, 5, 6, 16)
+    assert weights.shape == expected_weights.shape == (2, 6, 5, 9)
+    grads = torch.autograd.grad(output.float().square().sum(), (query, key, value))
+    expected_grads = torch.autograd.grad(expected.float().square().sum(), (query, key, value))
+    # The same products, summed by matmuls of other shapes; eager also sums a key's gradient over its
+    # copies after rounding each, where here it is summed inside the matmul.
+    tolerance = 1e-6 if dtype == torch.float32 else 2 ** -7
+    for got, want in zip((output, weights, *grads), (expected, expected_weights, *expected_grads)):
+        assert (got.float() - want.float()).abs().max() <= tolerance * want.float().abs().max()
+
+
+def small() -> LlamaForCausalLM:
+    config = LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=2, attn_implementation="eager")
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config)
+
+
+def test_a_llama_model_switches_and_computes_the_same_logits_to_rounding():
+    model = small()
+    ids = torch.randint(0, 64, (3, 7))
+    with torch.no_grad():
+        expected = model(ids).logits
+    assert use_grouped_eager(model)
+    assert model.config._attn_implementation == NAME
+    with torch.no_grad():
+        logits = model(ids).logits
+    # The same products, summed by a matmul of another shape (a kernel may block them otherwise).
+    assert (logits - expected).abs().max() <= 1e-6 * expected.abs().max()
+
+
+def test_other_architectures_and_other_implementations_are_left_as_they_are():
+    model = small()
+    model.config.model_type = "gemma2"  # its eager attention softcaps the scores
+    assert not use_grouped_eager(model) and model.config._attn_implementation == "eager"
+    sdpa = small()
+    sdpa.set_attn_implementation("sdpa")
+    assert not use_grouped_eager(sdpa) and sdpa.config._attn_implementation == "sdpa"
+    assert {Qwen2Config().model_type, MistralConfig().model_type} <= PLAIN_EAGER_MODELS  # transformers' names
