@@ -30,15 +30,19 @@ def sample_next(
         drop_sorted = cumulative - sorted_lp.exp() > params.top_p  # keep the token that crosses top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_idx, drop_sorted)
         logprobs = torch.log_softmax(logprobs.masked_fill(drop, float("-inf")), dim=-1)
-    probs = logprobs.exp()  # [B, V]
     if generators is None:
-        tokens = torch.multinomial(probs, 1).squeeze(-1)
-    else:
-        u = torch.stack([torch.rand((), generator=g, device=logits.device) for g in generators])  # [B]
-        below = probs.cumsum(dim=-1) < u[:, None]  # [B, V]
-        tokens = below.sum(dim=-1).clamp(max=probs.shape[-1] - 1)
-        tokens = torch.where(probs.gather(-1, tokens[:, None]).squeeze(-1) > 0, tokens, probs.argmax(-1))
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+        tokens = torch.multinomial(logprobs.exp(), 1).squeeze(-1)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    u = torch.stack([torch.rand((), generator=g, device=logits.device) for g in generators])  # [B]
+    cdf = logprobs.exp().cumsum_(dim=-1)  # [B, V] non-decreasing
+    # The first token whose cumulative probability reaches u: as many tokens as lie below u.
+    tokens = torch.searchsorted(cdf, u[:, None]).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)  # [B]
+    chosen = logprobs.gather(-1, tokens[:, None]).squeeze(-1)  # [B]
+    possible = chosen.exp() > 0
+    if not possible.all():  # u == 0 before a token of no probability, or u past the rounded total
+        tokens = torch.where(possible, tokens, logprobs.argmax(-1))
+        chosen = logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, chosen
 
 
 class EmbeddedEngine(RolloutEngine):
