@@ -106,6 +106,19 @@ def test_top_p_keeps_the_smallest_set_over_p():
     assert abs(logprob.exp().item() - (0.5 if token.item() == 0 else 0.3) / 0.8) < 1e-5
 
 
+def test_a_draw_is_the_first_token_whose_cumulative_probability_reaches_its_uniform():
+    torch.manual_seed(0)
+    logits = torch.randn(16, 300) * 4  # [B, V]
+    logits[:, 7] = float("-inf")  # a token of no probability is never drawn
+    params = SamplingParams(1, temperature=0.7)
+    tokens, logprobs = sample_next(logits, params, [torch.Generator().manual_seed(s) for s in range(16)])
+    u = torch.stack([torch.rand((), generator=torch.Generator().manual_seed(s)) for s in range(16)])  # [B]
+    cdf = torch.softmax(logits / 0.7, dim=-1).cumsum(-1)  # [B, V]
+    assert torch.equal(tokens, (cdf < u[:, None]).sum(-1))
+    assert torch.allclose(logprobs, torch.log_softmax(logits / 0.7, -1).gather(-1, tokens[:, None]).squeeze(-1))
+    assert not (tokens == 7).any()
+
+
 def test_engine_errors_become_failed_samples():
     engine, tok = make_engine()
 
