@@ -15,6 +15,13 @@ import torch
 CHUNK_TOKENS = 256  # tokens per chunk: [256, 49152] fp32 is 48 MiB of temporaries
 
 
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits [c, V] in the model's dtype -> fp32 logits / temperature [c, V], never written into the saved logits."""
+    if temperature == 1.0:
+        return logits.float()  # a copy from bf16; in fp32 the logits themselves, only read
+    return logits.to(torch.float32, copy=True).div_(temperature)
+
+
 class _ChosenTokenLogprobs(torch.autograd.Function):
     """hidden [N, H], weight [V, H], targets [N] -> log p(target) [N] at `temperature`, and the
     distribution's entropy [N] (no gradient)."""
@@ -28,11 +35,12 @@ class _ChosenTokenLogprobs(torch.autograd.Function):
         for start in range(0, n, CHUNK_TOKENS):
             rows = slice(start, start + CHUNK_TOKENS)
             torch.matmul(hidden[rows], weight.t(), out=logits[rows])
-            scaled = logits[rows].to(torch.float32, copy=True).div_(temperature)  # [c, V], never the saved logits
+            scaled = _scaled(logits[rows], temperature)  # [c, V]
             log_norm = torch.logsumexp(scaled, dim=-1)  # [c]
             logprobs[rows] = scaled.gather(-1, targets[rows, None]).squeeze(-1) - log_norm
-            if with_entropy:
-                entropy[rows] = log_norm - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)
+            if with_entropy:  # log Z - sum_v p_v s_v, the sum as one dot product per row (no [c, V] product)
+                probs = torch.softmax(scaled, dim=-1)  # [c, V]
+                entropy[rows] = log_norm - torch.bmm(probs[:, None, :], scaled[:, :, None]).view(-1)
         ctx.save_for_backward(hidden, weight, targets, logits)
         ctx.temperature = temperature
         ctx.mark_non_differentiable(entropy)
@@ -41,14 +49,17 @@ class _ChosenTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logprobs, _grad_entropy):
         hidden, weight, targets, logits = ctx.saved_tensors
+        temperature = ctx.temperature
         for start in range(0, hidden.shape[0], CHUNK_TOKENS):
             rows = slice(start, start + CHUNK_TOKENS)
-            scaled = logits[rows].to(torch.float32, copy=True).div_(ctx.temperature)  # [c, V]
-            # d log p(t) / d logits = (onehot(t) - softmax) / temperature
-            grad = torch.softmax(scaled, dim=-1).neg_()  # [c, V]
-            grad.scatter_add_(-1, targets[rows, None], torch.ones_like(grad[:, :1]))
-            grad.mul_(grad_logprobs[rows, None] / ctx.temperature)
-            logits[rows] = grad  # the logits are spent: their buffer holds the gradient now
+            if temperature == 1.0:  # straight from the model's dtype, one pass
+                probs = torch.softmax(logits[rows], dim=-1, dtype=torch.float32)  # [c, V]
+            else:
+                probs = torch.softmax(_scaled(logits[rows], temperature), dim=-1)
+            # d log p(t) / d logits = (onehot(t) - softmax) / temperature, formed in fp32 and written once into
+            # the logits' buffer (spent now) in their dtype.
+            probs.scatter_add_(-1, targets[rows, None], torch.full_like(probs[:, :1], -1.0))
+            torch.mul(probs, (grad_logprobs[rows] / -temperature)[:, None], out=logits[rows])
         # Two whole matmuls, as the lm_head's own backward would do them (the same rounding).
         grad_hidden = logits @ weight if ctx.needs_input_grad[0] else None  # [N, H]
         grad_weight = logits.t() @ hidden if ctx.needs_input_grad[1] else None  # [V, H]
