@@ -92,7 +92,7 @@ def main() -> None:
         if sync is None or r is sync:
             continue
         gain, sync_gain = r["after"] - r["before"], sync["after"] - sync["before"]
-        print(f"{r['engine']:<8}  s={r['staleness']}: steps {sync['train_s'] / r['train_s']:.2f}x faster "
+        print(f"{r['engine']:<8}  s={r['staleness']}: steps at {sync['train_s'] / r['train_s']:.2f}x the speed "
               f"({r['train_s']:.0f}s vs {sync['train_s']:.0f}s), median step {sync['step_s'] / r['step_s']:.2f}x, "
               f"accuracy gain {100 * gain:+.1f} vs {100 * sync_gain:+.1f} points (n={r['n']})")
 
