@@ -47,7 +47,7 @@ class Costs:
     # kept for backward (which turns them into their own gradient in place) ...
     logits_dtype_copies: float = 1.0
     # ... and, a chunk of head_chunk_tokens at a time, fp32 temporaries of [chunk, vocab]: the scaled logits,
-    # their exponentials, the softmax and its product for the entropy.
+    # the log-sum-exp's and the softmax's (for the entropy, and the backward's gradient).
     head_chunk_tokens: int = 256
     head_chunk_fp32_copies: float = 3.0
     # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
