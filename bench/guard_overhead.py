@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grpo.metrics import read_metrics
+from grpo.train.metrics import read_metrics
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ first step's optimizer step), evaluation and checkpoints off, in its own process
 of the run's per-phase peaks (memory/<phase>_peak_gib: VmHWM, reset at each phase), the process's maximum
 RSS, and its RSS polled every 20 ms from here (the load, before the first phase). Prints the predicted and
 measured peaks and the prediction's error in %. `--predict-only FILE` predicts again for the peaks a
-`--json FILE` run measured, to check a recalibration of grpo.plan.Costs without running anything.
+`--json FILE` run measured, to check a recalibration of grpo.tools.plan.Costs without running anything.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def measure(name: str, overrides: list[str], steps: int, out: Path) -> dict:
 
 def predict(overrides: list[str], steps: int) -> dict:
     from grpo.config import load_config
-    from grpo.plan import architecture, plan_memory, prompt_tokens
+    from grpo.tools.plan import architecture, plan_memory, prompt_tokens
 
     cfg = load_config("quickstart", [*COMMON, f"train.steps={steps}", *overrides])
     plan = plan_memory(cfg, "cpu", architecture(cfg), prompt_tokens(cfg))

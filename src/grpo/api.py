@@ -82,7 +82,7 @@ def train(config: ConfigLike = None, *, dataset: DatasetLike = None, eval_datase
 def run_trainer(cfg: RunConfig) -> dict[str, Any]:
     """The one call into the trainer: the run directory locked, train.log set up, the loop run."""
     from grpo.console import setup as setup_console
-    from grpo.loop import TrainingLoop
+    from grpo.train.loop import TrainingLoop
     from grpo.rundir.run import RunDir
 
     run = RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()

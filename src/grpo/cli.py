@@ -99,7 +99,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
-    from grpo.plan import architecture, available_memory, device_kind, plan_memory, prompt_tokens, render, suggestion
+    from grpo.tools.plan import architecture, available_memory, device_kind, plan_memory, prompt_tokens, render, suggestion
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)
@@ -113,7 +113,7 @@ def _plan(config: str | None, overrides: list[str]) -> int:
 
 
 def _doctor(path: Path, as_json: bool) -> int:
-    from grpo.doctor import UnreadableRun, explain
+    from grpo.tools.doctor import UnreadableRun, explain
 
     try:
         diagnosis, lines = explain(path)
@@ -133,8 +133,8 @@ def _print(text: str) -> None:
 
 
 def _report(path: Path, out: str | None) -> int:
-    from grpo.doctor import UnreadableRun
-    from grpo.report import ReportError, write_report
+    from grpo.tools.doctor import UnreadableRun
+    from grpo.tools.report import ReportError, write_report
 
     try:
         written = write_report(path, Path(out) if out else None)
@@ -242,13 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             return _plan(args.config, args.overrides)
         if args.command == "health":
-            from grpo.health import check, find_run
+            from grpo.tools.health import check, find_run
 
             lines, healthy = check(find_run(args.run_dir))
             print("\n".join(lines))
             return 0 if healthy else 1  # 1: unhealthy
         if args.command == "export":
-            from grpo.export import export_checkpoint
+            from grpo.tools.export import export_checkpoint
 
             print(export_checkpoint(Path(args.checkpoint), Path(args.out), args.merged))
             return 0

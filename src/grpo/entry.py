@@ -14,10 +14,10 @@ from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.dist import from_environment
 from grpo.errors import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, ConfigError, DiskError, RunDirLocked, RunStopped, exit_status, one_line
-from grpo.loop import TrainingLoop
-from grpo.plan import device_kind, refusal
+from grpo.train.loop import TrainingLoop
+from grpo.tools.plan import device_kind, refusal
 from grpo.policy.models import resolve_device
-from grpo.report import report_line
+from grpo.tools.report import report_line
 from grpo.rundir.resume import resume_command
 from grpo.rundir.run import RunDir
 

@@ -49,7 +49,7 @@ class FileOp:
 
 
 _FORKSERVER = multiprocessing.get_context("forkserver")
-_FORKSERVER.set_forkserver_preload(["grpo.cli", "grpo.loop"])
+_FORKSERVER.set_forkserver_preload(["grpo.cli", "grpo.train.loop"])
 
 
 def _grpo(argv: list[str], stderr: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from grpo.config import load_config
-from grpo.loop import TrainingLoop
+from grpo.train.loop import TrainingLoop
 
 NOISY = ("time", "time/", "perf/", "memory/")
 
@@ -49,7 +49,7 @@ def disturb_each_evaluation(monkeypatch) -> list[tuple[list, list, dict, dict]]:
         compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
         return result
 
-    monkeypatch.setattr("grpo.held_out.evaluate", disturbed)
+    monkeypatch.setattr("grpo.train.evaluation.evaluate", disturbed)
     return compared
 
 

@@ -78,7 +78,7 @@ def test_a_rollback_discards_every_batch_generated_ahead(tmp_path):
 
 def server_run(run_dir, overrides):
     from grpo.config import load_config
-    from grpo.loop import TrainingLoop
+    from grpo.train.loop import TrainingLoop
 
     loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *overrides]))
     loop.train()
@@ -135,7 +135,7 @@ def test_a_stop_mid_update_saves_the_batch_in_flight_and_the_resume_is_exact(tmp
 
     from grpo.config import load_config
     from grpo.errors import RunInterrupted
-    from grpo.loop import TrainingLoop
+    from grpo.train.loop import TrainingLoop
 
     stale = ["train.steps=6", "rollout.max_staleness=2", "checkpoint.every_steps=2"]
     straight = run_tiny([f"run_dir={tmp_path / 'straight'}", *stale])

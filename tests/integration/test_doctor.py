@@ -4,9 +4,9 @@ import pytest
 
 from grpo.cli import main
 from grpo.config import load_config
-from grpo.doctor import diagnose
+from grpo.tools.doctor import diagnose
 from grpo.errors import RunStopped
-from grpo.loop import TrainingLoop
+from grpo.train.loop import TrainingLoop
 
 from .helpers import run_tiny
 

@@ -15,7 +15,7 @@ import pytest
 from grpo.cli import main
 from grpo.config import CheckpointConfig, load_config
 from grpo.errors import RunStopped
-from grpo.loop import TrainingLoop
+from grpo.train.loop import TrainingLoop
 from grpo.rundir.checkpoints import CheckpointStore
 
 from .helpers import run_tiny

@@ -23,7 +23,7 @@ import pytest
 from grpo.cli import main
 from grpo.errors import EXIT_DISK
 from grpo.config import CheckpointConfig
-from grpo.doctor import diagnose
+from grpo.tools.doctor import diagnose
 from grpo.rundir.checkpoints import CheckpointStore
 
 from .faultinject import STRACE, FileOp, continue_traced, distinct, killed_op, op_key, record_ops, start_stopped

@@ -8,7 +8,7 @@ import pytest
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.errors import RunStopped
-from grpo.loop import TrainingLoop
+from grpo.train.loop import TrainingLoop
 
 from .helpers import max_param_diff, metric_lines, params, run_tiny
 

@@ -45,7 +45,7 @@ def test_a_run_whose_server_was_killed(paused_run, capsys):
     run_dir, proc = paused_run
     server = json.loads((run_dir / "servers" / "status.json").read_text())["servers"][0]
     os.killpg(server["pid"], signal.SIGKILL)
-    from grpo.health import _alive
+    from grpo.tools.health import _alive
 
     deadline = time.monotonic() + 30
     while _alive(server["pid"]) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
@@ -74,7 +74,7 @@ def test_a_server_starting_is_reported_as_starting_with_its_new_process(tmp_path
     import threading
 
     from grpo.config import load_config
-    from grpo.loop import TrainingLoop
+    from grpo.train.loop import TrainingLoop
 
     never_ready = tmp_path / "never_ready.py"
     never_ready.write_text("import time\nprint('loading', flush=True)\ntime.sleep(120)\n")

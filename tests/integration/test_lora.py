@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grpo.config import load_config
-from grpo.loop import TrainingLoop
+from grpo.train.loop import TrainingLoop
 
 from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny
 from .test_server_engine import SGLANG

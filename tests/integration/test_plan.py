@@ -4,7 +4,7 @@ import re
 
 from grpo.cli import main
 from grpo.config import load_config
-from grpo.plan import GIB, architecture, plan_memory, prompt_tokens
+from grpo.tools.plan import GIB, architecture, plan_memory, prompt_tokens
 
 # A tiny model wide enough that its update's activations and logits, not the runtime, decide the peak.
 WIDE = ["model.tiny.hidden_size=256", "model.tiny.intermediate_size=1024", "model.tiny.num_layers=4",

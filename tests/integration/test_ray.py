@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo.doctor import diagnose
+from grpo.tools.doctor import diagnose
 from grpo.rundir.files import JsonlLog
 
 from .helpers import metric_lines

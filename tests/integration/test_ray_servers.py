@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo.doctor import diagnose
+from grpo.tools.doctor import diagnose
 
 from tests.processes import session
 

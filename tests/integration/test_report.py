@@ -16,9 +16,9 @@ from PIL import Image
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.errors import RunStopped
-from grpo.loop import TrainingLoop
+from grpo.train.loop import TrainingLoop
 
-SAMPLES = Path(__file__).resolve().parents[1] / "unit" / "doctor" / "samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "unit" / "tools" / "doctor" / "samples"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y "
                                                              "chromium; .ci/run installs it)")
@@ -94,7 +94,7 @@ def test_a_stopped_grpo_run_gets_its_report_in_its_directory(tmp_path, capsys):
 @pytest.mark.parametrize("sample, shown", [("verl/train.log", "policy_collapse from step 44"),
                                            ("trl/output", "no_learning_signal from step 34")])
 def test_reports_of_verl_and_trl_runs(tmp_path, sample, shown):
-    from grpo.report import report_line
+    from grpo.tools.report import report_line
 
     out = tmp_path / "r.html"
     assert main(["report", str(SAMPLES / sample), "--out", str(out)]) == 0

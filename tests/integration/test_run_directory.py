@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from grpo.cli import main
 from grpo.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED
-from grpo.doctor import diagnose
+from grpo.tools.doctor import diagnose
 from grpo.rundir.files import JsonlLog
 
 from .helpers import deterministic, metric_lines
@@ -207,7 +207,7 @@ def test_a_signal_saves_and_exits_4_and_the_same_command_resumes_exactly(tmp_pat
 @pytest.mark.parametrize("phase", ["rollout", "update"])
 def test_a_stop_mid_step_abandons_it_and_the_resume_is_exact(tmp_path, straight, monkeypatch, phase):
     """A signal during generation or between micro-batches: nothing of that step is kept."""
-    from grpo.loop import TrainingLoop
+    from grpo.train.loop import TrainingLoop
     from grpo.errors import RunInterrupted
     from grpo.config import load_config
 

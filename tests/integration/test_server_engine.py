@@ -17,8 +17,8 @@ import pytest
 
 from grpo.config import load_config
 from grpo.errors import EXIT_STOPPED, ConfigError
-from grpo.doctor import diagnose
-from grpo.loop import TrainingLoop
+from grpo.tools.doctor import diagnose
+from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
 
@@ -243,7 +243,7 @@ def test_an_evaluation_that_cannot_complete_is_recorded_as_failed_not_as_an_accu
         standin_fault(run_dir, garbage="json")  # every answer garbled, however often it is retried
         return evaluate(engine, *args, **kwargs)
 
-    monkeypatch.setattr("grpo.held_out.evaluate", garbled)
+    monkeypatch.setattr("grpo.train.evaluation.evaluate", garbled)
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped, match=r"held-out evaluation \(before\) failed: (\d+) of \1 answers still failed"):
         run(run_dir, "train.steps=2", "eval.before_training=true")
@@ -313,7 +313,7 @@ def test_a_server_given_up_during_the_evaluation_after_training_stops_the_run_re
         engine.arm_faults({"kill_server"})
         return evaluate(engine, *args, **kwargs)
 
-    monkeypatch.setattr("grpo.held_out.evaluate", killed)
+    monkeypatch.setattr("grpo.train.evaluation.evaluate", killed)
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped, match=r"held-out evaluation \(after\) failed: inference server sglang-0 gave up"):
         run(run_dir, "train.steps=2", "eval.after_training=true", "rollout.server.max_restarts=0")

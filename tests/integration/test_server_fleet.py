@@ -13,9 +13,9 @@ import pytest
 from safetensors.torch import load_file
 
 from grpo.config import load_config
-from grpo.doctor import diagnose
-from grpo.health import check
-from grpo.loop import TrainingLoop
+from grpo.tools.doctor import diagnose
+from grpo.tools.health import check
+from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.supervisor import ServerState
 
 from .helpers import max_param_diff, metric_lines, params, start_attached_standin

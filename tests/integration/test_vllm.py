@@ -21,7 +21,7 @@ import pytest
 
 from grpo.errors import EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.config import load_config
-from grpo.loop import TrainingLoop
+from grpo.train.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
 
 from tests.processes import session

@@ -1,1 +1,1 @@
-"""The guard: circuit breakers that watch each step and return verdicts (grpo.verdicts carries them out)."""
+"""The guard: circuit breakers that watch each step and return verdicts (grpo.train.verdicts carries them out)."""

@@ -1,4 +1,4 @@
-"""The step metrics the breakers read, named once: the step record (grpo.step) writes these keys and
+"""The step metrics the breakers read, named once: the step record (grpo.train.step) writes these keys and
 the breakers (grpo.guard.breakers) read them, so renaming one is a change in one place."""
 
 # rollout phase: read before the update, so a bad batch is never trained on

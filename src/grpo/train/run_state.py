@@ -28,7 +28,7 @@ from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_r
 from grpo.rundir.files import read_json
 from grpo.rundir.resume import resume_command
 from grpo.rundir.run import RunDir
-from grpo.signals import StopRequested
+from grpo.train.signals import StopRequested
 
 log = logging.getLogger(__name__)
 

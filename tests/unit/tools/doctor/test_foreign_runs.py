@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from grpo.cli import main
-from grpo.doctor import examine
+from grpo.tools.doctor import examine
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 

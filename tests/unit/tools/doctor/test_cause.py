@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grpo.doctor import cause, timeline
-from grpo.doctor.record import Evidence, Mark, RunRecord
+from grpo.tools.doctor import cause, timeline
+from grpo.tools.doctor.record import Evidence, Mark, RunRecord
 
 
 def record(rewards: list[float], **series: list[float]) -> RunRecord:
@@ -56,7 +56,7 @@ def test_noise_is_healthy():
 
 
 def test_the_checkpoint_is_the_newest_saved_before_the_first_bad_step():
-    from grpo.doctor.record import Checkpoint
+    from grpo.tools.doctor.record import Checkpoint
 
     run = RunRecord("trl", "x", checkpoints=[Checkpoint(10, "c10"), Checkpoint(20, "c20"), Checkpoint(30, "c30")])
     assert cause.last_checkpoint_before(run, 21).path == "c20"

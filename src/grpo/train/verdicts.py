@@ -22,10 +22,10 @@ from grpo.evaluate import EvaluationFailed
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
-from grpo.run_state import RunState
+from grpo.train.run_state import RunState
 from grpo.rundir.resume import write_stop_report
 from grpo.rundir.run import RunDir
-from grpo.signals import SignalWatch
+from grpo.train.signals import SignalWatch
 
 log = logging.getLogger(__name__)
 

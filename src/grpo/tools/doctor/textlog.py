@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from grpo.doctor.record import UnreadableRun
+from grpo.tools.doctor.record import UnreadableRun
 
 MAX_BYTES = 512 << 20  # a log larger than this is read from its last 512 MiB
 

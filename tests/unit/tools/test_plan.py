@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from grpo.config import load_config
-from grpo.plan import GIB, SMOLLM2_135M, Architecture, architecture, plan_memory, suggestion
+from grpo.tools.plan import GIB, SMOLLM2_135M, Architecture, architecture, plan_memory, suggestion
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 
 SMOL = Architecture.from_config_json(SMOLLM2_135M, "float32")

@@ -22,10 +22,10 @@ from grpo.rundir.files import read_json
 from grpo.rundir.lock import current_holder, describe_holder
 from grpo.rundir.run import LOGS
 
-from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, LOST, MEMORY_GIB,
+from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, LOST, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, REWARD_STD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD,
                                 Checkpoint, Evidence, Mark, RunRecord)
-from grpo.doctor.textlog import read_lines
+from grpo.tools.doctor.textlog import read_lines
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "events.jsonl", "checkpoints")
 

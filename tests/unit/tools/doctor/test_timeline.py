@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grpo.doctor import timeline
-from grpo.doctor.record import RunRecord
+from grpo.tools.doctor import timeline
+from grpo.tools.doctor.record import RunRecord
 
 
 def record(**series: list[float]) -> RunRecord:
@@ -41,7 +41,7 @@ def test_reward_zero_needs_a_streak_not_one_unlucky_step():
 
 
 def test_a_step_count_that_goes_back_is_a_restart(tmp_path):
-    from grpo.doctor import verl
+    from grpo.tools.doctor import verl
 
     log = tmp_path / "train.log"
     log.write_text("\n".join(f"step:{s} - critic/score/mean:0.5" for s in (1, 2, 3, 4, 3, 4, 5)) + "\n")

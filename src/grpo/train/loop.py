@@ -7,7 +7,7 @@
 Rollout breakers run before the update, so a bad batch is never trained on. The guard only decides;
 `VerdictActions` carries out its verdicts (roll back, pause, stop), and `RunState` starts, saves and
 restores the run. A stop signal abandons a step before its update is applied (or lets an applied one
-finish), saves, and exits. Components are built in grpo.build; the step's record is grpo.step.
+finish), saves, and exits. Components are built in grpo.train.build; the step's record is grpo.train.step.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import time
 from typing import Any
 
 from grpo import progress
-from grpo.advice import SkipAdvice
-from grpo.build import build
+from grpo.train.advice import SkipAdvice
+from grpo.train.build import build
 from grpo.config import RunConfig, to_dict
 from grpo.console import say
 from grpo.dist import SINGLE, Ranks
 from grpo.errors import RunStopped
 from grpo.evaluate import EvaluationFailed, format_table
-from grpo.held_out import evaluate_held_out
-from grpo.metrics import MetricsLogger
-from grpo.phases import PhaseTimer
+from grpo.train.evaluation import evaluate_held_out
+from grpo.train.metrics import MetricsLogger
+from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
 from grpo.policy.update import UpdateResult
 from grpo.progress import Progress
@@ -36,11 +36,11 @@ from grpo.rollout.collector import RolloutBatch, rollout_metrics, sample_records
 from grpo.rollout.engines import GenerationCancelled
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
-from grpo.run_state import RunState
+from grpo.train.run_state import RunState
 from grpo.rundir.run import RunDir
-from grpo.signals import SignalWatch, StopRequested
-from grpo.step import StepRecord
-from grpo.verdicts import VerdictActions
+from grpo.train.signals import SignalWatch, StopRequested
+from grpo.train.step import StepRecord
+from grpo.train.verdicts import VerdictActions
 
 log = logging.getLogger(__name__)
 SERVER_TROUBLE = ("server_failed", "server_gave_up", "weight_sync_mismatch")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from grpo.doctor import examine
+from grpo.tools.doctor import examine
 
 
 def test_a_server_failure_is_placed_on_the_step_in_progress_with_its_log_line(tmp_path):

@@ -18,7 +18,7 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
 
 from __future__ import annotations
 
-from grpo.doctor.record import Anomaly, Checkpoint, Evidence, RunRecord
+from grpo.tools.doctor.record import Anomaly, Checkpoint, Evidence, RunRecord
 
 SERVER_SLACK = 1  # a server failure up to one step after the first bad step still explains it
 SERVER_LEAD = 3  # ... and one up to 3 steps before it (rollouts in flight drain first); earlier ones

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from grpo.doctor.record import (ENTROPY, GRAD_NORM, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S, TRUNCATED,
+from grpo.tools.doctor.record import (ENTROPY, GRAD_NORM, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S, TRUNCATED,
                                 ZERO_STD, Anomaly, Evidence, RunRecord)
 
 STREAK = 3  # steps in a row that make a streak (fewer when the run ends inside it)

@@ -29,7 +29,7 @@ from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.rollout.engines.select import resolve_engine
 from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV
-from grpo.signals import SignalWatch
+from grpo.train.signals import SignalWatch
 from grpo.tasks import Task, build_task
 
 

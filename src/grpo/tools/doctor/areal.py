@@ -19,10 +19,10 @@ import os
 import re
 from pathlib import Path
 
-from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
+from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
                                 Mark, RunRecord)
-from grpo.doctor.textlog import number, read_head, read_lines, timestamp
+from grpo.tools.doctor.textlog import number, read_head, read_lines, timestamp
 
 TRAINER_LOG = "trainer.log"
 SERVER_LOG = "llm_server.log"

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo.doctor import areal, cause, grpo_run, timeline, trl, verl
-from grpo.doctor.record import Diagnosis, RunRecord, UnreadableRun
+from grpo.tools.doctor import areal, cause, grpo_run, timeline, trl, verl
+from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
 
 __all__ = ["Diagnosis", "RunRecord", "UnreadableRun", "diagnose", "examine", "explain", "read", "render"]
 

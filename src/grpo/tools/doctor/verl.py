@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
+from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
                                 Mark, RunRecord)
-from grpo.doctor.textlog import number, read_head, read_lines
+from grpo.tools.doctor.textlog import number, read_head, read_lines
 
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
 _CHECKPOINT = re.compile(r"(\S*global_step_(\d+))")

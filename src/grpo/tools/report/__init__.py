@@ -14,8 +14,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from grpo.doctor import UnreadableRun, examine
-from grpo.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
+from grpo.tools.doctor import UnreadableRun, examine
+from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD, Diagnosis,
                                 RunRecord)
 from grpo.rundir.files import atomic_write

@@ -1,0 +1,2 @@
+"""Read-only tools that look at a run or a config without training: `doctor`, `report`, `health`,
+`plan`, `export`."""
