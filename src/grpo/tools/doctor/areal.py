@@ -66,9 +66,11 @@ def _looks_like_areal(path: Path) -> bool:
     return bool(_DONE.search(head) or "StatsLogger" in head or "RemoteSGLangEngine" in head)
 
 
-def read_record(trainer_log: Path) -> RunRecord:
+def read_record(trainer_log: Path, lines: list[str] | None = None, server_lines: list[str] | None = None) -> RunRecord:
+    """`lines`, `server_lines`: the two logs' lines, when the caller has read them already (a watcher
+    that follows them as they grow)."""
     record = RunRecord("areal", str(trainer_log))
-    lines = read_lines(trainer_log)
+    lines = read_lines(trainer_log) if lines is None else lines
     step_ends: list[tuple[float, int]] = []  # (time the step was printed done, step)
     current = 0  # the last step printed done
     previous_done: float | None = None
@@ -109,8 +111,8 @@ def read_record(trainer_log: Path) -> RunRecord:
         if "Training completes" in line or "training completes" in line:
             record.finished = True
     server_log = trainer_log.parent / SERVER_LOG
-    if server_log.is_file():
-        _server_marks(record, server_log, step_ends)
+    if server_lines is not None or server_log.is_file():
+        _server_marks(record, server_log, step_ends, read_lines(server_log) if server_lines is None else server_lines)
     _scan_checkpoint_dirs(record, trainer_log.parent)
     return record
 
@@ -134,7 +136,7 @@ def _table_row(record: RunRecord, step: int, line: str, evidence: Evidence) -> N
                 break
 
 
-def _server_marks(record: RunRecord, server_log: Path, step_ends: list[tuple[float, int]]) -> None:
+def _server_marks(record: RunRecord, server_log: Path, step_ends: list[tuple[float, int]], lines: list[str]) -> None:
     """One server_failure mark per step the server's log shows it dying in; its detail and evidence
     the most telling line (an OOM over a generic exception)."""
     ends = sorted(step_ends)
@@ -142,7 +144,7 @@ def _server_marks(record: RunRecord, server_log: Path, step_ends: list[tuple[flo
     last_time: float | None = None
     last_step = max(record.metrics) if record.metrics else 0
     deaths: dict[int, list[Evidence]] = {}
-    for number_, line in enumerate(read_lines(server_log), 1):
+    for number_, line in enumerate(lines, 1):
         stamp = timestamp(line)
         if stamp is not None:
             last_time = stamp

@@ -18,6 +18,7 @@ from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NOR
 from grpo.tools.doctor.textlog import number, read_head, read_lines
 
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
+_STEP_ANYWHERE = re.compile(_STEP.pattern, re.MULTILINE)  # a step line at any position in a log's head
 _CHECKPOINT = re.compile(r"(\S*global_step_(\d+))")
 _KEYS = {
     "critic/score/mean": REWARD, "critic/rewards/mean": REWARD, "critic/score/std": REWARD_STD,
@@ -36,8 +37,10 @@ RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .*g
 
 
 def looks_like_verl(path: Path) -> bool:
+    """A step line anywhere in the head: however the log ends (a checkpoint save, a traceback, Ray's
+    shutdown lines, a torn line)."""
     head = read_head(path, 4 << 20)
-    return bool(_STEP.search(head))
+    return bool(_STEP_ANYWHERE.search(head))
 
 
 def find_log(path: Path) -> Path | None:
@@ -50,10 +53,11 @@ def find_log(path: Path) -> Path | None:
     return None
 
 
-def read_record(log: Path) -> RunRecord:
+def read_record(log: Path, lines: list[str] | None = None) -> RunRecord:
+    """`lines`: the log's lines, when the caller has read them already (a watcher following it)."""
     record = RunRecord("verl", str(log))
     current = 0
-    for line_no, line in enumerate(read_lines(log), 1):
+    for line_no, line in enumerate(read_lines(log) if lines is None else lines, 1):
         evidence = Evidence(str(log), line_no, line.strip()[:300])
         match = _STEP.search(line)
         if match:
