@@ -1,6 +1,6 @@
 """`grpo doctor PATH`: explain a GRPO run after the fact, from the files it left behind, whatever
 trained it: a grpo run directory, an AReaL `trainer.log` (with `llm_server.log` beside it), a verl
-console log, or a TRL output directory.
+console log, or a TRL output directory or console log.
 
 Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`) that turns its files into one
 `RunRecord`; `timeline` finds every anomaly with its first step, and `cause` decides what went
@@ -16,7 +16,7 @@ from pathlib import Path
 from grpo.tools.doctor import areal, cause, grpo_run, timeline, trl, verl
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
 
-__all__ = ["Diagnosis", "RunRecord", "UnreadableRun", "diagnose", "examine", "explain", "read", "render"]
+__all__ = ["Diagnosis", "RunRecord", "UnreadableRun", "diagnose", "examine", "explain", "judge", "read", "render"]
 
 
 def read(path: Path) -> RunRecord:
@@ -44,13 +44,25 @@ def _read(path: Path) -> RunRecord:
     log = verl.find_log(path)
     if log is not None:
         return verl.read_record(log)
-    raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: a grpo run directory (config.yaml, "
-                        "metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a verl console log "
-                        "(step:N - key:value lines), or a TRL output directory (trainer_state.json, checkpoint-N/)")
+    log = trl.find_log(path)
+    if log is not None:
+        return trl.read_log_record(log)
+    raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: {KNOWN}")
+
+
+KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a "
+         "verl console log (step:N - key:value lines), a TRL output directory (trainer_state.json, checkpoint-N/) "
+         "or a TRL console log ({'loss': ..., 'reward': ...} lines)")
 
 
 def examine(path: Path) -> tuple[Diagnosis, RunRecord]:
     record = read(path)
+    return judge(record), record
+
+
+def judge(record: RunRecord) -> Diagnosis:
+    """The diagnosis of a record, however it was read (`grpo watch` judges a live run's record as it
+    grows: `record.running` says its last step is not the run's last)."""
     found = timeline.anomalies(record)
     what, first_bad, explanation, backing = cause.decide(record, found)
     checkpoint = cause.last_checkpoint_before(record, first_bad)
@@ -59,7 +71,7 @@ def examine(path: Path) -> tuple[Diagnosis, RunRecord]:
         first_bad_step=first_bad, explanation=explanation, evidence=cause.evidence_of(backing),
         last_good_checkpoint=checkpoint.path if checkpoint else None,
         resume=_resume(record, checkpoint, what), timeline=found)
-    return diagnosis, record
+    return diagnosis
 
 
 def _resume(record: RunRecord, checkpoint, what: str) -> str | None:

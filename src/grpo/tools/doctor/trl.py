@@ -5,6 +5,8 @@ Each `checkpoint-N/trainer_state.json` holds `log_history`, every logged step so
 `completions/clipped_ratio`, `kl`, `entropy`, ...), and `global_step`; the output directory's own
 `trainer_state.json` is written only when training ends. The longest history found is read; a torn
 file is skipped and said. `checkpoint-N` holds the state after step N.
+
+Or TRL's console log (below), which shows every logged step as it happens.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from grpo.tools.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
                                 TRUNCATED, ZERO_STD, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
-from grpo.tools.doctor.textlog import read_lines
+from grpo.tools.doctor.textlog import number, read_head, read_lines
 
 STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -80,24 +82,112 @@ def read_record(root: Path) -> RunRecord:
         if "train_runtime" in entry:
             record.finished = record.total_steps is None or step >= record.total_steps
             continue
-        line_no = step_lines.get(step, 0)
-        for key, value in entry.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                continue
-            if key in _KEYS:
-                record.put(step, _KEYS[key], float(value))
-            elif _ACCURACY.match(key):
-                record.put(step, ACCURACY, float(value))
-            elif key in ("eval_reward", "eval_accuracy"):
-                record.put(step, EVAL_ACCURACY, float(value))
-        if step in record.metrics and step not in record.evidence_by_step:
-            shown = ", ".join(f"{k}: {entry[k]}" for k in ("loss", "grad_norm", "reward", "reward_std",
-                                                           "frac_reward_zero_std") if k in entry)
-            record.evidence_by_step[step] = Evidence(str(path), line_no, f'"step": {step}: {shown}')
-        if any(isinstance(entry.get(k), float) and not math.isfinite(entry[k]) for k in ("loss", "grad_norm")):
-            record.marks.append(Mark(step, "nonfinite", f"loss {entry.get('loss')}, grad_norm {entry.get('grad_norm')}",
-                                     record.evidence_by_step.get(step)))
+        shown = ", ".join(f"{k}: {entry[k]}" for k in _SHOWN if k in entry)
+        put_entry(record, step, entry, Evidence(str(path), step_lines.get(step, 0), f'"step": {step}: {shown}'))
     return record
+
+
+def put_entry(record: RunRecord, step: int, entry: dict[str, Any], evidence: Evidence) -> None:
+    """One logged step of TRL's (what `Trainer.log` passes its callbacks and keeps in `log_history`)
+    into the record, under canonical names; values that are not numbers are skipped."""
+    for key, value in entry.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key in _KEYS:
+            record.put(step, _KEYS[key], float(value))
+        elif _ACCURACY.match(key):
+            record.put(step, ACCURACY, float(value))
+        elif key in ("eval_reward", "eval_accuracy"):
+            record.put(step, EVAL_ACCURACY, float(value))
+    if step in record.metrics and step not in record.evidence_by_step:
+        record.evidence_by_step[step] = evidence
+    if any(isinstance(entry.get(k), float) and not math.isfinite(entry[k]) for k in ("loss", "grad_norm")):
+        record.marks.append(Mark(step, "nonfinite", f"loss {entry.get('loss')}, grad_norm {entry.get('grad_norm')}",
+                                 record.evidence_by_step.get(step)))
+
+
+# TRL's console log: what `Trainer.log` prints for each logged step (ProgressCallback into tqdm's bar,
+# PrinterCallback without it): the logs as a Python dict, floats formatted as strings since
+# transformers 4.5x, e.g. {'loss': '2.98e-07', 'grad_norm': '1.5', ..., 'reward': '0.7375', 'epoch': '0.03'}.
+# The dict has no step: the training bar's `N/M` drawn just before it gives it; without a bar, the
+# count of training entries does (the step itself when logging_steps=1).
+_LOG_ENTRY = re.compile(r"\{'[\w/.-]+': .*'(?:reward|frac_reward_zero_std)': ", re.MULTILINE)
+_PAIR = re.compile(r"'([^']+)': (?:'([^']*)'|([^,}]+))")
+_BAR = re.compile(r"^\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")
+_SHOWN = ("loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+
+
+def looks_like_log(path: Path) -> bool:
+    """A training entry anywhere in the head, however the log ends."""
+    return bool(_LOG_ENTRY.search(read_head(path, 4 << 20)))
+
+
+def find_log(path: Path) -> Path | None:
+    """A TRL console log: the file itself, or the first in a directory."""
+    if path.is_file():
+        return path if looks_like_log(path) else None
+    if path.is_dir():
+        for candidate in sorted(p for p in path.iterdir() if p.suffix in LOG_SUFFIXES):
+            if candidate.is_file() and looks_like_log(candidate):
+                return candidate
+    return None
+
+
+def read_log_record(log: Path, lines: list[str] | None = None) -> RunRecord:
+    """A TRL console log (`lines`: the log's lines, when the caller has read them already). Checkpoints
+    are the checkpoint-N directories beside the log, or one folder down (the output directory)."""
+    record = RunRecord("trl", str(log))
+    lines = read_lines(log) if lines is None else lines
+    bar_step, counted, current = None, 0, 0
+    for line_no, line in enumerate(lines, 1):
+        bar = _BAR.match(line)
+        if bar:
+            bar_step, record.total_steps = int(bar.group(1)), int(bar.group(2))
+            continue
+        start = line.find("{'")
+        if start < 0:
+            continue
+        entry = {}
+        for key, quoted, bare in _PAIR.findall(line[start:]):
+            value = number(quoted if quoted else bare)
+            if value is not None:
+                entry[key] = value
+        if "train_runtime" in entry:
+            record.finished = True
+            continue
+        if not any(k in entry for k in _KEYS) or all(k.startswith("eval_") for k in entry if k != "epoch"):
+            continue
+        counted += 1
+        step = bar_step if bar_step is not None else counted
+        if step <= current:
+            if bar_step is not None and step == current:
+                continue  # a second entry at the same step: not a training step
+            record.marks.append(Mark(step, "restart", f"the step count went back from {current} to {step}",
+                                     Evidence(str(log), line_no, line.strip()[:300])))
+        current = step
+        shown = ", ".join(f"{k}: {entry[k]:g}" for k in _SHOWN if k in entry)
+        put_entry(record, step, entry, Evidence(str(log), line_no, f"step {step}: {shown}"))
+    for path in _checkpoints_near(log.parent):
+        record.checkpoints.append(Checkpoint(int(path.name.split("-")[1]), str(path)))
+    record.checkpoints.sort(key=lambda c: c.step)
+    return record
+
+
+def _checkpoints_near(root: Path) -> list[Path]:
+    """checkpoint-N directories in `root` and in its folders (a folder that cannot be listed has none)."""
+    found = []
+    try:
+        folders = [root] + sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                                  and not _CHECKPOINT.match(p.name))
+    except OSError:
+        return []
+    for folder in folders:
+        try:
+            found += _checkpoints(folder)
+        except UnreadableRun:
+            continue
+    return found
 
 
 def _last_step(state: dict[str, Any]) -> int:
