@@ -31,7 +31,7 @@ def anomalies(record: RunRecord) -> list[Anomaly]:
     found += _reward_collapse(record)
     found += _streak(record, ZERO_STD, lambda v: v >= 0.999, "zero_variance", "every group's rewards identical")
     found += _streak(record, REWARD_STD, lambda v: v == 0.0, "zero_variance", "reward std exactly 0")
-    found += _streak(record, LOSS, lambda v: v == 0.0, "loss_zero", "loss exactly 0")
+    found += _streak_on(record, _loss_without_gradient(record), lambda v: v == 0.0, "loss_zero", "loss exactly 0")
     found += _first(record, LOST, lambda v: v >= 0.5, "failures", "half or more of the groups lost to failed "
                     "generations, after retries")
     found += _nonfinite(record)
@@ -95,6 +95,14 @@ def _streak(record: RunRecord, name: str, bad, kind: str, what: str) -> list[Ano
     return _streak_on(record, record.finite_series(name), bad, kind, what)
 
 
+def _loss_without_gradient(record: RunRecord) -> list[tuple[int, float]]:
+    """The loss, counted as 0 only at steps whose gradient was 0 or not logged: a GRPO loss is exactly
+    0 on healthy steps too (TRL's, when every completion has the same length: each group's advantages
+    sum to 0), while the gradient is not."""
+    return [(s, v if record.metrics[s].get(GRAD_NORM, 0.0) == 0.0 else math.nan)
+            for s, v in record.finite_series(LOSS)]
+
+
 def _first(record: RunRecord, name: str, bad, kind: str, what: str) -> list[Anomaly]:
     for step, value in record.series(name):
         if math.isfinite(value) and bad(value):
@@ -113,10 +121,11 @@ def _reward_zero(record: RunRecord) -> list[Anomaly]:
 
 
 def _streak_on(record: RunRecord, series: list[tuple[int, float]], bad, kind: str, what: str) -> list[Anomaly]:
-    """The first streak: STREAK steps in a row, or 2 that reach the end of the run."""
+    """The first streak: STREAK steps in a row, or 2 that reach the end of the run (of a run that has
+    ended: a running one's last step is only the latest)."""
     if not series:
         return []
-    end = series[-1][0]
+    end = None if record.running else series[-1][0]
     for start, last, length in _runs(series, bad):
         if length >= STREAK or (last == end and length >= 2):
             return [Anomaly(start, kind, f"{what} for {length} logged step(s) from step {start}"
@@ -136,6 +145,8 @@ def _reward_collapse(record: RunRecord) -> list[Anomaly]:
         best = window if best is None else max(best, window)
         rest = values[i:]
         ahead = values[i:i + 5]
+        if record.running and len(ahead) < 5:  # a dip in the latest steps of a live run is not a collapse yet
+            break
         if best > 0.05 and values[i] < COLLAPSE_RATIO * best and statistics.fmean(ahead) < COLLAPSE_RATIO * best \
                 and statistics.fmean(rest) < COLLAPSE_RATIO * best:
             step = series[i][0]
