@@ -87,12 +87,13 @@ def test_nan_loss(tmp_path, capsys):
 
 def test_every_reward_identical(tmp_path, capsys):
     """No guard stops this one (zero_reward's patience is 10): the run finishes having learned
-    nothing from step 4, and only the metrics say so."""
+    nothing from step 4, and only the metrics say so. Every reward exactly 0 from one step on, after
+    rewards that varied, is a dead reward source, not a task without signal."""
     run_dir = tmp_path / "r"
     train(run_dir, f"faults.zero_reward_at_steps={list(range(BAD, STEPS + 1))}", stops=False)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1
-    assert_diagnosis(result, run_dir, "no_learning_signal")
+    assert_diagnosis(result, run_dir, "reward_source_died")
     assert {"zero_variance"} <= {a["kind"] for a in result["timeline"] if a["step"] == BAD}
     assert_resumes(result, run_dir, capsys)
 

@@ -11,14 +11,22 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
                          healthy steps after it, did not either)
     rollout_failure      rollouts failed with no server evidence
     reward_broken        answers the reward could not score, or a reward function that raised
-    no_learning_signal   every group's rewards identical (loss and gradient at 0)
+    reward_source_died   the reward fell abruptly from a healthy level to exactly 0, identical in every
+                         group, with no server evidence: what a dead reward server or inference server
+                         looks like (every completion empty or an error, scored 0), after the groups'
+                         rewards had varied; infrastructure until shown otherwise
+    no_learning_signal   every group's rewards identical (loss and gradient at 0), a task that gives
+                         no signal
     policy_collapse      the reward fell with the infrastructure healthy
     stalled              the steps stopped: a crash, a trainer killed without a word, or no step at all
 """
 
 from __future__ import annotations
 
-from grpo.tools.doctor.record import Anomaly, Checkpoint, Evidence, RunRecord
+import statistics
+
+from grpo.tools.doctor.record import (GRAD_NORM, REWARD, REWARD_STD, ZERO_STD, Anomaly, Checkpoint, Evidence,
+                                      RunRecord)
 
 SERVER_SLACK = 1  # a server failure up to one step after the first bad step still explains it
 SERVER_LEAD = 3  # ... and one up to 3 steps before it (rollouts in flight drain first); earlier ones
@@ -81,6 +89,19 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         return "reward_broken", a.step, (f"the reward could not score the answers from step {a.step} ({a.detail}): "
                                          "the gold answers or the reward function are at fault, not the model"), [a]
     signal = [first[k] for k in ("zero_variance", "loss_zero") if k in first]
+    died = _reward_source_died(record, first, onset)
+    if died is not None:
+        zero, before, mean_before = died
+        step = zero.step
+        return "reward_source_died", step, (
+            f"the reward fell at step {step} from {before:.3g} (mean {mean_before:.3g} over the steps before) to "
+            "exactly 0, identical in every group, after the groups' rewards had varied: what a dead reward "
+            "source looks like (a reward server or the inference server failing, so every completion is empty "
+            "or an error and scores 0), not a task without signal. Infrastructure until shown otherwise: "
+            f"check the reward server's and the inference server's logs around step {step} and the completions "
+            f"of step {step}; empty or error completions confirm it, real answers all scored 0 point at the "
+            f"reward function instead. Bring the reward source back and resume from before step {step}"
+            f"{late_note}"), [zero] + [a for a in signal if a.step == step]
     collapse = first.get("reward_collapse")
     if signal and min(a.step for a in signal) == onset and not (collapse and collapse.step < onset):
         step = min(a.step for a in signal)
@@ -88,7 +109,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         return "no_learning_signal", step, (f"from step {step} every group's rewards are identical, so every "
                                             "advantage, the loss and the gradient are 0: nothing is learned"
                                             f"{late_note}. More samples per group, a reward with partial credit, "
-                                            "or problems of the right difficulty"), backing
+                                            "or problems of the right difficulty; a few groups' completions and "
+                                            "rewards at that step confirm it (all right, or all wrong)"), backing
     if collapse or "reward_zero" in first:
         a = collapse or first["reward_zero"]
         signs = [first[k] for k in COLLAPSE_SIGNS if k in first]
@@ -111,6 +133,31 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                      + " with no error recorded (killed by SIGKILL, out of memory, or power loss?)"), []
     warnings = [a for a in timeline if a.kind not in ("restart", "server_restart")]
     return "healthy", None, _healthy_text(record, warnings), []
+
+
+ABRUPT = 0.5  # the step before the fall kept at least this fraction of the mean before it
+
+
+def _reward_source_died(record: RunRecord, first: dict[str, Anomaly],
+                        onset: int | None) -> tuple[Anomaly, float, float] | None:
+    """(the reward-zero anomaly, the reward the step before it, the mean of the 5 before) when the
+    reward fell at once to exactly 0 in every group after a task that gave signal, else None."""
+    zero = first.get("reward_zero")
+    if zero is None or zero.step != onset:
+        return None
+    logs_variance = any(name in record.metrics[s] for s in record.steps()
+                        for name in (ZERO_STD, REWARD_STD, GRAD_NORM))
+    if logs_variance and not any(first[k].step == onset for k in ("zero_variance", "loss_zero") if k in first):
+        return None  # exactly 0 on average, but the groups still differ: not one dead source
+    before = [v for s, v in record.finite_series(REWARD) if s < onset][-5:]
+    if not before or before[-1] <= 0 or before[-1] < ABRUPT * statistics.fmean(before):
+        return None  # it was falling already: a collapse, not a death
+    varied = [s for s in record.steps() if s < onset and (
+        record.metrics[s].get(ZERO_STD, 1.0) < 0.999 or record.metrics[s].get(REWARD_STD, 0.0) > 0
+        or record.metrics[s].get(GRAD_NORM, 0.0) > 0)]
+    if logs_variance and not varied:
+        return None  # never any signal: the task, not its source
+    return zero, before[-1], statistics.fmean(before)
 
 
 _TELLING = ("reward_zero", "reward_collapse", "failures", "zero_variance", "loss_zero", "reward_error", "nonfinite")

@@ -31,12 +31,51 @@ def test_a_dead_server_at_the_step_the_reward_fell_is_the_cause():
 
 
 def test_a_server_that_died_long_after_the_reward_fell_is_not_the_cause():
-    """The step-940 story: the reward was 0 long before the server crashed."""
+    """The step-940 story: the reward was 0 long before the server crashed. Its abrupt fall to exactly
+    0 is still the reward source's doing (the users' own guess: a server unresponsive before it died)."""
     run = record([0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5] + [0.0] * 12)
     run.marks.append(server_death(18))
     what, step, explanation, _ = cause.decide(run, timeline.anomalies(run))
-    assert (what, step) == ("policy_collapse", 9)
+    assert (what, step) == ("reward_source_died", 9)
     assert "server failure at step 18 came after" in explanation
+
+
+HEALTHY = [0.4, 0.5, 0.45, 0.5, 0.55, 0.5, 0.45, 0.5]
+
+
+def test_an_abrupt_fall_to_exactly_zero_in_every_group_is_the_reward_source_not_the_task():
+    run = record(HEALTHY + [0.0] * 6, zero_std_frac=[0.25] * 8 + [1.0] * 6, loss=[0.02] * 8 + [0.0] * 6,
+                 grad_norm=[0.3] * 8 + [0.0] * 6)
+    what, step, explanation, backing = cause.decide(run, timeline.anomalies(run))
+    assert (what, step) == ("reward_source_died", 9)
+    assert "reward server" in explanation and "inference server" in explanation
+    assert "completions of step 9" in explanation  # the evidence that would confirm it
+    assert "partial credit" not in explanation  # no advice about the task
+    assert {a.kind for a in backing} >= {"reward_zero", "zero_variance"}
+
+
+def test_a_task_that_never_had_variance_gives_no_signal():
+    run = record([0.0] * 10, zero_std_frac=[1.0] * 10, loss=[0.0] * 10, grad_norm=[0.0] * 10)
+    assert decide(run) == ("no_learning_signal", 1)
+    run = record([1.0] * 10, zero_std_frac=[1.0] * 10, loss=[0.0] * 10)
+    assert decide(run) == ("no_learning_signal", 1)
+
+
+def test_a_reward_that_slid_to_zero_is_a_collapse_not_a_death():
+    run = record(HEALTHY + [0.3, 0.2, 0.12, 0.06, 0.03] + [0.0] * 6)
+    assert decide(run)[0] == "policy_collapse"
+
+
+def test_zero_on_average_while_the_groups_still_differ_is_not_a_dead_source():
+    """Rewards in [-1, 1] averaging exactly 0: the groups still differ, the reward source answers."""
+    run = record(HEALTHY + [0.0] * 6, zero_std_frac=[0.25] * 14, grad_norm=[0.3] * 14)
+    assert decide(run)[0] != "reward_source_died"
+
+
+def test_a_dead_reward_source_with_server_evidence_names_the_server():
+    run = record(HEALTHY + [0.0] * 6, zero_std_frac=[0.25] * 8 + [1.0] * 6)
+    run.marks.append(server_death(9))
+    assert decide(run) == ("server_failure", 9)
 
 
 def test_identical_rewards_with_the_loss_at_zero_are_no_learning_signal():
