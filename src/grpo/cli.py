@@ -1,4 +1,4 @@
-"""The `grpo` command: train, quickstart, eval, plan, config show, export, doctor, health."""
+"""The `grpo` command: train, quickstart, eval, plan, config show, export, doctor, watch, report, health."""
 
 from __future__ import annotations
 
@@ -124,6 +124,26 @@ def _doctor(path: Path, as_json: bool) -> int:
     return 0 if diagnosis.status == "healthy" else 1
 
 
+def _watch(args: argparse.Namespace) -> int:
+    from grpo.tools.doctor import UnreadableRun
+    from grpo.tools.watch import Watch, parse_signal
+
+    if args.interval <= 0:
+        raise ConfigError(f"--interval must be more than 0 seconds; got {args.interval}")
+    try:
+        stop_signal = parse_signal(args.signal)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    watch = Watch(Path(args.path), pid=args.pid, stop_signal=stop_signal, interval_s=args.interval, say=_print)
+    try:
+        return watch.run()
+    except UnreadableRun as exc:
+        alert(f"error: {exc}")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return watch.interrupted()
+
+
 def _print(text: str) -> None:
     """Print, and let a reader that stopped early (`grpo doctor RUN | head`) go without a traceback."""
     try:
@@ -212,6 +232,18 @@ def main(argv: list[str] | None = None) -> int:
                                      "log, or a TRL output directory / checkpoint-N")
     doc.add_argument("--json", action="store_true", help="print the diagnosis as one JSON object")
 
+    watch = sub.add_parser("watch", help="guard a live run (grpo, AReaL, verl, TRL) as it grows: at the first "
+                                         "problem print the diagnosis, the last good checkpoint and the resume "
+                                         "command, and with --pid stop the trainer; exit 0 ended healthy, 1 a "
+                                         "problem, 2 unreadable")
+    watch.add_argument("path", help="what grpo doctor reads: a grpo run directory, an AReaL trainer.log (or its "
+                                    "directory), a verl console log, a TRL console log or output directory; it "
+                                    "may not exist yet")
+    watch.add_argument("--pid", type=int, help="the trainer's process id: signalled at the first problem")
+    watch.add_argument("--signal", default="TERM", help="the signal --pid gets (default TERM)")
+    watch.add_argument("--interval", type=float, default=10.0, help="seconds between looks at the files "
+                                                                    "(default 10)")
+
     rep = sub.add_parser("report", help="one self-contained HTML file (works offline) with a run's curves, its "
                                         "events marked, and the doctor's diagnosis at the top")
     rep.add_argument("run_dir", help="any PATH grpo doctor reads")
@@ -256,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             return _doctor(Path(args.run_dir), args.json)
         if args.command == "report":
             return _report(Path(args.run_dir), args.out)
+        if args.command == "watch":
+            return _watch(args)
         return _eval(args)
     except (ConfigError, RunDirLocked, FileNotFoundError, PermissionError, DiskError) as exc:
         alert(one_line(exc))

@@ -1,0 +1,329 @@
+"""`grpo watch PATH`: a guard beside a run that grpo does not train (AReaL, verl, TRL), or one it does.
+
+It follows the run's files as they grow, judges the run again with the doctor's own readers, timeline
+and cause whenever a new step arrives, and at the first problem prints the doctor's diagnosis, the
+last good checkpoint and that framework's resume command; with `--pid` it also signals the trainer,
+so the run stops there instead of going on for hundreds of steps.
+
+A live run is judged as one that has not ended (`RunRecord.running`): a streak must reach its full
+length, a dip in the latest steps is not yet a collapse. When the run says it ended (or the trainer
+given by `--pid` exits), it is judged once more as the doctor judges a finished run.
+
+Logs are followed by name (`Tail`): a log that does not exist yet is waited for, a rotated one is read
+to its end and then the new file from its start, a truncated one from its new start, and a torn last
+line is held until its newline arrives. Every line read is kept, so the reader sees the whole run
+across rotations. Directories (a grpo run, a TRL output directory) are read again when a file in
+them changes.
+
+Exit status, as the doctor's: 0 the run ended healthy (or the watch was interrupted on a healthy
+run), 1 a problem, 2 nothing readable (permission denied, or the trainer exited before its files
+showed a run the doctor knows).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from grpo.tools.doctor import judge, read, render
+from grpo.tools.doctor import areal, grpo_run, trl, verl
+from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
+
+TRAINER_EXIT_WAIT_S = 30.0  # after signalling the trainer, how long to wait to say it exited
+
+
+class Tail:
+    """A growing text file, followed by its path; `lines` holds every complete line read so far."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: list[str] = []
+        self.rotations = 0
+        self.truncations = 0
+        self._file = None
+        self._partial = b""
+
+    @property
+    def opened(self) -> bool:
+        return self._file is not None or bool(self.lines)
+
+    def poll(self) -> bool:
+        """Read what was added since the last poll; -> whether any complete line came."""
+        before = len(self.lines)
+        if self._file is None:
+            self._open()
+        if self._file is None:
+            return False
+        self._drain()
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None  # moved away and not replaced yet: the old file may still grow
+        except OSError as exc:
+            raise UnreadableRun(f"{self.path} cannot be read ({exc.strerror or exc})") from None
+        held = os.fstat(self._file.fileno())
+        if now is not None and (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev):
+            self._close_rotated()
+            self._open()
+            if self._file is not None:
+                self._drain()
+        elif held.st_size < self._file.tell():
+            self.truncations += 1
+            self._file.seek(0)
+            self._partial = b""  # the torn line was cut off with the rest
+            self._drain()
+        return len(self.lines) > before
+
+    def _open(self) -> None:
+        try:
+            self._file = open(self.path, "rb")
+        except FileNotFoundError:
+            self._file = None
+        except OSError as exc:
+            raise UnreadableRun(f"{self.path} cannot be read ({exc.strerror or exc}): check its permissions") from None
+
+    def _drain(self) -> None:
+        data = self._file.read()
+        if not data:
+            return
+        self._partial += data
+        complete, newline, rest = self._partial.rpartition(b"\n")
+        if newline:
+            # decoded whole lines only: a newline never falls inside a UTF-8 sequence
+            self.lines += (complete + newline).decode("utf-8", errors="replace").splitlines()
+            self._partial = rest
+
+    def _close_rotated(self) -> None:
+        if self._partial:  # the old file's last line, torn as it was left
+            self.lines += self._partial.decode("utf-8", errors="replace").splitlines()
+            self._partial = b""
+        self._file.close()
+        self._file = None
+        self.rotations += 1
+
+
+class Follower:
+    """One run's files, followed: `poll` says whether anything changed, `record` reads the run."""
+
+    kind: str  # what PATH is, in words
+
+    def poll(self) -> bool:
+        raise NotImplementedError
+
+    def record(self) -> RunRecord:
+        raise NotImplementedError
+
+
+class LogFollower(Follower):
+    """A console log (AReaL's trainer.log with its llm_server.log, verl's, TRL's) read by its reader
+    from the lines the tails kept."""
+
+    def __init__(self, kind: str, log: Path, reader: Callable[..., RunRecord], server_log: Path | None = None):
+        self.kind, self.log, self.reader = kind, log, reader
+        self.tail = Tail(log)
+        self.server = Tail(server_log) if server_log is not None else None
+
+    def poll(self) -> bool:
+        changed = self.tail.poll()
+        if self.server is not None:
+            changed = self.server.poll() or changed
+        return changed
+
+    def record(self) -> RunRecord:
+        if self.server is not None:
+            return self.reader(self.log, lines=self.tail.lines,
+                               server_lines=self.server.lines if self.server.opened else None)
+        return self.reader(self.log, lines=self.tail.lines)
+
+
+class DirectoryFollower(Follower):
+    """A grpo run directory or a TRL output directory, read again by the doctor when a file in it (or
+    one folder down: checkpoints) changed."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind, self.root = kind, root
+        self._seen: frozenset = frozenset()
+
+    def poll(self) -> bool:
+        now = frozenset(_listing(self.root))
+        changed, self._seen = now != self._seen, now
+        return changed
+
+    def record(self) -> RunRecord:
+        return read(self.root)
+
+
+def _listing(root: Path) -> list[tuple[str, int, int]]:
+    found = []
+    for folder in [root] + sorted(p for p in _entries(root) if p.is_dir()):
+        for entry in _entries(folder):
+            try:
+                stat = entry.stat()
+            except OSError:
+                continue
+            found.append((str(entry), stat.st_size, stat.st_mtime_ns))
+    return found
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UnreadableRun(f"{folder} cannot be listed ({exc.strerror or exc}): check its permissions") from None
+
+
+def identify(path: Path) -> Follower | None:
+    """The follower for PATH, or None while it does not exist or shows nothing the doctor knows yet."""
+    if path.is_dir():
+        if grpo_run.is_run_dir(path):
+            return DirectoryFollower("a grpo run directory", path)
+        log = areal.find_trainer_log(path)
+        if log is not None:
+            return _areal(log)
+        log = verl.find_log(path)
+        if log is not None:
+            return LogFollower(f"a verl console log ({log.name})", log, verl.read_record)
+        log = trl.find_log(path)
+        if log is not None:
+            return LogFollower(f"a TRL console log ({log.name})", log, trl.read_log_record)
+        if trl.find_root(path) is not None:
+            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves)", path)
+        return None
+    if path.is_file():
+        if path.name == trl.STATE:
+            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves)", path.parent)
+        if areal.find_trainer_log(path) is not None:
+            return _areal(path)
+        if verl.looks_like_verl(path):
+            return LogFollower("a verl console log", path, verl.read_record)
+        if trl.looks_like_log(path):
+            return LogFollower("a TRL console log", path, trl.read_log_record)
+    return None
+
+
+def _areal(log: Path) -> LogFollower:
+    return LogFollower(f"an AReaL trainer log ({log.name}, with {areal.SERVER_LOG} beside it)", log,
+                       areal.read_record, log.parent / areal.SERVER_LOG)
+
+
+@dataclass
+class Watch:
+    """What `grpo watch` was asked to do, and what it has seen."""
+
+    path: Path
+    pid: int | None = None
+    stop_signal: signal.Signals = signal.SIGTERM
+    interval_s: float = 10.0
+    say: Callable[[str], None] = print
+    follower: Follower | None = None
+    last_step: int | None = None
+    diagnosis: Diagnosis | None = None
+    record: RunRecord | None = field(default=None, repr=False)
+
+    def run(self) -> int:
+        if self.pid is not None and not alive(self.pid):
+            raise UnreadableRun(f"no process {self.pid} is running: give --pid the trainer's process id")
+        self.say(f"watching {self.path} every {self.interval_s:g} s"
+                 + (f"; the trainer is pid {self.pid} ({self.stop_signal.name} at the first problem)" if self.pid
+                    else ""))
+        waiting_said = False
+        while True:
+            trainer_gone = self.pid is not None and not alive(self.pid)
+            if self.follower is None:
+                self.follower = identify(self.path)
+                if self.follower is not None:
+                    self.say(f"{self.path} is {self.follower.kind}")
+                elif not waiting_said:
+                    self.say(f"waiting for {self.path} to show a run's first step")
+                    waiting_said = True
+            if self.follower is not None and (self.follower.poll() or trainer_gone):
+                if trainer_gone:
+                    self.say(f"the trainer (pid {self.pid}) exited")
+                status = self._judge(ended=trainer_gone)
+                if status is not None:
+                    return status
+            if trainer_gone:  # and its files never showed a run
+                raise UnreadableRun(f"the trainer (pid {self.pid}) exited and {self.path} never showed a run the "
+                                    "doctor knows")
+            time.sleep(self.interval_s)
+
+    def interrupted(self) -> int:
+        """Ctrl-C: where the run stands."""
+        if self.diagnosis is None:
+            self.say("stopped watching before the run's first step")
+            return 0
+        self.say(f"stopped watching at step {self.last_step}: {self.diagnosis.explanation}")
+        return 0 if self.diagnosis.status == "healthy" else 1
+
+    def _judge(self, ended: bool) -> int | None:
+        """Judge the run as it stands; -> the exit status when the watch is over, else None."""
+        record = self.follower.record()
+        ended = ended or record.finished
+        if record.source != "grpo":  # a grpo run says itself whether a trainer holds it
+            record.running = not ended
+        diagnosis = judge(record)
+        self.record, self.diagnosis = record, diagnosis
+        steps = record.steps()
+        if diagnosis.status == "problem":
+            self.say("\n".join(render(diagnosis, record)))
+            if self.pid is not None and not ended:
+                self._stop_trainer()
+            return 1
+        if ended:
+            self.say(f"the run ended: {diagnosis.explanation}")
+            return 0
+        if steps and steps[-1] != self.last_step:
+            self.last_step = steps[-1]
+            self.say(f"step {steps[-1]}" + (f" of {record.total_steps}" if record.total_steps else "")
+                     + ": no problem")
+        return None
+
+    def _stop_trainer(self) -> None:
+        try:
+            os.kill(self.pid, self.stop_signal)
+        except ProcessLookupError:
+            self.say(f"the trainer (pid {self.pid}) had already exited")
+            return
+        except PermissionError:
+            self.say(f"could not signal the trainer (pid {self.pid}): permission denied; stop it yourself")
+            return
+        self.say(f"sent {self.stop_signal.name} to the trainer (pid {self.pid})")
+        deadline = time.monotonic() + TRAINER_EXIT_WAIT_S
+        while time.monotonic() < deadline:
+            if not alive(self.pid):
+                self.say(f"the trainer (pid {self.pid}) exited")
+                return
+            time.sleep(0.1)
+        self.say(f"the trainer (pid {self.pid}) is still running {TRAINER_EXIT_WAIT_S:.0f} s after "
+                 f"{self.stop_signal.name}; stop it with: kill -KILL {self.pid}")
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it exists
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: kill(0) said it exists
+    return state != "Z"
+
+
+def parse_signal(name: str) -> signal.Signals:
+    """TERM, SIGTERM, term or 15."""
+    text = name.strip().upper()
+    try:
+        return signal.Signals(int(text)) if text.isdigit() else signal.Signals[text if text.startswith("SIG")
+                                                                                 else "SIG" + text]
+    except (KeyError, ValueError):
+        raise ValueError(f"--signal {name} is not a signal: give a name like TERM, INT or KILL, or a number") from None
