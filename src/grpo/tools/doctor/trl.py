@@ -48,6 +48,11 @@ def _checkpoints(root: Path) -> list[Path]:
         raise UnreadableRun(f"{root} cannot be listed ({exc.strerror or exc}): check its permissions") from None
 
 
+def checkpoints_in(root: Path) -> list[Checkpoint]:
+    """The checkpoint-N directories of an output directory (none while it does not exist)."""
+    return [Checkpoint(int(p.name.split("-")[1]), str(p)) for p in _checkpoints(root)] if root.is_dir() else []
+
+
 def read_record(root: Path) -> RunRecord:
     record = RunRecord("trl", str(root))
     single = _CHECKPOINT.match(root.name) is not None
