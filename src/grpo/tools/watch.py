@@ -10,8 +10,9 @@ length, a dip in the latest steps is not yet a collapse. When the run says it en
 given by `--pid` exits), it is judged once more as the doctor judges a finished run.
 
 Logs are followed by name (`Tail`): a log that does not exist yet is waited for, a rotated one is read
-to its end and then the new file from its start, a truncated one from its new start, and a torn last
-line is held until its newline arrives. Every line read is kept, so the reader sees the whole run
+to its end and then the new file from its start, a truncated one from its new start (what was written
+just before the truncation, from logrotate's copy when there is one), and a torn last line is held
+until its newline arrives. Every line read is kept, so the reader sees the whole run
 across rotations. Directories (a grpo run, a TRL output directory) are read again when a file in
 them changes.
 
@@ -46,6 +47,7 @@ class Tail:
         self.truncations = 0
         self._file = None
         self._partial = b""
+        self._seen = b""  # the last bytes read: still there at the same place, or the file was rewritten
 
     @property
     def opened(self) -> bool:
@@ -58,6 +60,8 @@ class Tail:
             self._open()
         if self._file is None:
             return False
+        if self._rewritten():
+            self._truncated()
         self._drain()
         try:
             now = os.stat(self.path)
@@ -72,11 +76,38 @@ class Tail:
             if self._file is not None:
                 self._drain()
         elif held.st_size < self._file.tell():
-            self.truncations += 1
-            self._file.seek(0)
-            self._partial = b""  # the torn line was cut off with the rest
+            self._truncated()
             self._drain()
         return len(self.lines) > before
+
+    def _rewritten(self) -> bool:
+        """Truncated in place and grown again past where it was read to (logrotate's copytruncate
+        between two polls): the bytes last read are no longer where they were."""
+        end = self._file.tell()
+        if not self._seen or os.fstat(self._file.fileno()).st_size < end:
+            return False
+        return os.pread(self._file.fileno(), len(self._seen), end - len(self._seen)) != self._seen
+
+    def _truncated(self) -> None:
+        """Read what was written after the last poll and before the truncation from the copy (LOG.1,
+        LOG-DATE: logrotate's names) whose bytes match where this file was read to; then this file
+        from its start."""
+        end = self._file.tell()
+        for copy in sorted(self.path.parent.glob(self.path.name + "[.-]*"), key=_mtime, reverse=True)[:3]:
+            try:
+                with open(copy, "rb") as f:
+                    f.seek(max(0, end - len(self._seen)))
+                    if self._seen and f.read(len(self._seen)) == self._seen:
+                        self._take(f.read())
+                        if self._partial:  # the copy's torn last line, as it was left
+                            self._close_partial()
+                        break
+            except OSError:
+                continue
+        self.truncations += 1
+        self._file.seek(0)
+        self._partial = b""  # the torn line was cut off with the rest
+        self._seen = b""
 
     def _open(self) -> None:
         try:
@@ -87,9 +118,12 @@ class Tail:
             raise UnreadableRun(f"{self.path} cannot be read ({exc.strerror or exc}): check its permissions") from None
 
     def _drain(self) -> None:
-        data = self._file.read()
+        self._take(self._file.read())
+
+    def _take(self, data: bytes) -> None:
         if not data:
             return
+        self._seen = (self._seen + data)[-64:]
         self._partial += data
         complete, newline, rest = self._partial.rpartition(b"\n")
         if newline:
@@ -97,12 +131,16 @@ class Tail:
             self.lines += (complete + newline).decode("utf-8", errors="replace").splitlines()
             self._partial = rest
 
+    def _close_partial(self) -> None:
+        self.lines += self._partial.decode("utf-8", errors="replace").splitlines()
+        self._partial = b""
+
     def _close_rotated(self) -> None:
         if self._partial:  # the old file's last line, torn as it was left
-            self.lines += self._partial.decode("utf-8", errors="replace").splitlines()
-            self._partial = b""
+            self._close_partial()
         self._file.close()
         self._file = None
+        self._seen = b""
         self.rotations += 1
 
 
@@ -155,6 +193,13 @@ class DirectoryFollower(Follower):
 
     def record(self) -> RunRecord:
         return read(self.root)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _listing(root: Path) -> list[tuple[str, int, int]]:
