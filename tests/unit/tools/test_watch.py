@@ -1,0 +1,74 @@
+"""`grpo watch`'s Tail: every line of a log followed by name, once, across a file that does not exist yet,
+torn last lines, rotation and truncation; and what `--signal` accepts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+
+import pytest
+
+from grpo.tools.watch import Tail, parse_signal
+
+
+def append(path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def test_a_log_that_does_not_exist_yet_then_a_torn_line_held_until_complete(tmp_path):
+    log = tmp_path / "train.log"
+    tail = Tail(log)
+    assert not tail.poll() and tail.lines == []
+    append(log, "step:1 - a:1\nstep:2 - critic/score/mean:0.")
+    assert tail.poll() and tail.lines == ["step:1 - a:1"]  # the torn half is not a line yet
+    append(log, "45\n")
+    assert tail.poll() and tail.lines == ["step:1 - a:1", "step:2 - critic/score/mean:0.45"]
+    assert not tail.poll()
+
+
+def test_rotation_reads_the_old_file_to_its_end_then_the_new_one(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, "1\n")
+    tail = Tail(log)
+    tail.poll()
+    append(log, "2\n")  # written after the last look, before the rotation
+    os.replace(log, tmp_path / "train.log.1")
+    append(log, "3\n")
+    tail.poll()
+    assert tail.lines == ["1", "2", "3"] and tail.rotations == 1
+
+
+def test_copytruncate_grown_past_the_old_end_is_caught_and_the_copy_read(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, "line 1\n")
+    tail = Tail(log)
+    tail.poll()
+    append(log, "line 2\n")
+    shutil.copy(log, tmp_path / "train.log.1")
+    with open(log, "r+") as f:
+        f.truncate(0)
+    append(log, "line 3, longer than the first two together\n")
+    tail.poll()
+    assert tail.lines == ["line 1", "line 2", "line 3, longer than the first two together"]
+    assert tail.truncations == 1
+
+
+def test_a_truncation_without_a_copy_starts_again_from_the_top(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, "a long first line\n")
+    tail = Tail(log)
+    tail.poll()
+    with open(log, "r+") as f:
+        f.truncate(0)
+    append(log, "b\n")
+    tail.poll()
+    assert tail.lines == ["a long first line", "b"]
+
+
+def test_signals():
+    assert parse_signal("TERM") == parse_signal("sigterm") == parse_signal("15") == signal.SIGTERM
+    assert parse_signal("INT") == signal.SIGINT
+    with pytest.raises(ValueError, match="not a signal"):
+        parse_signal("NOPE")
