@@ -126,12 +126,12 @@ def test_a_healthy_run_is_healthy(tmp_path, capsys):
     assert result["last_good_checkpoint"] == str(tmp_path / "r" / "checkpoints" / f"step_{STEPS:06d}")
 
 
-def test_a_crash_is_stalled_at_the_step_that_did_not_finish(tmp_path, capsys):
+def test_a_crash_with_a_recorded_error_is_a_crash_at_the_step_that_did_not_finish(tmp_path, capsys):
     run_dir = tmp_path / "r"
     with pytest.raises(RuntimeError, match="injected crash"):
         train(run_dir, "faults.crash_at_step=5", stops=False)
     code, result = doctor_json(run_dir, capsys)
-    assert code == 1 and result["cause"] == "stalled" and result["first_bad_step"] == 6
+    assert code == 1 and result["cause"] == "crashed" and result["first_bad_step"] == 6
     assert result["evidence"][0]["file"].endswith("events.jsonl") and "injected crash" in result["evidence"][0]["text"]
     assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000003")
 

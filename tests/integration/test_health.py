@@ -101,3 +101,17 @@ def test_a_server_starting_is_reported_as_starting_with_its_new_process(tmp_path
         starting.join(10)
         loop.close()
     assert not starting.is_alive()
+
+
+def test_a_run_whose_trainer_was_sigkilled_lists_no_server_as_ready(paused_run, capsys):
+    run_dir, proc = paused_run
+    server = json.loads((run_dir / "servers" / "status.json").read_text())["servers"][0]
+    assert server["state"] == "ready"  # as the trainer last wrote it
+    proc.kill()
+    proc.wait()
+    assert main(["health", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.strip().startswith("sglang-0 at"))
+    assert ": ready," not in line, line
+    assert "gone with the trainer (was ready)" in line or "left running by a trainer that is gone" in line, line
+    assert "TRAINER  not running, not finished" in out

@@ -88,8 +88,14 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
     out = [f"SERVERS  {status.get('engine')}: trainer policy version {trainer_version}, "
            f"{len(recent)} server failure(s) in the last hour"]
     for server in status.get("servers", []):
-        name, url = server.get("name"), server.get("url")
-        line = (f"         {name} at {url}: {server.get('state')}, incarnation {server.get('incarnation')}, "
+        name, url, pid = server.get("name"), server.get("url"), server.get("pid")
+        state = server.get("state")
+        if not running:  # status.json is what a trainer last saw: no trainer, no server it still runs
+            state = (f"left running by a trainer that is gone (process {pid})" if pid is not None and _alive(pid)
+                     else f"gone with the trainer (was {state})")
+            if pid is not None and _alive(pid):
+                problems.append(f"{name}'s process {pid} outlived its trainer")
+        line = (f"         {name} at {url}: {state}, incarnation {server.get('incarnation')}, "
                 f"{server.get('restarts')} of {server.get('max_restarts')} restarts used, serves policy version "
                 f"{server.get('policy_version')}, {server.get('requests', 0)} requests answered"
                 + (" (restarting while the others serve)" if server.get("restarting_aside") else ""))
@@ -97,7 +103,6 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
         if not running:
             continue  # a finished or stopped run's servers are gone by design
         if server.get("state") in ("starting", "failed"):  # status.json follows every start and failure
-            pid = server.get("pid")
             alive = pid is None or _alive(pid)
             doing = "starting" if server.get("state") == "starting" else "failed, to be restarted"
             out.append(f"         {name}: {doing}" + ("" if alive else f"; its process {pid} is gone"))
@@ -106,7 +111,6 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
             continue
         if server.get("state") == "gave_up":
             problems.append(f"{name} was given up on")
-        pid = server.get("pid")
         if pid is not None and not _alive(pid):
             problems.append(f"{name}'s process {pid} is gone")
             out.append(f"         {name}: process {pid} is not running")

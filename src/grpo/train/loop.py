@@ -24,7 +24,7 @@ from grpo.train.build import build
 from grpo.config import RunConfig, to_dict
 from grpo.console import say
 from grpo.dist import SINGLE, Ranks
-from grpo.errors import RunStopped
+from grpo.errors import RunStopped, is_disk_error
 from grpo.evaluate import EvaluationFailed, format_table
 from grpo.train.evaluation import evaluate_held_out
 from grpo.train.metrics import MetricsLogger
@@ -55,7 +55,7 @@ class TrainingLoop:
         self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
         self.metrics: MetricsLogger | None = None
         self.signals = SignalWatch()
-        self.engine, self.rollouts, self.event_step = None, None, 0
+        self.engine, self.rollouts, self.state, self.event_step = None, None, None, 0
         try:
             parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
@@ -69,7 +69,15 @@ class TrainingLoop:
             self.event_step = self.state.step
             self.metrics = MetricsLogger(self.run.path, cfg.logging, self.total_steps, cfg.name, to_dict(cfg),
                                          start_step=self.state.step, enabled=ranks.main)
-        except BaseException:
+        except BaseException as exc:
+            # A disk that fills during the start (the step-0 checkpoint) is recorded like one that fills
+            # later, so that `grpo doctor` and `grpo health` read the run.
+            if self.state is not None and is_disk_error(exc):
+                recorded = self.state.crashed(exc)
+                self.close()
+                if recorded is exc:
+                    raise
+                raise recorded from exc
             self.close()
             raise
 

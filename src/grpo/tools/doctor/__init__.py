@@ -54,6 +54,8 @@ def examine(path: Path) -> tuple[Diagnosis, RunRecord]:
     found = timeline.anomalies(record)
     what, first_bad, explanation, backing = cause.decide(record, found)
     checkpoint = cause.last_checkpoint_before(record, first_bad)
+    if record.stop_checkpoint and what != "healthy":  # the guard's own choice when it stopped the run
+        checkpoint = next((c for c in record.checkpoints if c.path == record.stop_checkpoint), checkpoint)
     diagnosis = Diagnosis(
         source=record.source, status="healthy" if what == "healthy" else "problem", cause=what,
         first_bad_step=first_bad, explanation=explanation, evidence=cause.evidence_of(backing),

@@ -358,6 +358,7 @@ def read_record(run_dir: Path) -> RunRecord:
         after_last = (max(record.metrics) if record.metrics else 0) + 1
         step = max(stop["step"], after_last) if kind == "server_gave_up" else stop["step"]
         record.marks.append(Mark(step, kind, f"the guard stopped the run: {cause}", evidence))
+        record.stop_checkpoint = stop.get("last_good_checkpoint")
     summary, _ = read_json(run_dir / "summary.json")
     record.finished = isinstance(summary, dict) and summary.get("status") == "finished"
     store = CheckpointStore(run_dir / "checkpoints", cfg.checkpoint if cfg else CheckpointConfig())
