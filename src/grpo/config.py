@@ -246,6 +246,10 @@ class CheckpointConfig:
     keep_last: int = 2  # the newest checkpoints kept
     keep_best: bool = True  # keep the best-scoring healthy checkpoint (by held-out accuracy)
     save_final: bool = True  # save after the last step
+    # SIGTERM/SIGINT: save the state reached unless that would run past this many seconds after the
+    # signal (judged by the last save's time): docker stop kills after 10 s. A run stopped without
+    # saving resumes exactly from its newest checkpoint and redoes the steps after it. 0: always save.
+    stop_grace_s: float = 10.0
 
 
 @dataclass

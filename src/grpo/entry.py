@@ -13,7 +13,7 @@ from grpo.config import RunConfig, load_config, split_overrides
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.dist import from_environment
-from grpo.errors import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, ConfigError, DiskError, RunDirLocked, RunStopped, exit_status, one_line
+from grpo.errors import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, EXIT_SIGINT, ConfigError, DiskError, RunDirLocked, RunStopped, exit_status, one_line
 from grpo.train.loop import TrainingLoop
 from grpo.tools.plan import device_kind, refusal
 from grpo.policy.models import resolve_device
@@ -41,6 +41,10 @@ def run(config: str | None, overrides: list[str]) -> int:
     setup_console(run_dir.path if ranks.main else None, quiet=not ranks.main)
     try:
         summary = TrainingLoop(cfg, resume_from=resume_from, run=run_dir, ranks=ranks).train()
+    except KeyboardInterrupt:  # a second Ctrl-C: recorded in events.jsonl; a one-liner, not a traceback
+        alert(f"interrupted twice: exited without saving; resume from the newest checkpoint with: "
+              f"{resume_command(run_dir.path, None)}")
+        return EXIT_SIGINT
     except Exception as exc:
         status = exit_status(exc)
         if status == EXIT_CRASH:  # a bug or an unexpected failure: the traceback goes to train.log too

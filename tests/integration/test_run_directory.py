@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -200,6 +201,59 @@ def test_a_signal_saves_and_exits_4_and_the_same_command_resumes_exactly(tmp_pat
     assert (run_dir / "checkpoints" / "step_000003").is_dir()  # saved although 3 is not a checkpoint step
     assert f"interrupted at step 3: {name}" in doctor(run_dir)
 
+    assert main(["train", "--config", str(run_dir / "config.yaml")]) == 0
+    assert_same_run(straight, run_dir, 6)
+
+
+def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int) -> None:
+    """Until the trainer has logged `step` (it is then in the middle of its steps)."""
+    metrics = run_dir / "metrics.jsonl"
+    while proc.poll() is None and not (metrics.exists() and f'"step": {step},' in metrics.read_text()):
+        select.select([], [], [], 0.05)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+
+
+def test_a_second_sigint_exits_130_with_one_line_and_is_no_crash(tmp_path):
+    run_dir = tmp_path / "r"
+    # A model wide enough that its save takes a while: the second Ctrl-C lands during the first one's save.
+    wide = ("model.tiny.hidden_size=256", "model.tiny.num_layers=4", "model.tiny.intermediate_size=512")
+    args = ("train", *TINY, f"run_dir={run_dir}", "train.steps=4", "checkpoint.every_steps=2", *wide)
+    proc = grpo_process(*args)
+    try:
+        wait_for_step(proc, run_dir, 1)
+        os.kill(proc.pid, signal.SIGINT)
+        while not any(p.name.endswith("step_000001") for p in (run_dir / "checkpoints").iterdir()):
+            assert proc.poll() is None
+        os.kill(proc.pid, signal.SIGINT)  # the impatient user
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "interrupted twice: exited without saving" in err, err[-3000:]
+    kinds = [e["kind"] for e in JsonlLog(run_dir / "events.jsonl").read()[0]]
+    assert kinds[-1] == "interrupted" and "crash" not in kinds, kinds
+    assert "crashed" not in doctor(run_dir)
+    assert main(["train", "--config", str(run_dir / "config.yaml")]) == 0
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4]
+
+
+def test_sigterm_stops_without_saving_when_the_save_would_outlast_the_grace(tmp_path, straight):
+    # A grace shorter than any save: the stop keeps to it, and the newest checkpoint resumes exactly.
+    run_dir = tmp_path / "r"
+    args = ("train", *TINY, f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2")
+    proc = grpo_process(*args, "checkpoint.stop_grace_s=0.000001")
+    try:
+        wait_for_step(proc, run_dir, 3)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "stopped without saving step" in err and "resumes exactly, redoing" in err, err[-2000:]
+    event = JsonlLog(run_dir / "events.jsonl").read()[0][-1]
+    assert event["kind"] == "interrupted" and event["evidence"]["saved"] is False
+    newest = max(p.name for p in (run_dir / "checkpoints").glob("step_*"))
+    assert newest.endswith(f"{2 * (event['step'] // 2):06d}")  # no save at the stop
     assert main(["train", "--config", str(run_dir / "config.yaml")]) == 0
     assert_same_run(straight, run_dir, 6)
 

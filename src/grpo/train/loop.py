@@ -107,13 +107,17 @@ class TrainingLoop:
                          if self.cfg.logging.progress and self.ranks.main else None)
         progress.activate(self.progress)
         try:
-            return self._train()
-        except RunStopped:
+            try:
+                return self._train()
+            except (RunStopped, KeyboardInterrupt):
+                raise
+            except StopRequested as stop:
+                raise self.state.interrupted(stop, self.signals.received_at) from None
+            except BaseException as exc:  # recorded, then re-raised: a crash is never silent
+                raise self.state.crashed(exc) from exc
+        except KeyboardInterrupt:  # a second Ctrl-C, perhaps during the first one's save
+            self.state.abandoned()
             raise
-        except StopRequested as stop:
-            raise self.state.interrupted(stop) from None
-        except BaseException as exc:  # recorded, then re-raised: a crash is never silent
-            raise self.state.crashed(exc) from exc
         finally:
             self.close()
 

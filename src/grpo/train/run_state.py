@@ -41,6 +41,7 @@ class RunState:
         self.checkpoints, self.events = run.checkpoints, run.events
         self.step, self.data_index, self.lr_scale, self.score = 0, 0, 1.0, None
         self.last_save = time.monotonic()
+        self.last_save_s: float | None = None  # how long the last save took, to judge a save at a signal
 
     # --- start -----------------------------------------------------------------------------------
 
@@ -165,6 +166,7 @@ class RunState:
         info = self.checkpoints.save(self.step, write, state, healthy=healthy, score=self.score,
                                      logs=self.run.log_offsets(), ranks=self.ranks)
         self.last_save = time.monotonic()
+        self.last_save_s = time.perf_counter() - started
         size = sum(f["size"] for f in info.meta.get("files", {}).values())
         self.events.record("checkpoint", self.step, f"saved {info.path.name}", healthy=healthy, bytes=size,
                            seconds=round(time.perf_counter() - started, 3), ranks=self.ranks.world)
@@ -176,15 +178,41 @@ class RunState:
 
     # --- how a run ended, when it did not finish -----------------------------------------------------
 
-    def interrupted(self, stop: StopRequested) -> RunInterrupted:
-        """Save where the run stands (the last whole step) and say how to go on."""
+    def interrupted(self, stop: StopRequested, received_at: float | None = None) -> RunInterrupted:
+        """Save where the run stands (the last whole step), unless the save would outlast the grace a
+        scheduler gives after its signal and a checkpoint exists to resume from; say how to go on."""
         name = signal.Signals(stop.signum).name
-        self.save_final()
         command = resume_command(self.run.path, None)
+        latest = self.checkpoints.latest()
+        grace = self.cfg.checkpoint.stop_grace_s
+        waited = time.monotonic() - received_at if received_at is not None else 0.0
+        if (grace and latest is not None and latest.step != self.step and self.last_save_s is not None
+                and waited + self.last_save_s > grace):
+            redo = self.step - latest.step
+            self.events.record("interrupted", self.step, f"{name}: not saved (a save takes {self.last_save_s:.1f}s, "
+                               f"{waited:.1f}s of checkpoint.stop_grace_s={grace:g} gone); {latest.path.name} "
+                               f"resumes, {redo} step(s) to redo", signal=name, saved=False,
+                               resume_from=str(latest.path), resume_command=command)
+            log.warning("%s: not saved, to stop within %gs; %s resumes (%d step(s) to redo): %s", name, grace,
+                        latest.path.name, redo, command)
+            return RunInterrupted(f"interrupted by {name}: stopped without saving step {self.step} to stay within "
+                                  f"checkpoint.stop_grace_s={grace:g}; {latest.path.name} resumes exactly, redoing "
+                                  f"{redo} step(s); resume with: {command}")
+        self.save_final()
         self.events.record("interrupted", self.step, f"{name}: state saved at step {self.step}", signal=name,
-                           resume_command=command)
+                           saved=True, resume_command=command)
         log.warning("%s: saved step %d; resume with: %s", name, self.step, command)
         return RunInterrupted(f"interrupted by {name}: state saved at step {self.step}; resume with: {command}")
+
+    def abandoned(self) -> None:
+        """A second SIGINT: the user would not wait for the save. Recorded as an interruption, not a crash."""
+        latest = self.checkpoints.latest()
+        try:
+            self.events.record("interrupted", self.step, "SIGINT twice: exited without saving; "
+                               f"{latest.path.name if latest else 'no checkpoint'} resumes", signal="SIGINT",
+                               saved=False, resume_command=resume_command(self.run.path, None))
+        except OSError as record_error:
+            log.error("could not record the interruption in %s: %s", self.events.path, record_error)
 
     def crashed(self, exc: BaseException) -> BaseException:
         """Record a crash without letting the record hide it; a disk error becomes one that names the disk."""
