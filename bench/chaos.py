@@ -211,12 +211,13 @@ def weights_difference(a: Path, b: Path, step: int) -> float:
 
 
 def dead_incarnations_trained_on(run_dir: Path, lines: list[dict]) -> list[str]:
-    """Server incarnations whose samples a step logged after their failure trained on."""
+    """Server incarnations whose samples a step begun after their failure trained on (a batch finished
+    before a server died may be trained on: its samples came from verified weights while it lived)."""
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     died = {f"{e['message'].split(':')[0]}#{e['evidence']['incarnation']}": e["time"]
             for e in events if e["kind"] == "server_failed" and "incarnation" in e.get("evidence", {})}
     return sorted({f"{s} (step {line['step']})" for line in lines for s in line.get("rollout/sources", [])
-                   if s in died and line["time"] > died[s]})
+                   if s in died and line["time"] - line.get("time/step_s", 0.0) > died[s]})
 
 
 def leftovers(run_dir: Path, shm_before: set[str]) -> list[str]:

@@ -144,3 +144,49 @@ def test_two_attached_servers_both_serve_and_are_verified_after_every_update(tmp
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_one_of_two_servers_hung_does_not_stall_the_run_through_its_restart(tmp_path):
+    """SIGSTOP on one server, from outside: steps go on on the other while the hung one restarts
+    (whether the hang is caught in a rollout or in a weight sync), and it rejoins verified."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}", *FLEET,
+                             "rollout.server.health_timeout_s=2", "rollout.server.request_timeout_s=4",
+                             "train.steps=40", "logging.progress=false"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    status = run_dir / "servers" / "status.json"
+
+    def servers() -> list[dict]:
+        try:
+            return json.loads(status.read_text())["servers"]
+        except (OSError, ValueError, KeyError):
+            return []
+
+    def logged() -> int:
+        path = run_dir / "metrics.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    try:
+        while not (logged() >= 3 and len(servers()) == 2 and all(s["state"] == "ready" for s in servers())):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            select.select([], [], [], 0.05)
+        hung = servers()[0]
+        os.killpg(hung["pid"], signal.SIGSTOP)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    failed = [e for e in of_kind(run_dir, "server_failed") if e["evidence"]["server"] == hung["name"]]
+    assert failed, "the hang was never noticed"
+    rejoined = [e for e in of_kind(run_dir, "weight_sync_verified") if e["evidence"]["server"] == hung["name"]
+                and e["evidence"]["incarnation"] > hung["incarnation"]]
+    assert rejoined, "the hung server never came back"
+    down_from, back_at = failed[0]["time"], rejoined[0]["time"]
+    during = [line["step"] for line in metric_lines(run_dir) if down_from < line["time"] < back_at]
+    assert during, "no step was logged while the hung server restarted: the run waited for it"

@@ -137,9 +137,9 @@ class ServerEngine(RolloutEngine):
         assert self.source is not None, "start() first"
         if self.source.revision != self.revision:
             self.export(self.source)
-        results = []
+        verified: list[ProbeResult | None] = []
         for server, started_from in self.fleet.restarted():
-            results.append(self._verify(server, reload=started_from != self.revision, rejoining=True))
+            verified.append(self._verify(server, reload=started_from != self.revision, rejoining=True))
         stopped = [s for s in self.servers if s.state == ServerState.STOPPED]
         started = self.fleet.start_together(stopped) if len(stopped) > 1 else set()
         for server in self.servers:
@@ -150,9 +150,9 @@ class ServerEngine(RolloutEngine):
                 continue
             restarted = server.ensure_ready() or server.name in started
             if server.revision != self.revision:
-                results.append(self._verify(server, reload=not restarted))
+                verified.append(self._verify(server, reload=not restarted))
         self._write_status()
-        return results
+        return [r for r in verified if r is not None]
 
     def export(self, policy) -> None:
         """Write the policy's weights where every server loads from (under torchrun, every rank
@@ -169,9 +169,10 @@ class ServerEngine(RolloutEngine):
             self._sync_all()
         return servers
 
-    def _verify(self, server: Supervisor, reload: bool, rejoining: bool = False) -> ProbeResult:
+    def _verify(self, server: Supervisor, reload: bool, rejoining: bool = False) -> ProbeResult | None:
         """Reload (unless the server just started from these files), reset the cache, and probe;
         a mismatch is fixed by syncing again, then by a restart, then it is a WeightSyncFailed.
+        -> None when the server failed mid-sync and restarts in the background while another serves.
         `rejoining`: restarted in the background, its verification is recorded as a fresh start's."""
         mode = ReloadMode.FULL
         reset = True
@@ -197,6 +198,11 @@ class ServerEngine(RolloutEngine):
             except ServerError as exc:  # the server failed mid-sync: bring it back, then sync again
                 attempts.append({"attempt": attempt, "error": str(exc)})
                 if server.state != ServerState.READY or not server.check_health():
+                    if self.fleet.can_restart_aside(server):
+                        # Another server serves meanwhile: the sync does not wait for this restart; the
+                        # server is verified when it rejoins (grpo.rollout.server.fleet).
+                        self.fleet.restart_aside(server, self.revision)
+                        return None
                     server.ensure_ready()
                 mode, reset, reload = ReloadMode.FULL, True, True
                 continue
