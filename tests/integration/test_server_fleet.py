@@ -147,8 +147,10 @@ def test_two_attached_servers_both_serve_and_are_verified_after_every_update(tmp
 
 
 def test_one_of_two_servers_hung_does_not_stall_the_run_through_its_restart(tmp_path):
-    """SIGSTOP on one server, from outside: steps go on on the other while the hung one restarts
-    (whether the hang is caught in a rollout or in a weight sync), and it rejoins verified."""
+    """SIGSTOP on one server, from outside: the run goes on on the other while the hung one restarts
+    (whether the hang is caught in a rollout or in a weight sync), trains on nothing the hung
+    incarnation made after its hang, and the restarted one rejoins verified. (That no step waits for
+    the restart is a timing the chaos bench shows, not asserted here: it depends on the machine.)"""
     import os
     import select
     import signal
@@ -187,6 +189,11 @@ def test_one_of_two_servers_hung_does_not_stall_the_run_through_its_restart(tmp_
     rejoined = [e for e in of_kind(run_dir, "weight_sync_verified") if e["evidence"]["server"] == hung["name"]
                 and e["evidence"]["incarnation"] > hung["incarnation"]]
     assert rejoined, "the hung server never came back"
-    down_from, back_at = failed[0]["time"], rejoined[0]["time"]
-    during = [line["step"] for line in metric_lines(run_dir) if down_from < line["time"] < back_at]
-    assert during, "no step was logged while the hung server restarted: the run waited for it"
+    lines = metric_lines(run_dir)
+    assert [line["step"] for line in lines] == list(range(1, 41))
+    dead = f"{hung['name']}#{hung['incarnation']}"
+    begun_after = [line for line in lines if line["time"] - line["time/step_s"] > failed[0]["time"]]
+    assert begun_after and not [line["step"] for line in begun_after if dead in line["rollout/sources"]]
+    # the healthy one served the step that caught the hang; the restarted one serves again once verified
+    assert lines[-1]["rollout/sources"] == sorted([f"{hung['name']}#{rejoined[0]['evidence']['incarnation']}",
+                                                   next(s for s in lines[0]["rollout/sources"] if s != dead)])
