@@ -1,4 +1,4 @@
-"""Rollouts generated ahead of the trainer (rollout.max_staleness, grpo.rollout.ahead): staleness bounded
+"""The rollout queue: batches generated ahead of the trainer (rollout.max_staleness, grpo.rollout.queue): staleness bounded
 by the config, the same run twice, an exact resume, and a rollback that discards the queue."""
 
 import json

@@ -82,7 +82,7 @@ class RolloutBatch:
     generated_tokens: int = 0
     generate_s: float = 0.0
     reward_s: float = 0.0
-    policy_version: int | None = None  # the policy version whose weights generated every sample (grpo.rollout.ahead)
+    policy_version: int | None = None  # the policy version whose weights generated every sample (grpo.rollout.queue)
     staleness: int = 0  # versions between those weights and the policy being updated on the batch
 
     def rewards(self) -> torch.Tensor:
@@ -127,7 +127,7 @@ class RolloutCollector:
         self.revision: int | None = None
 
     def using(self, engine: RolloutEngine) -> RolloutCollector:
-        """The same collector generating with `engine` (a pinned copy of the weights: grpo.rollout.ahead)."""
+        """The same collector generating with `engine` (a pinned copy of the weights: grpo.rollout.queue)."""
         other = copy.copy(self)
         other.engine = engine
         return other

@@ -23,7 +23,7 @@ from grpo.guard.breakers import Guard
 from grpo.policy.models import resolve_device
 from grpo.policy.policy import Policy
 from grpo.rewards import Reward, resolve_rewards
-from grpo.rollout.ahead import RolloutQueue
+from grpo.rollout.queue import RolloutQueue
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
@@ -45,7 +45,7 @@ class Components:
     engine: RolloutEngine
     recompute_old: bool  # recompute old log-probs with the trainer rather than trust the sampler's
     collector: RolloutCollector
-    rollouts: RolloutQueue  # each step's batch, generated in turn or ahead (rollout.max_staleness)
+    rollouts: RolloutQueue  # the rollout queue: each step's batch, in turn or ahead (rollout.max_staleness)
     guard: Guard
 
 

@@ -69,7 +69,7 @@ class RolloutEngine(abc.ABC):
 
     def pinned(self, policy) -> RolloutEngine:
         """An engine that generates from `policy`'s current weights until the next `sync_weights`,
-        while the policy trains on (grpo.rollout.ahead)."""
+        while the policy trains on (grpo.rollout.queue)."""
         raise NotImplementedError(f"{type(self).__name__} cannot generate ahead of the trainer")
 
     def outlived(self, completion: Completion) -> bool:
