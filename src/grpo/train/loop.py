@@ -32,14 +32,14 @@ from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
 from grpo.policy.update import UpdateResult
 from grpo.progress import Progress
-from grpo.rollout.collector import RolloutBatch, rollout_metrics, sample_records
+from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
 from grpo.rollout.engines import GenerationCancelled
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
 from grpo.train.run_state import RunState
 from grpo.rundir.run import RunDir
 from grpo.train.signals import SignalWatch, StopRequested
-from grpo.train.step import StepRecord
+from grpo.train.step import StepRecord, StepState
 from grpo.train.verdicts import VerdictActions
 
 log = logging.getLogger(__name__)
@@ -148,9 +148,9 @@ class TrainingLoop:
         at_start = self.state.snapshot()
         try:
             batch = self._rollout(step, timer)
-            record.rollout = rollout_metrics(batch, self.ranks)
+            record.rollout = rollout_stats(batch, self.ranks)
             with timer.phase("guard"):
-                record.trips += self.guard.check("rollout", step, record.rollout)
+                record.trips += self.guard.check("rollout", step, record.rollout_metrics())
             if record.blocking_trip is None:
                 self._advantages_and_update(step, batch, record, timer)
             if record.update is not None:
@@ -180,8 +180,7 @@ class TrainingLoop:
             record.evaluation = self._evaluate(f"step {step}")
 
         record.timings, record.step_s = timer.pop(), time.perf_counter() - started
-        record.state = {"actor/lr": self.policy.lr, "data/index": self.state.data_index,
-                        "policy/version": self.policy.version, "guard/rollbacks": self.guard.rollbacks}
+        record.state = StepState(self.policy.lr, self.state.data_index, self.policy.version, self.guard.rollbacks)
         self._record(step, record, batch)
         if not blocked and checkpoint_due:
             self.state.save(healthy=self.guard.healthy)
