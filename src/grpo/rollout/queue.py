@@ -113,8 +113,13 @@ class RolloutQueue:
         engine = self._pinned()
         revision, version = self.policy.revision, self.policy.version
         for j in missing:
-            start = (data_index if j == step else self.batches[j - 1].next_data_index if j - 1 in self.batches
-                     else self.in_flight[j - 1])
+            start: int | Future[RolloutBatch]
+            if j == step:
+                start = data_index
+            elif j - 1 in self.batches:
+                start = self.batches[j - 1].next_data_index
+            else:
+                start = self.in_flight[j - 1]  # launched just before it: the worker reads where that one ended
             self.in_flight[j] = self.worker.submit(self._generate, j, start, engine, revision, version)
 
     def _pinned(self) -> RolloutEngine:
