@@ -6,7 +6,7 @@ read with the same names: a key's text never changes.
 Imports nothing: the doctor reads runs without loading torch."""
 
 # --- rollout phase: read before the update, so a bad batch is never trained on --------------------
-ROLLOUT_PREFIX = "rollout/"  # rollout/<status>: samples per status over every attempt (a failed_rollouts trip's evidence)
+ROLLOUT_PREFIX = "rollout/"  # rollout/<status>: attempts per status (a failed_rollouts trip's evidence)
 FAILED = "rollout/failed"
 UNSCORABLE = "rollout/unscorable"
 ATTEMPTS = "rollout/attempts"

@@ -1,5 +1,5 @@
-"""The rollout queue: batches generated ahead of the trainer (rollout.max_staleness, grpo.rollout.queue): staleness bounded
-by the config, the same run twice, an exact resume, and a rollback that discards the queue."""
+"""The rollout queue: batches generated ahead of the trainer (rollout.max_staleness, grpo.rollout.queue):
+staleness bounded by the config, the same run twice, an exact resume, and a rollback that discards the queue."""
 
 import json
 

@@ -188,7 +188,8 @@ class TrainingLoop:
         self.faults.after_step(step)
 
     def _rollout(self, step: int, timer: PhaseTimer) -> RolloutBatch:
-        """Generated, scored and filtered (now, or queued ahead: grpo.rollout.queue); failures retried, groups refilled."""
+        """Generated, scored and filtered (now, or queued ahead: grpo.rollout.queue); failures retried, groups
+        refilled."""
         with timer.phase("rollout"), progress.phase("rollout"), self.policy.unsharded():
             batch = self.rollouts.take(step, self.state.data_index)
         self.faults.after_rollout(step, self.run.path)
