@@ -97,7 +97,8 @@ def test_the_planned_attention_is_the_one_the_loader_runs():
 def test_the_memory_model_runs_without_torch():
     code = ("import sys; from grpo.config import load_config; from grpo.tools.plan.model import Architecture, "
             "plan_memory; from grpo.tools.plan.machine import SMOLLM2_135M; "
-            "plan_memory(load_config('quickstart'), 'cpu', Architecture.from_config_json(SMOLLM2_135M, 'float32'), 51); "
+            "arch = Architecture.from_config_json(SMOLLM2_135M, 'float32'); "
+            "plan_memory(load_config('quickstart'), 'cpu', arch, 51); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
