@@ -14,8 +14,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
-from grpo.policy.constants import GROUPED_EAGER as NAME
-from grpo.policy.constants import PLAIN_EAGER_MODELS  # whose own eager attention is the plain one above
+from grpo.policy.constants import GROUPED_EAGER as NAME, PLAIN_EAGER_MODELS
 
 
 def grouped_eager_attention(
