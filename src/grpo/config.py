@@ -310,7 +310,7 @@ class GuardConfig:
 
 @dataclass
 class FaultsConfig:
-    """Deliberate failures, to rehearse the guard. All empty by default."""
+    """Deliberate failures, to rehearse the guard (grpo.faults carries them out). All empty by default."""
 
     fail_rollouts_at_steps: list[int] = field(default_factory=list)  # samples fail (as a dead server's would)
     fail_fraction: float = 1.0  # fraction of samples failed at those steps
@@ -336,6 +336,13 @@ class FaultsConfig:
     stale_head_sync_at_steps: list[int] = field(default_factory=list)  # vLLM's stock reload_weights
     no_cache_reset_at_steps: list[int] = field(default_factory=list)  # generation reads stale KV
     garbage_server_at_steps: list[int] = field(default_factory=list)  # answers that do not parse
+
+
+@dataclass
+class TestingConfig:
+    """For rehearsals and tests only: nothing here belongs in a real run's config."""
+
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
 
 
 @dataclass
@@ -365,8 +372,8 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
-    faults: FaultsConfig = field(default_factory=FaultsConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    testing: TestingConfig = field(default_factory=TestingConfig)
 
     @property
     def resolved_run_dir(self) -> Path:
@@ -444,7 +451,21 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 def from_dict(cls: type, data: Any) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"the config must be a mapping of keys, got {data!r}")
+    if cls is RunConfig and "faults" in data:
+        data = _without_moved_faults(data)
     return _merge_section(cls, cls(), data, "")
+
+
+def _without_moved_faults(data: dict[str, Any]) -> dict[str, Any]:
+    """`faults.*` moved to `testing.faults.*`. A run directory saved before holds the section at its
+    defaults (dropped: it resumes as it is); a key set in it is refused, naming its new place."""
+    old = data["faults"]
+    defaults = to_dict(FaultsConfig())
+    changed = sorted(k for k in old if k not in defaults or old[k] != defaults[k]) if isinstance(old, dict) else []
+    if not isinstance(old, dict) or changed:
+        key = f"faults.{changed[0]}" if changed else "faults"
+        raise ConfigError(f"{key} moved to testing.{key}: fault injection is for rehearsals and tests")
+    return {k: v for k, v in data.items() if k != "faults"}
 
 
 def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any:
@@ -581,7 +602,8 @@ def validate(cfg: RunConfig) -> None:
         (g.pause_timeout_s >= 0, "guard.pause_timeout_s must be 0 or more", g.pause_timeout_s),
         (cfg.memory.limit_gib is None or cfg.memory.limit_gib > 0, "memory.limit_gib must be above 0 (or null for "
          "what the machine has available)", cfg.memory.limit_gib),
-        (0 <= cfg.faults.fail_fraction <= 1, "faults.fail_fraction must be in [0, 1]", cfg.faults.fail_fraction),
+        (0 <= cfg.testing.faults.fail_fraction <= 1, "testing.faults.fail_fraction must be in [0, 1]",
+         cfg.testing.faults.fail_fraction),
     ]
     for field_ in dataclasses.fields(GuardConfig):
         breaker = getattr(g, field_.name)
@@ -589,13 +611,6 @@ def validate(cfg: RunConfig) -> None:
             rules.append((breaker.patience >= 1, f"guard.{field_.name}.patience must be at least 1", breaker.patience))
             rules.append((math.isfinite(breaker.threshold), f"guard.{field_.name}.threshold must be a finite number",
                           breaker.threshold))
-    server_faults = [name for name in ("kill_server_at_steps", "kill_server_actor_at_steps", "hang_server_at_steps",
-                                       "garbage_server_at_steps",
-                                       "skip_weight_sync_at_steps", "stale_head_sync_at_steps",
-                                       "no_cache_reset_at_steps") if getattr(cfg.faults, name)]
-    rules.append((not server_faults or cfg.rollout.engine in ("vllm", "sglang"),
-                  f"faults.{server_faults[0] if server_faults else ''} needs a server engine: set rollout.engine=vllm "
-                  "or sglang", cfg.rollout.engine))
     s = cfg.rollout.server
     rules += [
         (s.max_concurrent_requests >= 1, "rollout.server.max_concurrent_requests must be at least 1",
