@@ -114,7 +114,8 @@ def test_a_server_killed_mid_rollout_with_batches_queued_fails_only_its_own_samp
     from .test_server_engine import SGLANG
 
     run_dir = tmp_path / "r"
-    server_run(run_dir, [*SGLANG, "train.steps=5", "rollout.max_staleness=2", "testing.faults.kill_server_at_steps=[4]"])
+    server_run(run_dir, [*SGLANG, "train.steps=5", "rollout.max_staleness=2",
+                         "testing.faults.kill_server_at_steps=[4]"])
     assert_killed_mid_rollout_with_batches_queued(run_dir, "sglang-0")
 
 

@@ -66,7 +66,8 @@ def assert_resumes(result: dict, run_dir: Path, capsys) -> None:
 
 def test_rollouts_failing_from_step_k(tmp_path, capsys):
     run_dir = tmp_path / "r"
-    train(run_dir, f"testing.faults.fail_rollouts_at_steps={list(range(BAD, STEPS + 1))}", "guard.failed_rollouts.action=stop",
+    train(run_dir, f"testing.faults.fail_rollouts_at_steps={list(range(BAD, STEPS + 1))}",
+          "guard.failed_rollouts.action=stop",
           stops=True)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1

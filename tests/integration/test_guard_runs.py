@@ -72,7 +72,8 @@ def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_com
     run_dir = tmp_path / "r"
     overrides = [
         f"run_dir={run_dir}", "train.steps=8", "checkpoint.every_steps=1",
-        "testing.faults.zero_reward_at_steps=[2,3,4,5]", "guard.zero_reward.patience=4", "guard.zero_reward.action=stop",
+        "testing.faults.zero_reward_at_steps=[2,3,4,5]", "guard.zero_reward.patience=4",
+        "guard.zero_reward.action=stop",
     ]
     with pytest.raises(RunStopped) as stop:
         make_loop(load_config("tiny", overrides)).train()
@@ -98,7 +99,8 @@ def test_zero_reward_rolls_back_when_configured(tmp_path):
     run_dir = tmp_path / "r"
     trainer = make_loop(load_config("tiny", [
         f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=1",
-        "testing.faults.zero_reward_at_steps=[3,4]", "guard.zero_reward.patience=2", "guard.zero_reward.action=rollback",
+        "testing.faults.zero_reward_at_steps=[3,4]", "guard.zero_reward.patience=2",
+        "guard.zero_reward.action=rollback",
     ]))
     trainer.train()
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]

@@ -78,7 +78,7 @@ def test_a_server_starting_is_reported_as_starting_with_its_new_process(tmp_path
     never_ready.write_text("import time\nprint('loading', flush=True)\ntime.sleep(120)\n")
     run_dir = tmp_path / "r"
     loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", "rollout.engine=sglang",
-                                             f"rollout.server.command={sys.executable} {never_ready}"]))
+                                          f"rollout.server.command={sys.executable} {never_ready}"]))
     starting = threading.Thread(target=loop.engine.start, args=(loop.policy,))
     starting.start()
     try:

@@ -64,7 +64,7 @@ def test_old_logprobs_are_recomputed_by_default_only_where_merged_generation_rou
 def test_a_server_engine_serves_the_merged_weights_verified_after_every_update(tmp_path):
     run_dir = tmp_path / "r"
     loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *LORA, "actor.lr=1e-2",
-                                             "train.steps=3"]))
+                                          "train.steps=3"]))
     exported = []
     original = loop.engine.sync_weights
 

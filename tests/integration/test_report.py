@@ -80,8 +80,8 @@ def test_a_stopped_grpo_run_gets_its_report_in_its_directory(tmp_path, capsys):
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped):
         make_loop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "rollout.max_retries=0",
-                                          "testing.faults.fail_rollouts_at_steps=[4,5,6]", "guard.failed_rollouts.action=stop"]
-                                 )).train()
+                                       "testing.faults.fail_rollouts_at_steps=[4,5,6]",
+                                       "guard.failed_rollouts.action=stop"])).train()
     assert main(["report", str(run_dir)]) == 0
     page = (run_dir / "report.html").read_text()
     assert "rollout_failure from step 4" in page and "step_000003" in page

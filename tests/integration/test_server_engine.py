@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,8 @@ from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
 
-from .helpers import ServerKilledDuringEvaluations, disturb_each_evaluation, make_loop, metric_lines, start_attached_standin
+from .helpers import (ServerKilledDuringEvaluations, disturb_each_evaluation, make_loop, metric_lines,
+                      start_attached_standin)
 
 STANDIN = Path(__file__).resolve().parents[1] / "standins" / "sglang_server.py"
 STANDIN_COMMAND = f"{{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} --dtype {{dtype}} --seed {{seed}}"
@@ -120,19 +123,18 @@ def standin_fault(run_dir: Path, **knobs) -> None:
     urllib.request.urlopen(request, timeout=10).close()
 
 
-def test_a_stale_tied_head_after_reload_is_caught_and_repaired_by_a_restart(tmp_path, monkeypatch):
+def test_a_stale_tied_head_after_reload_is_caught_and_repaired_by_a_restart(tmp_path):
     """The stand-in's stale_head reload loads everything but the tied head, and says it succeeded."""
     run_dir = tmp_path / "r"
-    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, "train.steps=3"]))
-    sync = loop.engine.sync_weights
 
-    def stale_at_step_2(policy):
-        if loop.step == 1:  # the sync after step 2's update (the step counter moves after it)
-            standin_fault(run_dir, stale_head=True)
-        return sync(policy)
+    class StaleHeadAfterStep2sUpdate(StepHooks):  # so the sync that follows it reloads a stale head
+        @contextmanager
+        def around_update(self, step: int) -> Iterator[None]:
+            yield
+            if step == 2:
+                standin_fault(run_dir, stale_head=True)
 
-    monkeypatch.setattr(loop.engine, "sync_weights", stale_at_step_2)
-    loop.train()
+    run(run_dir, "train.steps=3", hooks=(StaleHeadAfterStep2sUpdate(),))
     mismatches = of_kind(run_dir, "weight_sync_mismatch")
     assert len(mismatches) == 2 and all(m["evidence"]["prompt_diff"] > 2e-3 for m in mismatches)
     (repaired,) = of_kind(run_dir, "weight_sync_repaired")

@@ -103,7 +103,8 @@ def test_the_old_faults_section_is_refused_naming_its_new_place(tmp_path):
 
 
 def test_overrides_of_lists():
-    cfg = load_config(None, ["testing.faults.nan_loss_at_steps=[7]", "rollout.stop=['###', 'Q:']", "actor.betas=[0.9, 0.95]"])
+    cfg = load_config(None, ["testing.faults.nan_loss_at_steps=[7]", "rollout.stop=['###', 'Q:']",
+                             "actor.betas=[0.9, 0.95]"])
     assert cfg.testing.faults.nan_loss_at_steps == [7]
     assert cfg.rollout.stop == ["###", "Q:"]
     assert cfg.actor.betas == [0.9, 0.95]
