@@ -373,7 +373,7 @@ class GuardConfig:
 
 @dataclass
 class FaultsConfig:
-    """Deliberate failures, to rehearse the guard. All empty by default."""
+    """Deliberate failures, to rehearse the guard (grpo.faults carries them out). All empty by default."""
 
     fail_rollouts_at_steps: list[int] = knob(factory=list, help="samples fail (as a dead server's would)")
     fail_fraction: float = knob(1.0, "fraction of samples failed at those steps", check=within("[0, 1]"))
@@ -400,6 +400,13 @@ class FaultsConfig:
     stale_head_sync_at_steps: list[int] = knob(factory=list, help="vLLM's stock reload_weights")
     no_cache_reset_at_steps: list[int] = knob(factory=list, help="generation reads stale KV")
     garbage_server_at_steps: list[int] = knob(factory=list, help="answers that do not parse")
+
+
+@dataclass
+class TestingConfig:
+    """For rehearsals and tests only: nothing here belongs in a real run's config."""
+
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
 
 
 @dataclass
@@ -430,8 +437,8 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
-    faults: FaultsConfig = field(default_factory=FaultsConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    testing: TestingConfig = field(default_factory=TestingConfig)
 
     @property
     def resolved_run_dir(self) -> Path:
@@ -509,7 +516,21 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 def from_dict(cls: type, data: Any) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"the config must be a mapping of keys, got {data!r}")
+    if cls is RunConfig and "faults" in data:
+        data = _without_moved_faults(data)
     return _merge_section(cls, cls(), data, "")
+
+
+def _without_moved_faults(data: dict[str, Any]) -> dict[str, Any]:
+    """`faults.*` moved to `testing.faults.*`. A run directory saved before holds the section at its
+    defaults (dropped: it resumes as it is); a key set in it is refused, naming its new place."""
+    old = data["faults"]
+    defaults = to_dict(FaultsConfig())
+    changed = sorted(k for k in old if k not in defaults or old[k] != defaults[k]) if isinstance(old, dict) else []
+    if not isinstance(old, dict) or changed:
+        key = f"faults.{changed[0]}" if changed else "faults"
+        raise ConfigError(f"{key} moved to testing.{key}: fault injection is for rehearsals and tests")
+    return {k: v for k, v in data.items() if k != "faults"}
 
 
 def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any:
@@ -596,17 +617,10 @@ def validate(cfg: RunConfig) -> None:
 
 def _across_sections(cfg: RunConfig) -> list[Rule]:
     lora = cfg.model.lora
-    server_faults = [name for name in ("kill_server_at_steps", "kill_server_actor_at_steps", "hang_server_at_steps",
-                                       "garbage_server_at_steps",
-                                       "skip_weight_sync_at_steps", "stale_head_sync_at_steps",
-                                       "no_cache_reset_at_steps") if getattr(cfg.faults, name)]
     return [
         (cfg.rollout.max_staleness == 0 or cfg.algo.recompute_old_logprobs is not False, "rollout.max_staleness > 0 "
          "trains on proximal log-probs recomputed before the update: leave algo.recompute_old_logprobs unset (or "
          "true)", cfg.algo.recompute_old_logprobs),
-        (not server_faults or cfg.rollout.engine in ("vllm", "sglang"),
-         f"faults.{server_faults[0] if server_faults else ''} needs a server engine: set rollout.engine=vllm "
-         "or sglang", cfg.rollout.engine),
         # Checked here, not at import time, so the message comes before any work and names the extra.
         (not lora.enabled or importlib.util.find_spec("peft") is not None,
          "model.lora needs the peft package: pip install 'grpo[lora]'", f"model.lora.rank={lora.rank}"),
