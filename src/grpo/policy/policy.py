@@ -159,13 +159,12 @@ class Policy:
             self.model.train(was_training)
         return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
 
-    def update(self, batch: TrainBatch, inject_nan: bool = False,
-               check_stop: Callable[[], None] = lambda: None) -> UpdateResult:
+    def update(self, batch: TrainBatch, check_stop: Callable[[], None] = lambda: None) -> UpdateResult:
         result = update_policy(
             self.model, self.optimizer, batch, self.loss_cfg,
             updates=self.cfg.algo.updates_per_batch, micro_batch_size=self.cfg.algo.micro_batch_size,
             max_grad_norm=self.cfg.actor.max_grad_norm, temperature=self.cfg.rollout.temperature,
-            pad_id=self.tokenizer.pad_token_id, inject_nan=inject_nan, check_stop=check_stop,
+            pad_id=self.tokenizer.pad_token_id, check_stop=check_stop,
             collective=self._collective(batch) if self.sharded else None,
         )
         if self.sharded:  # every rank's share of the sums; the gradient norm is global already

@@ -261,7 +261,6 @@ def update_policy(
     max_grad_norm: float,
     temperature: float,
     pad_id: int,
-    inject_nan: bool = False,
     check_stop: Callable[[], None] = lambda: None,
     collective: Collective | None = None,
 ) -> UpdateResult:
@@ -294,8 +293,6 @@ def update_policy(
                 logprobs, mb.old_logprobs, mb.advantages, mb.completion_mask, loss_cfg, totals, mb.ref_logprobs,
                 mb.importance_weights,
             )
-            if inject_nan:
-                loss = loss * float("nan")
             loss.backward()
             try:
                 check_stop()

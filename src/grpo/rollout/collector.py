@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import torch
 
@@ -26,19 +26,10 @@ from grpo.policy.update import TrainBatch
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
-from grpo.rewards import Reward, RewardFn, TrainerState, check_rewards, score
+from grpo.rewards import Reward, TrainerState, check_rewards, score
 from grpo.tasks import Problem, Task, reward_inputs
 
 log = logging.getLogger(__name__)
-
-
-class RolloutFaults(Protocol):
-    """Deliberate failures the collector lets in (grpo.faults implements them), so the guard can be
-    rehearsed against the same code paths a real failure takes."""
-
-    def corrupt_completions(self, completions: list[Completion], step: int) -> list[Completion]: ...
-
-    def wrap_reward(self, fn: RewardFn, step: int) -> RewardFn: ...
 
 
 @dataclass
@@ -114,22 +105,23 @@ class RolloutCollector:
         task_cfg: TaskConfig,
         cfg: RolloutConfig,
         rewards: Sequence[Reward],
-        faults: RolloutFaults,
         data_seed: int,
         sleep: Callable[[float], None] = time.sleep,
         ranks: Ranks = SINGLE,
     ) -> None:
         self.ranks = ranks
         self.engine, self.tokenizer, self.task, self.task_cfg = engine, tokenizer, task, task_cfg
-        self.cfg, self.rewards, self.faults, self.data_seed, self.sleep = cfg, list(rewards), faults, data_seed, sleep
+        self.cfg, self.rewards, self.data_seed, self.sleep = cfg, list(rewards), data_seed, sleep
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
         self.jitter = random.Random(data_seed)
         self.revision: int | None = None
 
-    def using(self, engine: RolloutEngine) -> RolloutCollector:
-        """The same collector generating with `engine` (a pinned copy of the weights: grpo.rollout.queue)."""
+    def using(self, engine: RolloutEngine | None = None, rewards: Sequence[Reward] | None = None) -> RolloutCollector:
+        """The same collector generating with `engine` (a pinned copy of the weights: grpo.rollout.queue),
+        scoring with `rewards`; None keeps this one's."""
         other = copy.copy(self)
-        other.engine = engine
+        other.engine = engine if engine is not None else self.engine
+        other.rewards = list(rewards) if rewards is not None else self.rewards
         return other
 
     def check_rewards(self, rows: int = 4) -> None:
@@ -176,7 +168,6 @@ class RolloutCollector:
             # Sample j of the problem at data index d, attempt a: the same draw wherever it is generated.
             seeds = [sample_seed(self.data_seed, indices[i // G], i % G, attempt) for i in pending]
             completions = self.engine.generate([prompts[i // G] for i in pending], self.params, seeds)
-            completions = self.faults.corrupt_completions(completions, step)
             for completion in completions:
                 produced_by = completion.meta.get("revision", self.revision)
                 if produced_by != self.revision and completion.status.trainable:
@@ -200,10 +191,9 @@ class RolloutCollector:
         start = time.perf_counter()
         scorable = [s for g in groups for s in g.samples if s.status.trainable]
         if scorable:
-            rewards = [Reward(r.name, self.faults.wrap_reward(r.fn, step), r.weight) for r in self.rewards]
             inputs = reward_inputs([s.problem for s in scorable], [s.completion.text for s in scorable],
                                    [s.completion.token_ids for s in scorable])
-            scores = score(rewards, {**inputs, "trainer_state": TrainerState(step)})
+            scores = score(self.rewards, {**inputs, "trainer_state": TrainerState(step)})
             for i, (sample, reward, error) in enumerate(zip(scorable, scores.total, scores.errors)):
                 sample.reward = reward
                 sample.reward_parts = {name: values[i] for name, values in scores.parts.items()}

@@ -31,16 +31,12 @@ from __future__ import annotations
 import copy
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
-from typing import Any, Protocol
+from typing import Any
 
 from grpo.policy import lora
 from grpo.rollout.collector import RolloutBatch, RolloutCollector
 from grpo.rollout.engines import GenerationCancelled, RolloutEngine, SampleStatus
 from grpo.rollout.engines.embedded import EmbeddedEngine
-
-
-class QueueFaults(Protocol):
-    def before_rollout(self, step: int, engine: RolloutEngine) -> None: ...
 
 
 class InferenceCopy:
@@ -61,9 +57,9 @@ class InferenceCopy:
 class RolloutQueue:
     """Owned by the loop's thread: only it reads or writes `batches` and `in_flight`."""
 
-    def __init__(self, collector: RolloutCollector, engine: RolloutEngine, policy, faults: QueueFaults,
-                 max_staleness: int, total_steps: int) -> None:
-        self.collector, self.engine, self.policy, self.faults = collector, engine, policy, faults
+    def __init__(self, collector: RolloutCollector, engine: RolloutEngine, policy, max_staleness: int,
+                 total_steps: int) -> None:
+        self.collector, self.engine, self.policy = collector, engine, policy
         self.max_staleness, self.total_steps = max_staleness, total_steps
         self.batches: dict[int, RolloutBatch] = {}  # step -> its batch, generated
         self.in_flight: dict[int, Future[RolloutBatch]] = {}  # step -> its batch, launched
@@ -75,7 +71,6 @@ class RolloutQueue:
     def take(self, step: int, data_index: int) -> RolloutBatch:
         """Step `step`'s batch (`data_index`: where the data stands after the step before), its staleness set."""
         if not self.max_staleness:
-            self.faults.before_rollout(step, self.engine)
             batch = self.collector.collect(step, data_index, self.policy.revision)
             batch.policy_version = self.policy.version
             return batch
@@ -133,7 +128,6 @@ class RolloutQueue:
         """On the worker, in step order (the batch before this one is done): touches nothing of the queue."""
         if isinstance(start, Future):
             start = start.result().next_data_index
-        self.faults.before_rollout(step, engine)
         batch = self.collector.using(engine).collect(step, start, revision)
         batch.policy_version = version
         return batch

@@ -4,9 +4,8 @@ import json
 from collections import deque
 
 
-from grpo.config import ArithConfig, FaultsConfig, RolloutConfig, TaskConfig
+from grpo.config import ArithConfig, RolloutConfig, TaskConfig
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
-from grpo.faults import FaultInjector
 from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import Reward, math_batch_reward
 from grpo.rollout.collector import RolloutCollector, rollout_stats
@@ -35,7 +34,7 @@ def collector(engine, **rollout):
     cfg = RolloutConfig(problems_per_step=2, samples_per_problem=2, retry_backoff_s=0.0, **rollout)
     delays = []
     c = RolloutCollector(engine, build_char_tokenizer(), ArithTask(ArithConfig(min_digits=1, max_digits=1)),
-                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], FaultInjector(FaultsConfig()), 0, sleep=delays.append)
+                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], 0, sleep=delays.append)
     return c, delays
 
 
@@ -125,8 +124,7 @@ def test_reward_functions_get_every_column_of_the_problems_rows(tmp_path):
 
     engine = ScriptedEngine([])
     c = RolloutCollector(engine, build_char_tokenizer(), build_task(task_cfg), task_cfg,
-                         RolloutConfig(problems_per_step=2, samples_per_problem=2), [Reward("target", target_reward)],
-                         FaultInjector(FaultsConfig()), 0)
+                         RolloutConfig(problems_per_step=2, samples_per_problem=2), [Reward("target", target_reward)], 0)
     batch = c.collect(step=1, data_index=0)
     assert sorted(seen[0]) == ["chat", "completion_ids", "gold", "label", "prompts", "question", "trainer_state"]
     by_target = {g.problem.columns["target"]: [s.reward for s in g.samples] for g in batch.groups}

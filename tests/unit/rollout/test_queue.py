@@ -39,11 +39,6 @@ class FakeEngine:
         return {"weights/version": policy.version}
 
 
-class NoFaults:
-    def before_rollout(self, step, engine) -> None:
-        pass
-
-
 class FakeCollector:
     """Each batch takes PER_STEP data positions; `gates[step]` holds that step's generation until set;
     `fail_at` raises in that step's generation."""
@@ -68,7 +63,7 @@ class FakeCollector:
 
 def make_queue(s: int, total: int = 10, collector: FakeCollector | None = None):
     collector, policy = collector or FakeCollector(), FakePolicy()
-    queue = RolloutQueue(collector, FakeEngine(), policy, NoFaults(), s, total)
+    queue = RolloutQueue(collector, FakeEngine(), policy, s, total)
     return queue, collector, policy
 
 

@@ -17,14 +17,14 @@ from grpo.rollout.queue import RolloutQueue
 from grpo.rundir.run import RunDir
 from grpo.train.run_state import RunState
 
-from ..rollout.test_queue import FakeCollector, FakeEngine, NoFaults
+from ..rollout.test_queue import FakeCollector, FakeEngine
 
 
 def open_state(run_dir, *overrides: str, start: bool = True, resume_from=None) -> RunState:
     cfg = load_config("tiny", [f"run_dir={run_dir}", "rollout.max_staleness=1", *overrides])
     torch.manual_seed(0)
     policy = Policy(cfg, torch.device("cpu"))
-    queue = RolloutQueue(FakeCollector(), FakeEngine(), policy, NoFaults(), 1, 10)
+    queue = RolloutQueue(FakeCollector(), FakeEngine(), policy, 1, 10)
     state = RunState(cfg, RunDir(run_dir, cfg.checkpoint).acquire(), policy, Guard(cfg.guard), SINGLE, queue)
     if start:
         state.start(resume_from)

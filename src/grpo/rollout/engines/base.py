@@ -76,11 +76,6 @@ class RolloutEngine(abc.ABC):
         """Whether what produced `completion` has failed since (a server incarnation): then it is not used."""
         return False
 
-    def arm_faults(self, faults: set[str]) -> None:
-        """Rehearse server failures in the next generation or sync (grpo.faults)."""
-        if faults:
-            raise ValueError(f"faults {sorted(faults)} need a server engine (rollout.engine=vllm or sglang)")
-
     def status(self) -> list[dict]:
         """One entry per server, for `grpo health`; empty for in-process engines."""
         return []

@@ -427,12 +427,12 @@ _SERVER_ERROR = re.compile(r"out.of.memory|OutOfMemory|Error|Killed|Traceback", 
 
 
 def faults_set(run_dir: Path) -> list[str]:
-    """The `faults.*` keys the run's config sets (a rehearsal): a resume command clears them."""
+    """The `testing.faults.*` keys the run's config sets (a rehearsal): a resume command clears them."""
     cfg = _config(Path(run_dir), [])
     if cfg is None:
         return []
     defaults = default_faults()
-    return [name for name in vars(defaults) if getattr(cfg.faults, name) != getattr(defaults, name)]
+    return [name for name in vars(defaults) if getattr(cfg.testing.faults, name) != getattr(defaults, name)]
 
 
 def default_faults() -> FaultsConfig:
