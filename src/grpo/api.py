@@ -80,14 +80,11 @@ def train(config: ConfigLike = None, *, dataset: DatasetLike = None, eval_datase
 
 
 def run_trainer(cfg: RunConfig) -> dict[str, Any]:
-    """The one call into the trainer: the run directory locked, train.log set up, the loop run."""
-    from grpo.console import setup as setup_console
-    from grpo.train.loop import TrainingLoop
-    from grpo.rundir.run import RunDir
+    """The one call into the trainer, through grpo.entry as `grpo train`'s: the same memory check, ranks,
+    run directory lock, train.log, hooks and cleanup of a refused first start; errors raised."""
+    from grpo import entry
 
-    run = RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()
-    setup_console(run.path)
-    return TrainingLoop(cfg, run=run).train()
+    return entry.train(cfg)
 
 
 def evaluate(model: str | Path, config: ConfigLike = None, *, dataset: DatasetLike = None,

@@ -99,7 +99,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
-    from grpo.tools.plan import architecture, available_memory, device_kind, plan_memory, prompt_tokens, render, suggestion
+    from grpo.tools.plan import (architecture, available_memory, device_kind, gpu_total, plan_memory, prompt_tokens,
+                                 render, suggestion)
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)
@@ -107,7 +108,7 @@ def _plan(config: str | None, overrides: list[str]) -> int:
     available = available_memory(cfg, device)
     lines = render(plan, available)
     if plan.peak_bytes > available.bytes:
-        lines.append(suggestion(cfg, plan, available.bytes, device))
+        lines.append(suggestion(cfg, plan, available.bytes, device, gpu_total() if device == "cuda" else None))
     _print("\n".join(lines))
     return 0 if plan.peak_bytes <= available.bytes else 1
 

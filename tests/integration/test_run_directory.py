@@ -24,7 +24,7 @@ from grpo.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.tools.doctor import diagnose
 from grpo.rundir.files import JsonlLog
 
-from .helpers import deterministic, metric_lines
+from .helpers import SignalAt, deterministic, make_loop, metric_lines
 
 TINY = ["--config", "tiny"]
 
@@ -84,7 +84,7 @@ def tear(path: Path, how: str) -> None:
 ])
 def test_a_torn_newest_checkpoint_is_set_aside_and_the_run_resumes_exactly(tmp_path, straight, file, how):
     run_dir = tmp_path / "r"
-    assert train(run_dir, "train.steps=4", "checkpoint.every_steps=2", "faults.crash_at_step=4") == 1
+    assert train(run_dir, "train.steps=4", "checkpoint.every_steps=2", "testing.faults.crash_at_step=4") == 1
     tear(run_dir / "checkpoints" / "step_000004" / file, how)
 
     report = doctor(run_dir)
@@ -159,7 +159,7 @@ def test_a_torn_metrics_line_is_cut_on_resume_and_nothing_is_appended_to_it(tmp_
 def test_a_second_trainer_is_refused_and_the_first_is_unharmed(tmp_path, straight, capsys):
     run_dir = tmp_path / "r"
     first = grpo_process("train", *TINY, f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2",
-                         "faults.stop_before_record_at_step=3")
+                         "testing.faults.stop_before_record_at_step=3")
     try:
         _, status = os.waitpid(first.pid, os.WUNTRACED)  # it stopped itself, holding the directory
         assert os.WIFSTOPPED(status)
@@ -184,7 +184,7 @@ def test_a_second_trainer_is_refused_and_the_first_is_unharmed(tmp_path, straigh
 def test_a_signal_saves_and_exits_4_and_the_same_command_resumes_exactly(tmp_path, straight, sig):
     run_dir = tmp_path / "r"
     args = ("train", *TINY, f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2")
-    proc = grpo_process(*args, "faults.stop_before_record_at_step=3")
+    proc = grpo_process(*args, "testing.faults.stop_before_record_at_step=3")
     try:
         _, status = os.waitpid(proc.pid, os.WUNTRACED)
         assert os.WIFSTOPPED(status)
@@ -259,24 +259,14 @@ def test_sigterm_stops_without_saving_when_the_save_would_outlast_the_grace(tmp_
 
 
 @pytest.mark.parametrize("phase", ["rollout", "update"])
-def test_a_stop_mid_step_abandons_it_and_the_resume_is_exact(tmp_path, straight, monkeypatch, phase):
+def test_a_stop_mid_step_abandons_it_and_the_resume_is_exact(tmp_path, straight, phase):
     """A signal during generation or between micro-batches: nothing of that step is kept."""
-    from grpo.train.loop import TrainingLoop
     from grpo.errors import RunInterrupted
     from grpo.config import load_config
 
     run_dir = tmp_path / "r"
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2"]))
-    target = loop.collector if phase == "rollout" else loop.policy
-    method = "collect" if phase == "rollout" else "update"
-    original = getattr(target, method)
-
-    def signalled(*args, **kwargs):
-        if loop.step + 1 == 4:
-            loop.signals._handle(signal.SIGTERM, None)  # as the kernel would, mid-phase
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(target, method, signalled)
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2"]),
+                     SignalAt(4, phase))
     with pytest.raises(RunInterrupted, match="state saved at step 3"):
         loop.train()
     assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3]  # step 4 left no line

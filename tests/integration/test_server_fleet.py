@@ -6,26 +6,28 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from grpo.config import load_config
+from grpo.hooks import StepHooks
 from grpo.tools.doctor import diagnose
 from grpo.tools.health import check
 from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.supervisor import ServerState
 
-from .helpers import max_param_diff, metric_lines, params, start_attached_standin
+from tests.waiting import wait_until
+
+from .helpers import max_param_diff, metric_lines, params, start_attached_standin, make_loop
 from .test_server_engine import SGLANG, of_kind
 
 FLEET = [*SGLANG, "rollout.server.replicas=2"]
 
 
 def train(run_dir: Path, *overrides: str) -> TrainingLoop:
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *overrides]))
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *overrides]))
     loop.train()
     return loop
 
@@ -61,19 +63,18 @@ def test_one_of_two_servers_killed_mid_rollout_only_its_samples_are_retried_whil
                 continue
             watched.append((servers[0]["state"], servers[1]["requests"]))
 
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *FLEET, "train.steps=4",
-                                             "faults.kill_server_at_steps=[2]"]))
-    collect = loop.collector.collect
-
-    def step_4_once_sglang_0_is_back(step, *args, **kwargs):
+    class Step4OnceSglang0IsBack(StepHooks):
         # Steps take about a second, a restart several: step 3 runs while sglang-0 restarts, and
         # step 4 begins once it is up (to be verified and rejoin in that step).
-        deadline = time.monotonic() + 120
-        while step == 4 and loop.engine.servers[0].state != ServerState.READY and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return collect(step, *args, **kwargs)
+        def built(self, loop) -> None:
+            self.servers = loop.engine.servers
 
-    loop.collector.collect = step_4_once_sglang_0_is_back
+        def step_start(self, step: int) -> None:
+            if step == 4:
+                wait_until(lambda: self.servers[0].state == ServerState.READY, 120, "sglang-0 restarted")
+
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *FLEET, "train.steps=4",
+                                          "testing.faults.kill_server_at_steps=[2]"]), Step4OnceSglang0IsBack())
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:

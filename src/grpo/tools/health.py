@@ -12,6 +12,8 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+
+from grpo import metric_keys as keys
 from grpo.config import CheckpointConfig, ServerConfig
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, read_json
@@ -63,7 +65,7 @@ def _trainer(run_dir: Path, problems: list[str]) -> list[str]:
     if lines:
         last = lines[-1]
         since = time.time() - last.get("time", 0)
-        step_times = [line["time/step_s"] for line in lines[-20:] if isinstance(line.get("time/step_s"), (int, float))]
+        step_times = [line[keys.STEP_S] for line in lines[-20:] if isinstance(line.get(keys.STEP_S), (int, float))]
         typical = statistics.median(step_times) if step_times else 0.0
         out.append(f"STEPS    last step {last.get('step')} finished {since:.0f}s ago (typical step {typical:.1f}s)")
         # A running trainer silent for many typical steps (and at least 10 minutes) is stuck.

@@ -67,7 +67,7 @@ def examine(path: Path) -> tuple[Diagnosis, RunRecord]:
 def _resume(record: RunRecord, checkpoint, what: str) -> str | None:
     if record.source == "grpo":
         command = grpo_run.resume_command(Path(record.path), Path(checkpoint.path) if checkpoint else None)
-        cleared = [f"faults.{name}={_yaml(getattr(grpo_run.default_faults(), name))}"
+        cleared = [f"testing.faults.{name}={_yaml(getattr(grpo_run.default_faults(), name))}"
                    for name in grpo_run.faults_set(Path(record.path))]
         return " ".join([command, *cleared])
     if checkpoint is None or what == "healthy":

@@ -1,12 +1,17 @@
-"""The memory plan: parameter counts match the real models, and each knob moves the phase it should."""
+"""The memory model: each knob moves the phase it should, and it models the constants the policy runs with."""
 
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
 
 from grpo.config import load_config
+from grpo.policy import attention, head
+from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PLAIN_EAGER_MODELS
+from grpo.policy.models import load_model_and_tokenizer
 from grpo.tools.plan import GIB, SMOLLM2_135M, Architecture, architecture, plan_memory, suggestion
-from grpo.policy.models import build_char_tokenizer, build_tiny_model
+from grpo.tools.plan.model import attention_for
 
 SMOL = Architecture.from_config_json(SMOLLM2_135M, "float32")
 
@@ -15,27 +20,8 @@ def phases(cfg, arch=SMOL, prompt_len=51):
     return {p.name: p.bytes for p in plan_memory(cfg, "cpu", arch, prompt_len).phases}
 
 
-def test_the_tiny_architecture_counts_the_parameters_of_the_model_it_builds():
-    cfg = load_config("tiny", ["model.tiny.hidden_size=96", "model.tiny.num_heads=3", "model.tiny.num_layers=3"])
-    model = build_tiny_model(cfg.model.tiny, build_char_tokenizer(), dtype=__import__("torch").float32)
-    assert architecture(cfg).params == sum(p.numel() for p in model.parameters())
-
-
 def test_smollm2_preset_is_135m_parameters():
     assert SMOL.params == 134_515_008  # SmolLM2-135M's count, embeddings tied
-
-
-@pytest.mark.parametrize("targets", [["all-linear"], ["q_proj", "v_proj"]])
-def test_lora_counts_the_adapters_peft_makes(targets):
-    pytest.importorskip("peft")
-    from grpo.policy import lora
-
-    cfg = load_config("tiny", ["model.tiny.hidden_size=96", "model.tiny.num_heads=3", "model.lora.rank=4",
-                               f"model.lora.target_modules=[{','.join(targets)}]"])
-    model = lora.wrap(build_tiny_model(cfg.model.tiny, build_char_tokenizer(), __import__("torch").float32),
-                      cfg.model.lora)
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert architecture(cfg).lora_params(4, targets) == trained
 
 
 @pytest.mark.parametrize("override, lower", [
@@ -78,23 +64,41 @@ def test_a_same_gpu_server_is_named_in_the_plan():
     assert "KV cache" not in [c.name for p in plan.phases for c in p.components]  # the server generates
 
 
-def test_a_local_model_is_planned_from_its_config_json_alone(tmp_path):
-    (tmp_path / "config.json").write_text(__import__("json").dumps({**SMOLLM2_135M, "tie_word_embeddings": False}))
-    arch = architecture(load_config("quickstart", [f"model.name={tmp_path}"]))
-    assert arch.params == SMOL.params + SMOL.vocab_size * SMOL.hidden_size  # an untied head is counted
-    assert not (tmp_path / "model.safetensors").exists()  # nothing but the config was needed
-
-
-def test_a_hub_model_not_in_the_cache_is_not_downloaded_by_train(monkeypatch, tmp_path):
-    from grpo.errors import ConfigError
-
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
-        architecture(load_config("quickstart", ["model.name=nobody/nothing"]), download=False)
-
-
 def test_grouped_eager_attention_keeps_keys_and_values_once_per_key_value_head():
     grouped = phases(load_config("quickstart", []))
     eager = phases(load_config("quickstart", ["model.attn_implementation=eager"]))
     assert grouped["update"] < eager["update"]  # SmolLM2: 3 key-value heads for 9 query heads
     assert grouped["load"] == eager["load"]
+
+
+def test_the_plan_models_the_constants_the_policy_runs_with():
+    assert head.CHUNK_TOKENS == HEAD_CHUNK_TOKENS
+    assert attention.NAME == GROUPED_EAGER and attention.PLAIN_EAGER_MODELS is PLAIN_EAGER_MODELS
+    # One more token than a chunk: the logits component grows by that token's model-dtype logits only, not by
+    # another token of fp32 chunk temporaries.
+    cfg = load_config("quickstart", ["rollout.problems_per_step=1", "rollout.samples_per_problem=2",
+                                     "model.lora.rank=4"])
+    logits = {}
+    for tokens in (HEAD_CHUNK_TOKENS // 2, HEAD_CHUNK_TOKENS // 2 + 1):
+        trial = replace(cfg, rollout=replace(cfg.rollout, max_new_tokens=tokens))
+        update = plan_memory(trial, "cpu", SMOL, 51).phases[2]
+        logits[tokens] = next(c.bytes for c in update.components if c.name == "logits")
+    assert logits[HEAD_CHUNK_TOKENS // 2 + 1] - logits[HEAD_CHUNK_TOKENS // 2] == 2 * SMOL.vocab_size * 2
+
+
+def test_the_planned_attention_is_the_one_the_loader_runs():
+    import torch
+
+    cfg = load_config("tiny", ["model.device=cpu"])
+    model, _ = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
+    assert model.config._attn_implementation == attention_for(cfg, "cpu", architecture(cfg)) == GROUPED_EAGER
+
+
+def test_the_memory_model_runs_without_torch():
+    code = ("import sys; from grpo.config import load_config; from grpo.tools.plan.model import Architecture, "
+            "plan_memory; from grpo.tools.plan.machine import SMOLLM2_135M; "
+            "arch = Architecture.from_config_json(SMOLLM2_135M, 'float32'); "
+            "plan_memory(load_config('quickstart'), 'cpu', arch, 51); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
