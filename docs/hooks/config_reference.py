@@ -64,13 +64,14 @@ def _section(obj: object, prefix: str, title: str, doc: str, out: list[str]) -> 
         inner_cls = hints[repeated[0].name]
         inner = [g.name for g in dataclasses.fields(inner_cls)]
         inner_comments = field_comments(inner_cls)
-        out.append(f"Each of these is a `{inner_cls.__name__}` ({_cell(section_doc(inner_cls))}): "
-                   + "; ".join(f"`{name}`: {_cell(inner_comments.get(name, ''))}" for name in inner) + ".\n")
-        out.append("| key | " + " | ".join(inner) + " | meaning |\n|" + " --- |" * (len(inner) + 2))
+        example = f"{prefix}{repeated[0].name}.{inner[-1]}"
+        out.append(f"Each row below is a `{inner_cls.__name__}`. {section_doc(inner_cls)} Its keys, set as "
+                   f"`{example}=...`: " + "; ".join(f"`{name}`, {inner_comments.get(name, '')}" for name in inner) + ".\n")
+        out.append("| key | meaning | " + " | ".join(inner) + " |\n|" + " --- |" * (len(inner) + 2))
         for f in repeated:
             value = getattr(obj, f.name)
             cells = " | ".join(_value(getattr(value, name)) for name in inner)
-            out.append(f"| `{prefix}{f.name}` | {cells} | {_cell(comments.get(f.name, ''))} |")
+            out.append(f"| `{prefix}{f.name}` | {_cell(comments.get(f.name, ''))} | {cells} |")
         out.append("")
     for f in single:
         sub_doc = comments.get(f.name) or section_doc(hints[f.name])
