@@ -9,7 +9,7 @@ from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+_BLOCK = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 
 
 def code_blocks(page: Path) -> list[tuple[str, str]]:
