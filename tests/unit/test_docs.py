@@ -26,6 +26,12 @@ def test_readme_shows_the_two_commands_and_ci_runs_the_test_command():
     assert quickstart[0] in started and tests[0] in started
 
 
+def test_readme_own_data_command_is_the_own_data_page_s():
+    readme = [commands(text) for lang, text in code_blocks(README) if lang == "bash"][2]
+    page = [commands(text) for lang, text in code_blocks(DOCS / "own-data.md") if lang == "bash"][0]
+    assert readme == page and "task.name=dataset" in readme[0]
+
+
 def _keys(cls: type, prefix: str = "") -> set[str]:
     hints = typing.get_type_hints(cls)
     keys: set[str] = set()
