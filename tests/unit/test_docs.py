@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
 from grpo.config import RunConfig
@@ -43,37 +44,22 @@ def _keys(cls: type, prefix: str = "") -> set[str]:
     return keys
 
 
-def _documented(page: str) -> dict[str, str]:
-    """key -> its row's meaning, from the page's tables: `key | default | meaning`, or for a table of
-    like sections (the guard's breakers) `section | meaning | one column per key`."""
-    documented: dict[str, str] = {}
-    header: list[str] = []
-    for line in page.splitlines():
-        if not line.startswith("|"):
-            header = []
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if not header:
-            header = cells
-        elif not set(line) <= set("|- "):
-            key = cells[0].strip("`")
-            if header[1:] == ["default", "meaning"]:
-                documented[key] = cells[2]
-            else:
-                assert header[1] == "meaning", header
-                documented.update({f"{key}.{column}": cells[1] for column in header[2:]})
-    return documented
+_KEY_LINE = re.compile(r"^- \*\*`([\w.]+)`\*\* \((.*?), default `(.*?)`\): (.*)$")
+
+
+def _documented(page: str) -> dict[str, tuple[str, str]]:
+    """key -> (its default, its meaning), from the page's lines `- **`key`** (type, default `value`): meaning`."""
+    return {m.group(1): (m.group(3), m.group(4)) for m in map(_KEY_LINE.match, page.splitlines()) if m}
 
 
 def test_configuration_reference_documents_every_key_and_no_other():
     documented = _documented(config_reference().reference_markdown())
     assert set(documented) == _keys(RunConfig)
-    assert [key for key, meaning in documented.items() if not meaning] == []
+    assert [key for key, (_, meaning) in documented.items() if not meaning.strip()] == []
 
 
 def test_configuration_reference_shows_defaults():
-    page = config_reference().reference_markdown()
-    assert "| `model.name` | `smollm2-135m-instruct` |" in page
-    assert "| `recover` | `auto` |" in page
-    assert "| `0.5` | `stop` | `2` | `true` |" in next(line for line in page.splitlines()
-                                                     if line.startswith("| `guard.unscorable_rewards` |"))
+    documented = _documented(config_reference().reference_markdown())
+    assert documented["model.name"][0] == "smollm2-135m-instruct"
+    assert documented["recover"][0] == "auto"
+    assert documented["guard.unscorable_rewards.action"][0] == "stop"
