@@ -355,6 +355,9 @@ class RunConfig:
     run_dir: str = "runs/{name}"  # where config, metrics, events, checkpoints and logs go
     # auto: a run directory with checkpoints resumes from the newest valid one; off: refuse it
     recover: Literal["auto", "off"] = "auto"
+    # true: resume even though the data, model or reward differ from the run's (this start only; see
+    # grpo.rundir.identity for what may change on resume without it)
+    resume_with_changes: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -1,0 +1,69 @@
+"""A user's first hour, second round (issue 25): no silent wrong result. Each item drives the real CLI or
+the Python API as the user met it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpo import api
+from grpo.errors import ConfigError
+
+from .helpers import metric_lines
+from .test_first_hour import TINY, grpo_command, one_line
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def arithmetic(n: int, offset: int = 0) -> list[dict]:
+    return [{"prompt": f"What is {i} + {offset}?", "answer": str(i + offset)} for i in range(n)]
+
+
+# 1. A run directory belongs to one configuration: other data is refused, not silently the old run.
+def test_cli_refuses_to_resume_a_run_on_other_data(tmp_path):
+    a = write_rows(tmp_path / "a" / "train.jsonl", arithmetic(16))
+    write_rows(tmp_path / "b" / "train.jsonl", arithmetic(16, offset=3))
+    data = ["task.name=dataset", "task.test_files=[]", "eval.max_samples=4"]
+    first = grpo_command(["train", *TINY, *data, f"task.train_files=[{a}]", f"task.test_files=[{a}]",
+                          "run_dir=runs/chg"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    steps = len(metric_lines(tmp_path / "runs/chg"))
+    config = (tmp_path / "runs/chg/config.yaml").read_text()
+
+    other = tmp_path / "b" / "train.jsonl"
+    second = grpo_command(["train", *TINY, *data, f"task.train_files=[{other}]", f"task.test_files=[{other}]",
+                           "run_dir=runs/chg"], cwd=tmp_path)
+    assert second.returncode == 2, second.stderr
+    line = one_line(second.stderr)
+    assert "task.train_files" in line and "run_dir=" in line and "resume_with_changes=true" in line
+    assert (tmp_path / "runs/chg/config.yaml").read_text() == config  # nothing saved changed
+
+    # The same path, its content rewritten in place: caught by the data's fingerprint.
+    write_rows(a, arithmetic(16, offset=5))
+    third = grpo_command(["train", *TINY, *data, f"task.train_files=[{a}]", f"task.test_files=[{a}]",
+                          "run_dir=runs/chg"], cwd=tmp_path)
+    assert third.returncode == 2 and "content changed" in one_line(third.stderr), third.stderr
+
+    # Asked for explicitly, the run goes on with the new data; more steps may always be asked for.
+    fourth = grpo_command(["train", *TINY, *data, f"task.train_files=[{a}]", f"task.test_files=[{a}]",
+                           "run_dir=runs/chg", "resume_with_changes=true", "train.steps=3"], cwd=tmp_path)
+    assert fourth.returncode == 0, fourth.stderr
+    assert len(metric_lines(tmp_path / "runs/chg")) == steps + 1
+    assert "resume_with_changes: false" in (tmp_path / "runs/chg/config.yaml").read_text()
+
+
+def test_api_refuses_to_resume_a_run_on_other_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    overrides = ["train.steps=1", "checkpoint.every_steps=0", "checkpoint.every_minutes=0"]
+    first = api.train("tiny", dataset=arithmetic(12), overrides=overrides)
+    assert first.run_dir == Path("runs/tiny")
+    with pytest.raises(ConfigError, match=r"task\.path was memory:.*resume_with_changes=true"):
+        api.train("tiny", dataset=arithmetic(12, offset=1), overrides=overrides)
+    again = api.train("tiny", dataset=arithmetic(12), overrides=["train.steps=2", *overrides[1:]])
+    assert len(metric_lines(again.run_dir)) == 2
