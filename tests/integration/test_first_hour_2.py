@@ -67,3 +67,24 @@ def test_api_refuses_to_resume_a_run_on_other_data(tmp_path, monkeypatch):
         api.train("tiny", dataset=arithmetic(12, offset=1), overrides=overrides)
     again = api.train("tiny", dataset=arithmetic(12), overrides=["train.steps=2", *overrides[1:]])
     assert len(metric_lines(again.run_dir)) == 2
+
+
+# 2. GSM8K-style gold text: read after `####` by default and reported at load.
+GSM8K_ROWS = [{"prompt": f"What is 9 + {i}?", "answer": f"9 plus {i} is {9 + i}.\n#### {9 + i}"} for i in range(8)]
+
+
+def test_cli_reads_gsm8k_gold_text_and_reports_it(tmp_path):
+    data = write_rows(tmp_path / "gsm" / "train.jsonl", GSM8K_ROWS)
+    done = grpo_command(["train", *TINY, "train.steps=1", "task.name=dataset", f"task.train_files=[{data}]",
+                         f"task.test_files=[{data}]", "run_dir=runs/gsm"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "8 golds read after '####'" in done.stderr
+
+
+def test_api_scores_gsm8k_gold_text_by_its_final_number(tmp_path, monkeypatch):
+    from grpo.tasks import build_task
+
+    monkeypatch.chdir(tmp_path)
+    cfg = api.with_data_and_rewards(api.build_config("tiny"), GSM8K_ROWS, None, ["math"], None)
+    task = build_task(cfg.task)
+    assert [p.gold for p in task.eval_problems(3)] == ["9", "10", "11"]
