@@ -259,6 +259,7 @@ class LoggingConfig:
     progress: bool = True
     progress_interval_s: float = 30.0  # see progress
     samples_per_step: int = 4  # completions per step written to samples.jsonl (and TensorBoard, W&B)
+    report: bool = True  # write RUN_DIR/report.html when a run ends (`grpo report RUN_DIR` draws it any time)
 
 
 @dataclass

@@ -52,11 +52,11 @@ def run(config: str | None, overrides: list[str]) -> int:
         if status == EXIT_BAD_INPUT and fresh and ranks.main and not run_dir.checkpoints.list():
             shutil.rmtree(run_dir.path, ignore_errors=True)  # a refused first start leaves no skeleton behind
         if isinstance(exc, RunStopped) and ranks.main:
-            say(report_line(run_dir.path))
+            say(report_line(run_dir.path, cfg.logging.report))
         return status
     _say_result(cfg, summary)
     if ranks.main:
-        say(report_line(run_dir.path))
+        say(report_line(run_dir.path, cfg.logging.report))
     return EXIT_OK
 
 

@@ -88,3 +88,16 @@ def test_api_scores_gsm8k_gold_text_by_its_final_number(tmp_path, monkeypatch):
     cfg = api.with_data_and_rewards(api.build_config("tiny"), GSM8K_ROWS, None, ["math"], None)
     task = build_task(cfg.task)
     assert [p.gold for p in task.eval_problems(3)] == ["9", "10", "11"]
+
+
+# 11, 12. logging.report=false writes no report; summary["after"] is None without evaluation.
+def test_report_can_be_turned_off_and_the_summary_always_has_before_and_after(tmp_path, monkeypatch):
+    done = grpo_command(["train", *TINY, "train.steps=1", "run_dir=runs/quiet", "logging.report=false"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "runs/quiet/report.html").exists()
+    assert "no report (logging.report=false)" in done.stdout + done.stderr
+
+    monkeypatch.chdir(tmp_path)
+    result = api.train("tiny", overrides=["train.steps=1", "run_dir=runs/api", "checkpoint.every_minutes=0"])
+    assert result.summary["after"] is None and result.summary["before"] is None
+    assert api.RunStopped.__module__ == "grpo.errors"
