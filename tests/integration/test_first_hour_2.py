@@ -101,3 +101,19 @@ def test_report_can_be_turned_off_and_the_summary_always_has_before_and_after(tm
     result = api.train("tiny", overrides=["train.steps=1", "run_dir=runs/api", "checkpoint.every_minutes=0"])
     assert result.summary["after"] is None and result.summary["before"] is None
     assert api.RunStopped.__module__ == "grpo.errors"
+
+
+# 5, 6, 7. No test split needed when nothing evaluates; fewer rows than a step's problems said; what is done
+# to text prompts said at load.
+def test_a_small_train_only_dataset_trains_and_the_load_says_what_it_does(tmp_path):
+    write_rows(tmp_path / "data" / "train.jsonl", arithmetic(3))
+    done = grpo_command(["train", *TINY, "train.steps=1", "task.name=dataset", f"task.path={tmp_path / 'data'}",
+                         "rollout.problems_per_step=4", "task.instruction=Answer in a box.", "run_dir=runs/small"],
+                        cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "only 3 training problems, fewer than rollout.problems_per_step=4" in done.stderr
+    assert "chat template, with task.instruction 'Answer in a box.' appended" in done.stderr
+
+    evaluated = grpo_command(["train", *TINY, "train.steps=1", "task.name=dataset", f"task.path={tmp_path / 'data'}",
+                              "eval.after_training=true", "run_dir=runs/small2"], cwd=tmp_path)
+    assert evaluated.returncode == 2 and "no test split" in one_line(evaluated.stderr), evaluated.stderr

@@ -178,4 +178,14 @@ class DatasetTask(ListTask):
             loaded[which] = problems
         super().__init__(train=loaded["train"], test=loaded["test"])
         # Logged once every split loaded, so a data error stays the only line a failed start prints.
-        log.info("%s: %s", self.name, "; ".join(report))
+        log.info("%s: %s%s", self.name, "; ".join(report), text_prompt_note(loaded["train"] + loaded["test"], cfg))
+
+
+def text_prompt_note(problems: list[Problem], cfg: TaskConfig) -> str:
+    """Text prompts are not used raw (TRL uses them raw): say what is done to them, where users look first."""
+    if not any(p.messages is None for p in problems):
+        return ""
+    template = "task.chat_template's" if cfg.chat_template else "the tokenizer's"
+    added = (f"task.instruction {cfg.instruction!r} appended (task.instruction='' for none)" if cfg.instruction
+             else "no instruction appended")
+    return f". Text prompts are sent as a user message through {template} chat template, with {added}"
