@@ -117,3 +117,26 @@ def test_a_small_train_only_dataset_trains_and_the_load_says_what_it_does(tmp_pa
     evaluated = grpo_command(["train", *TINY, "train.steps=1", "task.name=dataset", f"task.path={tmp_path / 'data'}",
                               "eval.after_training=true", "run_dir=runs/small2"], cwd=tmp_path)
     assert evaluated.returncode == 2 and "no test split" in one_line(evaluated.stderr), evaluated.stderr
+
+
+# 8. grpo eval: an override after an option is checked like the others; a signal ends it as train's does.
+def test_eval_refuses_a_key_it_does_not_use_after_an_option(tmp_path):
+    done = grpo_command(["eval", "--model", "tiny", "task.name=arith", "--max-samples", "2", "actor.lr=1"],
+                        cwd=tmp_path)
+    assert done.returncode == 2
+    assert one_line(done.stderr).startswith("config error: grpo eval does not use actor.lr")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_eval_exits_4_in_one_line(tmp_path, sig):
+    # The reward sends the signal from inside the evaluation (the 4-row reward check before it is smaller).
+    (tmp_path / "interrupting.py").write_text(
+        "import os, signal\n"
+        "def reward(completions, **kwargs):\n"
+        f"    if len(completions) > 4:\n        os.kill(os.getpid(), signal.{sig})\n"
+        "    return [0.0] * len(completions)\n")
+    done = grpo_command(["eval", "--model", "tiny", "--task", "arith", "--max-samples", "8",
+                         "task.reward=interrupting:reward"], cwd=tmp_path)
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "grpo eval interrupted" in one_line(done.stderr)
