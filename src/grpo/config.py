@@ -315,6 +315,7 @@ class LoggingConfig:
     progress_interval_s: float = knob(30.0, "seconds between progress log lines when the console is not a terminal "
                                       "(see progress)")
     samples_per_step: int = knob(4, "completions per step written to samples.jsonl (and TensorBoard, W&B)")
+    report: bool = knob(True, "write RUN_DIR/report.html when a run ends (`grpo report RUN_DIR` draws it any time)")
 
 
 @dataclass
@@ -432,6 +433,9 @@ class RunConfig:
     recover: Literal["auto", "off"] = knob("auto", help=(
         "auto: a run directory with checkpoints resumes from the newest valid one; off: refuse it"
     ))
+    resume_with_changes: bool = knob(False, "true: resume even though the data, model or reward differ from the "
+                                     "run's (this start only; see grpo.rundir.identity for what may change on "
+                                     "resume without it)")
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -459,6 +463,9 @@ def resolve_config_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
+    if path.is_dir():
+        hint = f"; did you mean {path / 'config.yaml'}?" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"config {name_or_path!r} is a directory, not a YAML file{hint}")
     preset = PRESET_DIR / (name_or_path if name_or_path.endswith(".yaml") else f"{name_or_path}.yaml")
     if preset.is_file():
         return preset
@@ -486,7 +493,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         try:
             data = yaml.safe_load(resolved.read_text()) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{resolved}: not valid YAML: {exc}") from exc
+            raise ConfigError(yaml_error_line(resolved, exc)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{resolved}: the top level must be a mapping of keys, got {type(data).__name__}")
     for override in overrides or []:
@@ -494,6 +501,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     cfg = from_dict(RunConfig, data)
     validate(cfg)
     return cfg
+
+
+def yaml_error_line(path: Path, exc: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line naming the file and the place; tabs get their fix."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if "\\t" in problem or "\t" in problem:  # PyYAML writes a tab as \\t
+        return f"{where}: not valid YAML: a tab indents this line; YAML indents with spaces: use spaces"
+    return f"{where}: not valid YAML: {problem}"
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:

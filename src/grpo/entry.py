@@ -111,11 +111,11 @@ def run(config: str | None, overrides: list[str]) -> int:
         else:
             alert(one_line(exc))
         if isinstance(exc, RunStopped) and main:
-            say(report_line(run_dir))
+            say(report_line(run_dir, cfg.logging.report))
         return status
     _say_result(cfg, summary)
     if main:
-        say(report_line(run_dir))
+        say(report_line(run_dir, cfg.logging.report))
     return EXIT_OK
 
 

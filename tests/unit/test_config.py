@@ -307,3 +307,16 @@ def test_every_preset_passes_validation():
 
     for preset in PRESET_DIR.rglob("*.yaml"):
         load_config(preset)
+
+
+def test_a_tab_indented_file_and_a_run_directory_as_config_get_their_fix(tmp_path):
+    """Issue 25 items 4 and 9: one line naming the file and the fix."""
+    from grpo.config import ConfigError, load_config
+
+    (tmp_path / "tabs.yaml").write_text("train:\n\tsteps: 2\n")
+    with pytest.raises(ConfigError, match=r"tabs\.yaml:2:1: .*use spaces"):
+        load_config(tmp_path / "tabs.yaml")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("train:\n  steps: 2\n")
+    with pytest.raises(ConfigError, match=r"did you mean .*run/config\.yaml\?"):
+        load_config(tmp_path / "run")

@@ -163,7 +163,8 @@ class RolloutCollector:
             if attempt > 0:
                 batch.retries += len(pending)
                 delay = self.cfg.retry_backoff_s * 2 ** (attempt - 1) * (1 + self.jitter.random())
-                log.warning("step %d: retrying %d failed samples in %.1fs (attempt %d)", step, len(pending), delay, attempt)
+                log.warning("step %d: retrying %s in %.1fs (attempt %d)", step, retry_note(
+                    [slots[i].status.value for i in pending if slots[i] is not None]), delay, attempt)
                 self.sleep(delay)
             # Sample j of the problem at data index d, attempt a: the same draw wherever it is generated.
             seeds = [sample_seed(self.data_seed, indices[i // G], i % G, attempt) for i in pending]
@@ -386,3 +387,10 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             else:
                 total[key] = total[key] + value
     return total
+
+
+def retry_note(statuses: list[str]) -> str:
+    """'1 sample (empty)', '3 samples (2 failed, 1 empty)': what is retried, by why."""
+    counts = {status: statuses.count(status) for status in dict.fromkeys(statuses)}
+    why = ", ".join(f"{n} {status}" if len(counts) > 1 else status for status, n in counts.items())
+    return f"{len(statuses)} sample{'s' if len(statuses) != 1 else ''} ({why})"

@@ -4,9 +4,10 @@ engine, the collector and the guard; the hooks an entry point gave wrap the part
 
 from __future__ import annotations
 
+import logging
 import math
-import threading
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -31,6 +32,8 @@ from grpo.train.signals import SignalWatch
 from grpo.tasks import Task, build_task
 
 
+log = logging.getLogger(__name__)
+
 @dataclass
 class Components:
     task: Task
@@ -46,6 +49,13 @@ class Components:
     guard: Guard
 
 
+def _say_if_steps_repeat_problems(cfg: RunConfig, task: Task) -> None:
+    per_step = cfg.rollout.problems_per_step
+    if task.num_train is not None and task.num_train < per_step:
+        log.warning("only %d training problems, fewer than rollout.problems_per_step=%d: each step repeats "
+                    "problems (set rollout.problems_per_step=%d, or add rows)", task.num_train, per_step, task.num_train)
+
+
 def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
           record_server_event: Callable[..., Any], hooks: Hooks) -> Components:
     if cfg.testing.faults != FaultsConfig() and not hooks.rehearse_faults:
@@ -53,8 +63,10 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
                           "through grpo.entry (grpo train, grpo.api), or pass TrainingLoop grpo.entry.hooks_for(cfg)")
     seed = cfg.train.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
-    task = build_task(cfg.task)
+    evaluates = bool(cfg.eval.every_steps or cfg.eval.before_training or cfg.eval.after_training)
+    task = build_task(cfg.task, splits=("train", "test") if evaluates else ("train",))  # no test split needed
     total_steps = _total_steps(cfg, task)
+    _say_if_steps_repeat_problems(cfg, task)
     rewards = resolve_rewards(cfg.task.reward, cfg.task.reward_weights, "task.reward")
     eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else rewards
     device = resolve_device(cfg.model.device, ranks.local_rank)

@@ -10,9 +10,11 @@ continues exactly.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from grpo.policy.policy import Policy
 from grpo.rollout.queue import RolloutQueue
 from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
 from grpo.rundir.files import read_json
+from grpo.rundir.identity import FINGERPRINT_FILE, check_same_run, data_fingerprint, differences, is_identity, may_change
 from grpo.rundir.resume import resume_command
 from grpo.rundir.run import RunDir
 from grpo.train.signals import StopRequested
@@ -46,6 +49,8 @@ class RunState:
     # --- start -----------------------------------------------------------------------------------
 
     def start(self, resume_from: str | None) -> None:
+        if resume_from or (self.cfg.recover == "auto" and self.checkpoints.list()):
+            check_same_run(self.run.path, self._saved_config(), self.cfg, to_dict(self.cfg))
         if resume_from:  # checked before anything in the directory is touched
             try:
                 info = self.checkpoints.open(Path(resume_from))
@@ -86,20 +91,27 @@ class RunState:
         # run's config (and the resume command that names it) as it was.
         self._write_config()
 
+    def _saved_config(self) -> dict[str, Any] | None:
+        try:
+            return yaml.safe_load(self.run.config_path.read_text()) or {}
+        except (yaml.YAMLError, OSError, UnicodeDecodeError):
+            return None
+
     def _write_config(self) -> None:
-        text = config_yaml(self.cfg)
-        if self.run.config_path.is_file():
-            try:
-                before = _flatten(yaml.safe_load(self.run.config_path.read_text()) or {})
-            except (yaml.YAMLError, OSError, UnicodeDecodeError):
-                before = {}
-            after = _flatten(to_dict(self.cfg))
-            changed = {k: [before.get(k), after.get(k)] for k in before.keys() | after.keys()
-                       if before.get(k) != after.get(k)}
+        # resume_with_changes acts on this start only: the saved config never carries it to the next
+        cfg = replace(self.cfg, resume_with_changes=False)
+        saved = self._saved_config() if self.run.config_path.is_file() else None
+        if saved is not None:
+            changed = differences(saved, to_dict(cfg))
             if changed:
                 self.events.record("config_changed", self.step,
                                    f"{len(changed)} config keys differ from the saved run", changed=changed)
-        self.run.write(self.run.config_path, text)
+                hyper = [k for k in changed if not may_change(k) and not is_identity(k)]
+                if hyper:
+                    log.warning("resumed with changed settings: %s", ", ".join(
+                        f"{k} {changed[k][0]} -> {changed[k][1]}" for k in hyper))
+        self.run.write(self.run.config_path, config_yaml(cfg))
+        self.run.write(self.run.path / FINGERPRINT_FILE, json.dumps(data_fingerprint(cfg.task), indent=1) + "\n")
 
     # --- the state in memory -----------------------------------------------------------------------
 
@@ -225,12 +237,3 @@ class RunState:
             log.error("could not record the crash in %s: %s", self.events.path, record_error)
         return exc
 
-
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

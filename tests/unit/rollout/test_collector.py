@@ -132,3 +132,11 @@ def test_reward_functions_get_every_column_of_the_problems_rows(tmp_path):
     assert sorted(seen[0]["question"]) == ["Say x", "Say x", "Say y", "Say y"]
     assert seen[0]["gold"] == seen[0]["label"]
     assert [chat[0]["content"] for chat in seen[0]["chat"]] == seen[0]["question"]
+
+
+def test_a_retry_is_named_by_what_is_retried():
+    """Issue 25 item 13: not '1 failed samples' for one empty answer."""
+    from grpo.rollout.collector import retry_note
+
+    assert retry_note(["empty"]) == "1 sample (empty)"
+    assert retry_note(["failed", "empty", "failed"]) == "3 samples (2 failed, 1 empty)"

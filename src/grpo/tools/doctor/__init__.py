@@ -84,6 +84,17 @@ def _yaml(value) -> str:
     return json.dumps(value)  # JSON is YAML: [] null 1.0
 
 
+def _no_good_checkpoint(d: Diagnosis, record: RunRecord) -> str:
+    """Why no checkpoint is named: none saved, none healthy, or every healthy one is from the bad step on."""
+    healthy = [c for c in record.checkpoints if c.healthy]
+    if not record.checkpoints:
+        return "none (no checkpoint was saved)"
+    if not healthy:
+        return f"none ({len(record.checkpoints)} saved, none healthy)"
+    return (f"none before step {d.first_bad_step} (the {len(healthy)} healthy checkpoint(s) were saved from that "
+            f"step on, e.g. {healthy[0].path})")
+
+
 def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = None) -> list[str]:
     """The doctor's printed account: the diagnosis first, then the timeline, then (grpo runs) the
     detailed sections."""
@@ -94,7 +105,7 @@ def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = 
            f"          {d.explanation}"]
     for e in d.evidence[:6]:
         out.append(f"          evidence {e.file}:{e.line}: {e.text[:160]}")
-    out.append(f"          last good checkpoint: {d.last_good_checkpoint or 'none'}")
+    out.append(f"          last good checkpoint: {d.last_good_checkpoint or _no_good_checkpoint(d, record)}")
     if d.resume:
         out.append(f"          resume: {d.resume}")
     if d.timeline:

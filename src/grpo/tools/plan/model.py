@@ -325,9 +325,29 @@ def suggestion(cfg: RunConfig, plan: Plan, room: float, device: str, gpu_total: 
         fraction = math.floor((1 - peak.bytes / gpu_total) * 100) / 100
         if fraction > 0.05:
             options.insert(0, f"rollout.server.memory_fraction={fraction:g} (from {server_fraction(cfg):g})")
+    options.extend(_attention_and_length_options(cfg, plan, room, device))
     if not options:
         return "a smaller model (no knob of this run's fits it)"
     return "set " + " or ".join(options)
+
+
+def _attention_and_length_options(cfg: RunConfig, plan: Plan, room: float, device: str) -> list[str]:
+    """Another attention implementation, or the longest answer budget, with which the run fits."""
+    def fits(trial: RunConfig) -> bool:
+        return plan_memory(trial, device, plan.architecture, plan.prompt_tokens).peak_bytes <= room
+
+    m, r, options = cfg.model, cfg.rollout, []
+    for attention in ("sdpa", "flash_attention_2") if device == "cuda" else ("sdpa",):
+        if m.attn_implementation != attention and fits(replace(cfg, model=replace(m, attn_implementation=attention))):
+            options.append(f"model.attn_implementation={attention}")
+            break
+    low, high = 0, r.max_new_tokens - 1  # the largest budget that fits, by bisection
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(replace(cfg, rollout=replace(r, max_new_tokens=mid))) else (low, mid - 1)
+    if low >= 1:
+        options.append(f"rollout.max_new_tokens={low} (from {r.max_new_tokens})")
+    return options
 
 
 @dataclass(frozen=True)

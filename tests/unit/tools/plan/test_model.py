@@ -102,3 +102,19 @@ def test_the_memory_model_runs_without_torch():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_long_answer_budget_is_refused_naming_the_budget_that_fits():
+    """Issue 25 item 3: a run refused for memory names the knob with which `grpo plan` says it fits."""
+    import re
+
+    from grpo.tools.plan import refusal
+
+    cfg = load_config("quickstart", ["rollout.max_new_tokens=100000", "memory.limit_gib=16"])
+    line = refusal(cfg, "cpu")
+    assert line is not None and "no knob" not in line, line
+    budget = int(re.search(r"rollout\.max_new_tokens=(\d+) \(from 100000\)", line).group(1))
+    fitted = load_config("quickstart", [f"rollout.max_new_tokens={budget}", "memory.limit_gib=16"])
+    assert refusal(fitted, "cpu") is None
+    assert refusal(load_config("quickstart", [f"rollout.max_new_tokens={budget + 1}", "memory.limit_gib=16"]),
+                   "cpu") is not None
