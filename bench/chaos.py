@@ -88,12 +88,18 @@ class Chaos:
                 return code
 
     def _watch(self, proc: subprocess.Popen) -> int:
-        """Inject faults into this incarnation of the trainer until it exits."""
+        """Inject faults into this incarnation of the trainer until it exits. Each fault waits for the
+        incarnation to train a step past where the last one left it, then for a drawn delay: a fault lands
+        mid-training whatever the machine's speed, never on a trainer still starting."""
         while proc.poll() is None:
             if len(self.faults) >= self.faults_wanted:
                 return self._wait(proc)
-            deadline = time.monotonic() + self.rng.uniform(*self.delay_s)
-            kind = self.rng.choice(self.kinds)
+            kind, delay = self.rng.choice(self.kinds), self.rng.uniform(*self.delay_s)
+            reached = self._newest_step()
+            while proc.poll() is None and self._newest_step() <= reached:
+                self._note_progress()
+                time.sleep(0.05)  # polling the run directory, as an outside observer does
+            deadline = time.monotonic() + delay
             while proc.poll() is None and time.monotonic() < deadline:
                 self._note_progress()
                 time.sleep(0.05)  # the monkey's own clock: it picks moments, it does not wait for events
@@ -262,7 +268,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default="tiny")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--delay", default="6,16", help="seconds between faults: uniform in MIN,MAX")
+    parser.add_argument("--delay", default="auto", help="seconds from a step of progress to the next fault: "
+                                                         "uniform in MIN,MAX; auto: up to a quarter of the "
+                                                         "reference's training time per fault")
     parser.add_argument("--disk", default="256m", help="the chaos run's tmpfs (for the full-disk fault)")
     parser.add_argument("--out", default="bench_runs/chaos")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -280,7 +288,7 @@ def main() -> int:
 
     shm_before = {n for n in os.listdir("/dev/shm") if n.startswith(SHM_NAMES)}
     reference = out / "reference" / "r"
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     with open(out / "reference.log", "w") as log:
         code = subprocess.run([*base, f"run_dir={reference}", *overrides], stdout=log, stderr=subprocess.STDOUT).returncode
     reference_s = time.monotonic() - started
@@ -293,7 +301,13 @@ def main() -> int:
     kinds = TRAINER_FAULTS + (SERVER_FAULTS if "server" in args.setup else [])
     if disk is None:
         kinds.remove("full_disk")
-    low, high = (float(x) for x in args.delay.split(","))
+    if args.delay == "auto":
+        # After a step of progress (see Chaos._watch), up to a quarter of the reference's training time per
+        # fault, so that the faults fit in the run at any machine's speed.
+        first_step_s = json.loads((reference / "metrics.jsonl").read_text().splitlines()[0])["time"] - started_wall
+        low, high = 0.0, max(reference_s - first_step_s, 0.0) / max(args.faults, 1) / 4
+    else:
+        low, high = (float(x) for x in args.delay.split(","))
     chaos = Chaos(run_dir, [*base, f"run_dir={run_dir}", *overrides], random.Random(args.seed), kinds, args.faults,
                   (low, high), disk, out)
     code = chaos.run()

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_ten_faults_end_where_the_unbroken_run_does(tmp_path, setup):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "chaos.py"), "--setup", setup, "--faults", "10",
-                           "--steps", "30", "--seed", "0", "--out", str(tmp_path)],
+                           "--steps", "60", "--seed", "0", "--out", str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     result = json.loads((tmp_path / setup / "result.json").read_text())
