@@ -2,11 +2,13 @@
 phase, peak RSS and mean completion length, in both precision pairings.
 
     PYTHONPATH=src python bench/trl.py [--steps 3] [--warmup 1] [--trl-python .venv-trl/bin/python]
-                                       [--pairings fp32,bf16] [--out bench/RESULTS.md]
+                                       [--pairings fp32,bf16] [--micro-batch 8,32] [--out bench/RESULTS.md]
 
 The work: SmolLM2-135M-Instruct, two-digit additions (grpo's arith task: the same prompts, in the same order,
 for both), 8 prompts x 8 samples x 40 new tokens, temperature 1.0, lr 1e-5, no KL, no gradient
-checkpointing, micro-batches of 32 rows (--micro-batch, the same on both sides). Pairings:
+checkpointing, micro-batches of 8 and of 32 rows (--micro-batch; each size on both sides; TRL's default
+`per_device_train_batch_size` is 8). After the tables, each side at its faster micro-batch: a user runs TRL
+as fast as it goes, so that is the fair ratio. Pairings:
   fp32: grpo bf16 weights with fp32 master weights and AdamW state  vs  TRL fp32 weights under bf16 autocast
   bf16: grpo bf16 weights without master weights                    vs  TRL pure bf16 weights (no autocast)
 Each configuration runs in its own process (its peak RSS is its own), for --warmup untimed steps and then
@@ -26,7 +28,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -35,21 +36,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from shared import REPO, Work, machine, prompts  # bench/shared.py (bench/ is the script's folder)
+
 MODEL = "smollm2-135m-instruct"
 PAIRINGS = {"fp32": ("fp32 master weights", "fp32 weights + bf16 autocast"),
             "bf16": ("pure bf16 (no master weights)", "pure bf16 weights")}
-
-
-@dataclass
-class Work:
-    problems_per_step: int = 8
-    samples_per_problem: int = 8
-    max_new_tokens: int = 40
-    temperature: float = 1.0
-    lr: float = 1e-5
-    micro_batch_size: int = 32
-    seed: int = 0
 
 
 @dataclass
@@ -87,23 +78,8 @@ def run_child(command: list[str], log: Path, env: dict[str, str]) -> tuple[int, 
     return usage.ru_maxrss * 1024, time.time() - started
 
 
-def prompts(work: Work, count: int) -> list[dict]:
-    """The first `count` training problems in grpo's order, as the chat messages grpo renders them."""
-    from grpo.config import load_config
-    from grpo.tasks import build_task
-    from grpo.tasks.prompts import build_messages
-
-    cfg = load_config("quickstart", [f"train.seed={work.seed}"])
-    task = build_task(cfg.task, splits=("train",))
-    rows = []
-    for index in range(count):
-        problem = task.train_problem(index, cfg.train.seed)
-        rows.append({"messages": build_messages(problem, cfg.task), "gold": problem.gold})
-    return rows
-
-
 def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Result:
-    run_dir = out / f"grpo-{'master' if master else 'bf16'}"
+    run_dir = out / f"grpo-{'master' if master else 'bf16'}-mb{work.micro_batch_size}"
     shutil.rmtree(run_dir, ignore_errors=True)
     overrides = [
         f"model.name={MODEL}", "model.dtype=bfloat16", "model.gradient_checkpointing=false",
@@ -141,7 +117,7 @@ def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Re
 
 def run_trl(work: Work, pure_bf16: bool, steps: int, warmup: int, out: Path, trl_python: str,
             model_dir: str, rows: list[dict]) -> Result:
-    name = f"trl-{'bf16' if pure_bf16 else 'fp32-autocast'}"
+    name = f"trl-{'bf16' if pure_bf16 else 'fp32-autocast'}-mb{work.micro_batch_size}"
     spec = {**work.__dict__, "steps": warmup + steps, "precision": "bf16" if pure_bf16 else "fp32_autocast",
             "model_dir": model_dir, "prompts": rows}
     spec_path = out / f"{name}.json"
@@ -165,17 +141,6 @@ def run_trl(work: Work, pure_bf16: bool, steps: int, warmup: int, out: Path, trl
     )
 
 
-def machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return f"{model}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
-
-
 def table(pairs: list[tuple[str, Result, Result]], work: Work) -> list[str]:
     lines = ["| config | s/step | generation s | generation tok/s | update s | update tok/s | peak RSS MiB "
              "| mean completion len |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -196,9 +161,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     parser.add_argument("--pairings", default="fp32,bf16", help="comma-separated: fp32, bf16")
-    parser.add_argument("--micro-batch", type=int, default=32, help="rows per forward/backward, both sides "
-                                                                    "(grpo algo.micro_batch_size; TRL "
-                                                                    "per_device_train_batch_size); divides 64")
+    parser.add_argument("--micro-batch", default="8,32", help="comma-separated rows per forward/backward, each run "
+                                                               "on both sides (grpo algo.micro_batch_size; TRL "
+                                                               "per_device_train_batch_size); each divides 64")
     parser.add_argument("--trl-python", default=str(REPO / ".venv-trl" / "bin" / "python"))
     parser.add_argument("--work-dir", default=str(REPO / "bench_runs" / "trl"), help="run directories and logs")
     parser.add_argument("--out", help="append a dated section with the machine and the tables to this file "
@@ -213,28 +178,34 @@ def main() -> None:
         raise SystemExit(f"{args.trl_python} does not exist: build TRL's environment with scripts/setup_trl_env.sh")
     from grpo.policy.models import resolve_model_source
 
-    work = Work(micro_batch_size=args.micro_batch)
-    if (work.problems_per_step * work.samples_per_problem) % work.micro_batch_size:
-        raise SystemExit(f"--micro-batch {args.micro_batch} must divide the step's "
-                         f"{work.problems_per_step * work.samples_per_problem} completions")
+    sizes = [int(x) for x in args.micro_batch.split(",") if x.strip()]
+    steps_rows = Work().problems_per_step * Work().samples_per_problem
+    if not sizes or any(size < 1 or steps_rows % size for size in sizes):
+        raise SystemExit(f"--micro-batch {args.micro_batch}: each size must divide the step's {steps_rows} completions")
     out = Path(args.work_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model_source(MODEL)  # the packaged GGUF, dequantised once to a HF directory
-    rows = prompts(work, (args.warmup + args.steps) * work.problems_per_step)
     started = datetime.datetime.now(datetime.timezone.utc)
-    pairs = []
-    for name in pairings:
-        pure = name == "bf16"
-        print(f"[{name}] grpo ...", flush=True)
-        grpo = run_grpo(work, master=not pure, steps=args.steps, warmup=args.warmup, out=out)
-        print(f"[{name}] TRL ...", flush=True)
-        trl = run_trl(work, pure, args.steps, args.warmup, out, args.trl_python, model_dir, rows)
-        pairs.append((name, grpo, trl))
+    by_size: dict[int, list[tuple[str, Result, Result]]] = {}
+    for size in sizes:
+        work = Work(micro_batch_size=size)
+        rows = prompts(work, (args.warmup + args.steps) * work.problems_per_step)
+        for name in pairings:
+            pure = name == "bf16"
+            print(f"[{name}, micro-batch {size}] grpo ...", flush=True)
+            grpo = run_grpo(work, master=not pure, steps=args.steps, warmup=args.warmup, out=out)
+            print(f"[{name}, micro-batch {size}] TRL ...", flush=True)
+            trl = run_trl(work, pure, args.steps, args.warmup, out, args.trl_python, model_dir, rows)
+            by_size.setdefault(size, []).append((name, grpo, trl))
+    lines = []
+    for size, pairs in by_size.items():
+        work = Work(micro_batch_size=size)
+        lines += [f"Micro-batch {size}:", "", *table(pairs, work), ""]
+    lines += best_lines(by_size)
     header = (f"grpo vs TRL {_trl_version(args.trl_python)} GRPOTrainer, {started:%Y-%m-%d %H:%M} UTC, {machine()}; "
-              f"{work.problems_per_step} prompts x {work.samples_per_problem} samples x {work.max_new_tokens} new "
-              f"tokens, micro-batch {work.micro_batch_size}, {args.warmup} warm-up + {args.steps} timed steps "
+              f"{Work().problems_per_step} prompts x {Work().samples_per_problem} samples x {Work().max_new_tokens} "
+              f"new tokens, micro-batch {args.micro_batch}, {args.warmup} warm-up + {args.steps} timed steps "
               "(medians)")
-    lines = table(pairs, work)
     print("\n" + header + "\n\n" + "\n".join(lines))
     if args.out:
         section = [f"## grpo vs TRL: {started:%Y-%m-%d %H:%M} UTC", "", header, "", *lines,
@@ -245,6 +216,22 @@ def main() -> None:
         with open(path, "a") as f:
             f.write(prefix + "\n".join(section) + "\n")
         print(f"appended to {path}")
+
+
+def best_lines(by_size: dict[int, list[tuple[str, Result, Result]]]) -> list[str]:
+    """Each side at its own faster micro-batch, per pairing."""
+    lines = ["Each side at its faster micro-batch:", "",
+             "| pairing | grpo s/step (micro-batch) | TRL s/step (micro-batch) | TRL time / grpo time |",
+             "|---|---:|---:|---:|"]
+    for name in PAIRINGS:
+        runs = [(size, grpo, trl) for size, pairs in by_size.items() for n, grpo, trl in pairs if n == name]
+        if not runs:
+            continue
+        grpo_size, grpo, _ = min(runs, key=lambda r: r[1].step_s)
+        trl_size, _, trl = min(runs, key=lambda r: r[2].step_s)
+        lines.append(f"| {name} | {grpo.step_s:.1f} ({grpo_size}) | {trl.step_s:.1f} ({trl_size}) "
+                     f"| {trl.step_s / grpo.step_s:.2f}x |")
+    return lines
 
 
 def _trl_version(python: str) -> str:

@@ -5,7 +5,8 @@
 Runs in TRL's own environment (scripts/setup_trl_env.sh), never imports grpo. SPEC holds the model directory,
 the weights' precision (`fp32_autocast`: fp32 weights, bf16 autocast; `bf16`: pure bf16 weights), the sizes,
 and the prompts with their gold answers, in the order grpo trains on them. The last stdout line is a JSON
-object with per-step wall time, generation and update seconds and tokens, and the process's peak RSS.
+object with per-step wall time, generation and update seconds and tokens, and the process's peak RSS. With
+`save_dir` in SPEC the trained model and its tokenizer are saved there (bench/learning.py evaluates them).
 """
 
 from __future__ import annotations
@@ -136,6 +137,9 @@ def main() -> None:
                                    processing_class=tokenizer, callbacks=[timer])
         timer.trainer = trainer
         trainer.train()
+        if spec.get("save_dir"):
+            trainer.save_model(spec["save_dir"])
+            tokenizer.save_pretrained(spec["save_dir"])
     print(json.dumps({"steps": timer.steps, "peak_rss_bytes": peak_rss_bytes(),
                       "attn_implementation": model.config._attn_implementation,
                       "activation_checkpointing": bool(getattr(model, "is_activation_checkpointing", False)),

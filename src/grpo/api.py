@@ -19,8 +19,8 @@ train.log), the same guard, and the same resume when it is run again on that dir
     result.run_dir, result.final_model, result.summary  # summary: before/after evaluations if configured
     api.evaluate(result.final_model, dataset=held_out_rows, rewards=["math"])
 
-Errors are raised, not printed: `grpo.config.ConfigError` for bad input (the CLI's exit 2, raised before any
-work), `grpo.errors.RunStopped` when the guard stops a run (exit 3: its message says why and how to
+Errors are raised, not printed (each importable from grpo.api too): `ConfigError` for bad input (the CLI's
+exit 2, raised before any work), `RunStopped` when the guard stops a run (exit 3: its message says why and how to
 resume), and the loop's `RunInterrupted` on Ctrl-C after the state was saved (run the same call again to
 resume). Rows are columns by name, as in files: `task.prompt_column` (default `prompt`) and
 `task.answer_column` (default `answer`) say which is which. Datasets and callables live only in this Python
@@ -39,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import RunConfig, apply_override, from_dict, load_config, to_dict, validate
-from grpo.errors import ConfigError
+from grpo.errors import ConfigError, RunInterrupted, RunStopped
 from grpo.rewards import register_reward
+
+__all__ = ["ConfigError", "RunInterrupted", "RunStopped", "TrainResult", "build_config", "evaluate", "train"]
 
 ConfigLike = RunConfig | Mapping[str, Any] | str | Path | None
 DatasetLike = Any  # a list of dicts, a datasets.Dataset, a {"train": ..., "test": ...} mapping, a file or folder
@@ -51,7 +53,7 @@ RewardLike = str | Callable[..., Any]
 class TrainResult:
     run_dir: Path
     final_model: Path | None  # the last checkpoint's model directory (for api.evaluate, grpo export)
-    summary: dict[str, Any]  # "before"/"after" evaluations when the config asks for them
+    summary: dict[str, Any]  # "before"/"after": evaluations when the config asks for them, else None
 
 
 def build_config(config: ConfigLike = None, overrides: Sequence[str] = ()) -> RunConfig:
@@ -73,21 +75,18 @@ def train(config: ConfigLike = None, *, dataset: DatasetLike = None, eval_datase
     """Train as `grpo train` does. `dataset`: the training rows (task.name becomes `dataset`); `rewards`:
     reward names and callables for task.reward, with `reward_weights`. Both default to the config's."""
     cfg = with_data_and_rewards(build_config(config, overrides), dataset, eval_dataset, rewards, reward_weights)
-    summary = run_trainer(cfg)
+    summary = {"before": None, "after": None, **run_trainer(cfg)}
     written = cfg.resolved_run_dir / "summary.json"
     final = json.loads(written.read_text()).get("final_model") if written.is_file() else None
     return TrainResult(cfg.resolved_run_dir, Path(final) if final else None, summary)
 
 
 def run_trainer(cfg: RunConfig) -> dict[str, Any]:
-    """The one call into the trainer: the run directory locked, train.log set up, the loop run."""
-    from grpo.console import setup as setup_console
-    from grpo.train.loop import TrainingLoop
-    from grpo.rundir.run import RunDir
+    """The one call into the trainer, through grpo.entry as `grpo train`'s: the same memory check, ranks,
+    run directory lock, train.log, hooks and cleanup of a refused first start; errors raised."""
+    from grpo import entry
 
-    run = RunDir(cfg.resolved_run_dir, cfg.checkpoint).acquire()
-    setup_console(run.path)
-    return TrainingLoop(cfg, run=run).train()
+    return entry.train(cfg)
 
 
 def evaluate(model: str | Path, config: ConfigLike = None, *, dataset: DatasetLike = None,

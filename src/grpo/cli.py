@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import os
 from grpo.config import load_config
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
-from grpo.errors import EXIT_BAD_INPUT, EXIT_STOPPED, ConfigError, DiskError, RunDirLocked, exit_status, one_line
+from grpo.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, ConfigError, DiskError, RunDirLocked,
+                         exit_status, one_line)
 from grpo.rundir.files import atomic_write
 
 DEFAULT_EVAL_TOKENS = 256  # grpo eval's answer budget when neither a flag nor the config sets one
@@ -80,10 +83,14 @@ def _eval(args: argparse.Namespace) -> int:
     max_samples = args.max_samples or (cfg.eval.max_samples if "eval.max_samples" in given else None)
     setup_console()
     try:
-        result = run_evaluation(cfg, split=args.split, max_samples=max_samples, samples=args.samples,
-                                temperature=args.temperature, max_new_tokens=max_new_tokens,
-                                batch_size=args.batch_size or cfg.eval.batch_size, seed=args.seed,
-                                keep_answers=output is not None)
+        with _interrupts_as_keyboard_interrupt():
+                result = run_evaluation(cfg, split=args.split, max_samples=max_samples, samples=args.samples,
+                                    temperature=args.temperature, max_new_tokens=max_new_tokens,
+                                    batch_size=args.batch_size or cfg.eval.batch_size, seed=args.seed,
+                                    keep_answers=output is not None)
+    except KeyboardInterrupt:  # nothing to save: an evaluation is rerun, not resumed
+        alert("grpo eval interrupted: no accuracy is reported; run the same command again")
+        return EXIT_INTERRUPTED
     except EvaluationFailed as exc:  # answers the engine never produced: no accuracy, rather than a false one
         alert(f"evaluation failed: {exc}; no accuracy is reported")
         return EXIT_STOPPED
@@ -97,9 +104,23 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _interrupts_as_keyboard_interrupt():
+    """SIGTERM ends an evaluation as Ctrl-C does (train's signals save state; eval has none to save)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
-    from grpo.tools.plan import architecture, available_memory, device_kind, plan_memory, prompt_tokens, render, suggestion
+    from grpo.tools.plan import (architecture, available_memory, device_kind, gpu_total, plan_memory, prompt_tokens,
+                                 render, suggestion)
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)
@@ -107,7 +128,7 @@ def _plan(config: str | None, overrides: list[str]) -> int:
     available = available_memory(cfg, device)
     lines = render(plan, available)
     if plan.peak_bytes > available.bytes:
-        lines.append(suggestion(cfg, plan, available.bytes, device))
+        lines.append(suggestion(cfg, plan, available.bytes, device, gpu_total() if device == "cuda" else None))
     _print("\n".join(lines))
     return 0 if plan.peak_bytes <= available.bytes else 1
 
@@ -254,7 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                                            "exit 0 when healthy, 1 when not")
     health.add_argument("run_dir", nargs="?", help="default: the most recently active run under ./runs")
 
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # Overrides after an option (`--nproc 2 actor.lr=1`) are overrides still, checked like the others.
+    strays = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
+    if strays:
+        parser.error(f"unrecognized arguments: {' '.join(strays)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     if args.command in ("train", "quickstart") and args.run_dir:
         args.overrides = [*args.overrides, f"run_dir={args.run_dir}"]
     if args.command == "train" and args.launcher == "ray":

@@ -1,46 +1,36 @@
-"""`grpo config show`: the resolved config with every key's value, default and meaning.
+"""Every config key's meaning, read from the dataclasses: `grpo config show` (the resolved config with each
+key's value, default and meaning) and the configuration reference (`reference_markdown`).
 
-The meanings are the comments beside (or just above) each field in grpo/config.py, so the
-documentation lives in one place and a key without one fails a test.
+A key's meaning is the `help` of its `knob(...)` in grpo/config.py; a section's is the first paragraph of
+its dataclass's docstring. A key without one fails a test (`undocumented`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 import typing
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from grpo.config import RunConfig
+from grpo.config_keys import CHECK, key_help
 
-_FIELD = re.compile(r"^\s+(\w+):\s*[^=]+?(?:=.*?)?(?:#\s*(?P<comment>.*))?$")
 
-
-def field_comments(cls: type) -> dict[str, str]:
-    """field name -> its comment: the trailing one, else the comment lines right above it."""
-    comments: dict[str, str] = {}
-    above: list[str] = []
-    for line in inspect.getsource(cls).splitlines()[1:]:
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            above.append(stripped.lstrip("#").strip())
-            continue
-        match = _FIELD.match(line)
-        if match and not stripped.startswith(("def ", "@", '"""')):
-            trailing = match.group("comment")
-            text = " ".join(above + ([trailing] if trailing else []))
-            if text:
-                comments[match.group(1)] = text
-        above = []
-    return comments
+def field_help(cls: type) -> dict[str, str]:
+    """field name -> its meaning, for the fields that have one."""
+    return {f.name: key_help(f) for f in dataclasses.fields(cls) if key_help(f)}
 
 
 def section_doc(cls: type) -> str:
     doc = inspect.getdoc(cls) or ""
     return doc.split("\n\n")[0].replace("\n", " ") if doc and not doc.startswith(cls.__name__ + "(") else ""
+
+
+def _flow(value: Any) -> str:
+    """A value as YAML writes it on one line (`null`, `[a, b]`, `1.0e-06`)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
 
 
 def render(cfg: RunConfig) -> str:
@@ -52,22 +42,20 @@ def render(cfg: RunConfig) -> str:
 
 def _render(obj: Any, default: Any, depth: int, lines: list[str]) -> None:
     cls = type(obj)
-    comments = field_comments(cls)
+    meanings = field_help(cls)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         value, base = getattr(obj, f.name), getattr(default, f.name)
         indent = "  " * depth
         if dataclasses.is_dataclass(value):
-            doc = comments.get(f.name) or section_doc(hints[f.name])
+            doc = meanings.get(f.name) or section_doc(hints[f.name])
             lines.append(f"{indent}{f.name}:" + (f"  # {doc}" if doc else ""))
             _render(value, base, depth + 1, lines)
             continue
-        shown = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
-        note = comments.get(f.name, "")
+        note = meanings.get(f.name, "")
         if value != base:
-            was = yaml.safe_dump(base, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
-            note = f"[default {was}] {note}".strip()
-        lines.append(f"{indent}{f.name}: {shown}" + (f"  # {note}" if note else ""))
+            note = f"[default {_flow(base)}] {note}".strip()
+        lines.append(f"{indent}{f.name}: {_flow(value)}" + (f"  # {note}" if note else ""))
 
 
 def undocumented() -> list[str]:
@@ -75,15 +63,73 @@ def undocumented() -> list[str]:
     missing: list[str] = []
 
     def walk(cls: type, prefix: str) -> None:
-        comments = field_comments(cls)
+        meanings = field_help(cls)
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if dataclasses.is_dataclass(hints[f.name]):
-                if f.name not in comments and not section_doc(hints[f.name]):
+                if f.name not in meanings and not section_doc(hints[f.name]):
                     missing.append(prefix + f.name)
                 walk(hints[f.name], f"{prefix}{f.name}.")
-            elif f.name not in comments:
+            elif f.name not in meanings:
                 missing.append(prefix + f.name)
 
     walk(RunConfig, "")
     return missing
+
+
+def reference_markdown() -> str:
+    """The configuration reference as Markdown: a section per config section (`## rollout.server`, with the
+    section's meaning), and under it a line per key with its dotted name, type, default, meaning and, where
+    it has one, the check of its value. Read from the dataclasses, so it is never out of date; the docs site
+    writes it to a page at build time:
+
+        from grpo.config_doc import reference_markdown
+        Path("docs/reference/config.md").write_text(reference_markdown())
+    """
+    lines = ["# Configuration reference", "",
+             "Every key of a run's configuration: its type, its default and what it means. Set keys in a YAML file "
+             "(`--config FILE`) or as dotted overrides (`rollout.max_new_tokens=64`); `grpo config show` prints a "
+             "run's resolved values beside their defaults. An optional key (`... | None`) takes `null` for the "
+             "behaviour its meaning describes.", ""]
+    _reference(RunConfig(), "", "Top level", "", lines)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _reference(obj: Any, at: str, title: str, doc: str, lines: list[str]) -> None:
+    """`doc`: the section's meaning (its key's help, else its dataclass's docstring)."""
+    cls = type(obj)
+    hints = typing.get_type_hints(cls)
+    meanings = field_help(cls)
+    lines += [f"## {title}", ""]
+    if doc:
+        lines += [doc, ""]
+    prefix = f"{at}." if at else ""
+    sections = []
+    for f in dataclasses.fields(cls):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            sections.append((f, value))
+            continue
+        text = f"- **`{prefix}{f.name}`** ({_type_name(hints[f.name], f)}, default `{_flow(value)}`): " \
+               f"{_sentence(meanings.get(f.name, ''))}"
+        check = f.metadata.get(CHECK)
+        if check is not None:
+            text += f" Its value {_sentence(check.says.lstrip(': '))}"
+        lines.append(text)
+    lines.append("")
+    for f, value in sections:
+        doc = meanings.get(f.name) or section_doc(type(value))
+        _reference(value, prefix + f.name, f"`{prefix}{f.name}`", _sentence(doc), lines)
+
+
+def _type_name(hint: Any, f: dataclasses.Field) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(f"`{a}`" for a in typing.get_args(hint))
+    return f"`{f.type}`" if isinstance(f.type, str) else f"`{getattr(hint, '__name__', hint)}`"
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return ""
+    return text if text.endswith(".") else text + "."

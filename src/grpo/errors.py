@@ -4,7 +4,7 @@ run can be told apart without reading its log:
     0  finished                      3  stopped by the guard (RunStopped: STOPPED.json says why)
     1  crashed (any other error)     4  interrupted by SIGTERM/SIGINT after saving (RunInterrupted)
     2  refused before any work       5  the disk refused a write (DiskError: full, quota, read-only)
-       (ConfigError, RunDirLocked)
+       (ConfigError, RunDirLocked)  130  SIGINT twice: exited at once, without saving
 
 This module imports nothing from grpo: every role may raise these.
 """
@@ -23,6 +23,7 @@ EXIT_BAD_INPUT = 2  # config, data, model path or run directory refused before a
 EXIT_STOPPED = 3  # the guard stopped the run: STOPPED.json says why and how to resume
 EXIT_INTERRUPTED = 4  # SIGTERM/SIGINT: state saved; the same command resumes
 EXIT_DISK = 5  # the disk refused a write (full, read-only): free space, then the same command resumes
+EXIT_SIGINT = 130  # a second Ctrl-C: exited without saving; the newest checkpoint resumes (the shell's convention)
 
 
 class ConfigError(ValueError):

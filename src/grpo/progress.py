@@ -99,7 +99,7 @@ def phase(name: str) -> Iterator[None]:
 
 
 def tick(done: int, total: int, unit: str = "") -> None:
-    # Generation ahead of the trainer (grpo.rollout.ahead) runs on a worker thread: the display
+    # Generation ahead of the trainer (grpo.rollout.queue) runs on a worker thread: the display
     # follows the loop's own phase.
     if _active is not None and threading.current_thread() is threading.main_thread():
         _active.update(done, total, unit)

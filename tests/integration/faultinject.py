@@ -1,6 +1,6 @@
 """Inject a SIGKILL or a disk error into one chosen file operation of a real `grpo train` process.
 
-The trainer is started with `faults.stop_before_record_at_step=S`, so it stops itself (SIGSTOP) just
+The trainer is started with `testing.faults.stop_before_record_at_step=S`, so it stops itself (SIGSTOP) just
 before it records step S: the metrics line, the checkpoint save, the pruning of old checkpoints and
 the checkpoint event. strace is then attached to it, set to tamper with the N-th call of one system
 call, and the trainer is continued. strace counts each system call of each thread separately from
@@ -21,9 +21,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from tests.waiting import wait_until
 
 # The system calls that change files. Reads cannot tear anything: a kill during one is the same as
 # a kill just before the next change.
@@ -98,15 +98,17 @@ def start_stopped(run_dir: Path, overrides: list[str], step: int, stderr: Path |
     to `stderr` (default: RUN_DIR.stderr beside the run directory)."""
     stderr = stderr or Path(f"{run_dir}.stderr")
     proc = Trainer(["train", "--config", "tiny", f"run_dir={run_dir}", *overrides,
-                    f"faults.stop_before_record_at_step={step}"], stderr)
-    deadline = time.monotonic() + 300
+                    f"testing.faults.stop_before_record_at_step={step}"], stderr)
     # The forkserver, not this process, is its parent, so waitpid(WUNTRACED) cannot see the stop:
     # poll its state instead.
-    while not proc.stopped():
-        if not proc.alive() or time.monotonic() > deadline:
+    try:
+        wait_until(lambda: proc.stopped() or not proc.alive(), 300, f"the trainer stopping before step {step}",
+                   interval=0.01)
+    finally:
+        if not proc.stopped():
             proc.kill()
-            raise RuntimeError(f"the trainer did not stop before step {step}: see {stderr}")
-        time.sleep(0.01)
+    if not proc.stopped():
+        raise RuntimeError(f"the trainer did not stop before step {step}: see {stderr}")
     return proc
 
 

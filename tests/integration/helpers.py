@@ -1,20 +1,48 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from grpo.config import load_config
+from grpo.config import RunConfig, load_config
+from grpo.entry import hooks_for
+from grpo.hooks import StepHooks
 from grpo.train.loop import TrainingLoop
 
 NOISY = ("time", "time/", "perf/", "memory/")
 
 
-def run_tiny(overrides: list[str]) -> TrainingLoop:
-    trainer = TrainingLoop(load_config("tiny", overrides))
+def make_loop(cfg: RunConfig, *hooks: StepHooks, **kwargs) -> TrainingLoop:
+    """The loop as grpo.entry builds it (with the hooks `testing.faults` asks for), plus a test's own `hooks`."""
+    return TrainingLoop(cfg, hooks=[*hooks_for(cfg), *hooks], **kwargs)
+
+
+class SignalAt(StepHooks):
+    """SIGTERM to this process, as the kernel would deliver it, as `step` begins its `phase`: "rollout"
+    (generation then sees it) or "update" (the first micro-batch then sees it)."""
+
+    def __init__(self, step: int, phase: str) -> None:
+        self.step, self.phase = step, phase
+
+    def step_start(self, step: int) -> None:
+        if self.phase == "rollout" and step == self.step:
+            signal.raise_signal(signal.SIGTERM)
+
+    @contextmanager
+    def around_update(self, step: int) -> Iterator[None]:
+        if self.phase == "update" and step == self.step:
+            signal.raise_signal(signal.SIGTERM)
+        yield
+
+
+def run_tiny(overrides: list[str], *hooks: StepHooks) -> TrainingLoop:
+    trainer = make_loop(load_config("tiny", overrides), *hooks)
     trainer.train()
     return trainer
 
@@ -35,22 +63,37 @@ def max_param_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
-def disturb_each_evaluation(monkeypatch) -> list[tuple[list, list, dict, dict]]:
+class ServerKilledDuringEvaluations(StepHooks):
+    """The server backend wrapped by grpo.faults, so that the run's held-out evaluations can be disturbed
+    (`evaluate` below, patched in place of the loop's)."""
+
+    def wrap_backend(self, backend):
+        from grpo.faults import ServerFaults
+
+        self.server = ServerFaults(backend)
+        return self.server
+
+    def built(self, loop) -> None:
+        self.server.engine = loop.engine
+
+
+def disturb_each_evaluation(monkeypatch) -> tuple[StepHooks, list[tuple[list, list, dict, dict]]]:
     """Kill the server as each held-out evaluation's requests go out, then evaluate the same weights again
-    undisturbed. -> per evaluation (its answers, the clean answers, its result, the clean result)."""
+    undisturbed. -> the hooks to run with, and per evaluation (its answers, the clean answers, its result,
+    the clean result)."""
     from grpo.evaluate import evaluate
 
-    compared = []
+    hooks, compared = ServerKilledDuringEvaluations(), []
 
     def disturbed(engine, *args, **kwargs):
-        engine.arm_faults({"kill_server"})
-        result = evaluate(engine, *args, keep_answers=True, **kwargs)
+        with hooks.server.during({"kill_server"}):
+            result = evaluate(engine, *args, keep_answers=True, **kwargs)
         clean = evaluate(engine, *args, keep_answers=True, **kwargs)
         compared.append((result.pop("answers"), clean.pop("answers"), result, clean))
         return result
 
     monkeypatch.setattr("grpo.train.evaluation.evaluate", disturbed)
-    return compared
+    return hooks, compared
 
 
 def start_attached_standin(tmp_path: Path, name: str) -> tuple[subprocess.Popen, str]:

@@ -34,3 +34,19 @@ def test_the_api_raises_config_errors_before_any_work(tmp_path):
         api.train("tiny", dataset=ROWS, rewards=["math"], reward_weights=[1.0, 2.0],
                   overrides=[f"run_dir={tmp_path / 'r'}"])
     assert not (tmp_path / "r").exists()
+
+
+def test_the_api_enters_a_run_as_grpo_train_does(tmp_path):
+    """One way in (grpo.entry): the memory check, the cleanup of a refused first start and the hooks the
+    config asks for are the command line's, with errors raised instead of exit statuses."""
+    run_dir = tmp_path / "r"
+    with pytest.raises(ConfigError, match=r"GiB of memory at its peak .* is available \(memory.limit_gib\)"):
+        api.train("tiny", dataset=ROWS, overrides=[f"run_dir={run_dir}", "memory.limit_gib=0.01"])
+    assert not run_dir.exists()  # refused before the run directory was made
+    with pytest.raises(ConfigError, match="unknown reward 'nosuch'"):
+        api.train("tiny", dataset=ROWS, overrides=[f"run_dir={run_dir}", "task.reward=nosuch"])
+    assert not run_dir.exists()  # made, then removed: a refused first start leaves no skeleton
+    with pytest.raises(RuntimeError, match="injected crash after step 1"):
+        api.train("tiny", dataset=ROWS, overrides=[f"run_dir={run_dir}", "train.steps=2",
+                                                   "testing.faults.crash_at_step=1"])
+    assert "the run crashed" in (run_dir / "train.log").read_text()  # the traceback, as grpo train keeps it

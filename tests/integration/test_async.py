@@ -1,5 +1,5 @@
-"""Rollouts generated ahead of the trainer (rollout.max_staleness, grpo.rollout.ahead): staleness bounded
-by the config, the same run twice, an exact resume, and a rollback that discards the queue."""
+"""The rollout queue: batches generated ahead of the trainer (rollout.max_staleness, grpo.rollout.queue):
+staleness bounded by the config, the same run twice, an exact resume, and a rollback that discards the queue."""
 
 import json
 
@@ -8,7 +8,7 @@ import torch
 
 from grpo.rundir.files import JsonlLog
 
-from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny
+from .helpers import SignalAt, deterministic, make_loop, max_param_diff, metric_lines, params, run_tiny
 
 
 def events(run_dir, kind):
@@ -49,7 +49,7 @@ def test_a_run_crashed_at_step_5_and_resumed_ends_as_an_unbroken_one(tmp_path):
     straight = run_tiny([f"run_dir={tmp_path / 'straight'}", *stale])
     crashed = tmp_path / "crashed"
     with pytest.raises(RuntimeError, match="injected crash after step 5"):
-        run_tiny([f"run_dir={crashed}", *stale, "faults.crash_at_step=5"])
+        run_tiny([f"run_dir={crashed}", *stale, "testing.faults.crash_at_step=5"])
     # The last checkpoint (step 3) holds the batches generated for steps 4 and 5, not older weights.
     saved = torch.load(crashed / "checkpoints" / "step_000003" / "trainer_state.pt", weights_only=False)
     assert sorted(saved["rollouts"]["batches"]) == [4, 5]
@@ -63,7 +63,7 @@ def test_a_run_crashed_at_step_5_and_resumed_ends_as_an_unbroken_one(tmp_path):
 
 def test_a_rollback_discards_every_batch_generated_ahead(tmp_path):
     run_dir = tmp_path / "r"
-    run_tiny([f"run_dir={run_dir}", "train.steps=6", "rollout.max_staleness=2", "faults.nan_loss_at_steps=[5]"])
+    run_tiny([f"run_dir={run_dir}", "train.steps=6", "rollout.max_staleness=2", "testing.faults.nan_loss_at_steps=[5]"])
     (rollback,) = events(run_dir, "rollback")
     assert rollback["message"].startswith("rolled back to step 3")
     (discarded,) = events(run_dir, "rollouts_discarded")
@@ -78,15 +78,14 @@ def test_a_rollback_discards_every_batch_generated_ahead(tmp_path):
 
 def server_run(run_dir, overrides):
     from grpo.config import load_config
-    from grpo.train.loop import TrainingLoop
 
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *overrides]))
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *overrides]))
     loop.train()
     return loop
 
 
 def assert_killed_mid_rollout_with_batches_queued(run_dir, name):
-    """Killed (faults.kill_server_at_steps=[4], max_staleness 2) while generating step 4's batch during
+    """Killed (testing.faults.kill_server_at_steps=[4], max_staleness 2) while generating step 4's batch during
     step 2, with step 3's queued: nothing of the dead incarnation is trained on, and the run goes on."""
     (injected,) = events(run_dir, "fault_injected")
     assert injected["step"] == 2 and injected["evidence"]["incarnation"] == 1  # step 4's batch, made in step 2
@@ -115,7 +114,8 @@ def test_a_server_killed_mid_rollout_with_batches_queued_fails_only_its_own_samp
     from .test_server_engine import SGLANG
 
     run_dir = tmp_path / "r"
-    server_run(run_dir, [*SGLANG, "train.steps=5", "rollout.max_staleness=2", "faults.kill_server_at_steps=[4]"])
+    server_run(run_dir, [*SGLANG, "train.steps=5", "rollout.max_staleness=2",
+                         "testing.faults.kill_server_at_steps=[4]"])
     assert_killed_mid_rollout_with_batches_queued(run_dir, "sglang-0")
 
 
@@ -126,29 +126,19 @@ def test_a_vllm_server_sigkilled_mid_rollout_with_batches_queued(tmp_path):
     if not VLLM_PYTHON.is_file():
         pytest.skip(f"no vLLM environment at {VLLM_PYTHON} (scripts/setup_vllm_env.sh builds it)")
     run_dir = tmp_path / "r"
-    server_run(run_dir, [*VLLM, "train.steps=5", "rollout.max_staleness=2", "faults.kill_server_at_steps=[4]"])
+    server_run(run_dir, [*VLLM, "train.steps=5", "rollout.max_staleness=2", "testing.faults.kill_server_at_steps=[4]"])
     assert_killed_mid_rollout_with_batches_queued(run_dir, "vllm-0")
 
 
-def test_a_stop_mid_update_saves_the_batch_in_flight_and_the_resume_is_exact(tmp_path, monkeypatch):
-    import signal
-
+def test_a_stop_mid_update_saves_the_batch_in_flight_and_the_resume_is_exact(tmp_path):
     from grpo.config import load_config
     from grpo.errors import RunInterrupted
-    from grpo.train.loop import TrainingLoop
 
     stale = ["train.steps=6", "rollout.max_staleness=2", "checkpoint.every_steps=2"]
     straight = run_tiny([f"run_dir={tmp_path / 'straight'}", *stale])
     run_dir = tmp_path / "r"
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *stale]))
-    original = loop.policy.update
-
-    def signalled(*args, **kwargs):
-        if loop.step + 1 == 4:  # step 6's batch was just launched, on the weights of step 3
-            loop.signals._handle(signal.SIGTERM, None)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(loop.policy, "update", signalled)
+    # during step 4's update: step 6's batch was just launched, on the weights of step 3
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *stale]), SignalAt(4, "update"))
     with pytest.raises(RunInterrupted, match="state saved at step 3"):
         loop.train()
     saved = torch.load(run_dir / "checkpoints" / "step_000003" / "trainer_state.pt", weights_only=False)

@@ -11,9 +11,10 @@ from grpo.cli import main
 
 def test_samples_train_log_progress_and_the_skip_notice(tmp_path, capsys):
     run_dir = tmp_path / "r"
-    assert main(["train", "--config", "tiny", f"run_dir={run_dir}", "train.steps=4", "logging.progress=true", "logging.tensorboard=true",
-                 "logging.progress_interval_s=0", "logging.samples_per_step=3", "faults.zero_reward_at_steps=[2,3]",
-                 "faults.fail_rollouts_at_steps=[1]", "faults.fail_fraction=0.3", "rollout.max_retries=0",
+    assert main(["train", "--config", "tiny", f"run_dir={run_dir}", "train.steps=4", "logging.progress=true",
+                 "logging.tensorboard=true", "logging.progress_interval_s=0", "logging.samples_per_step=3",
+                 "testing.faults.zero_reward_at_steps=[2,3]", "testing.faults.fail_rollouts_at_steps=[1]",
+                 "testing.faults.fail_fraction=0.3", "rollout.max_retries=0",
                  "rollout.max_refill_rounds=0", "guard.failed_rollouts.action=warn",
                  "guard.zero_reward.patience=5", "eval.before_training=true", "eval.after_training=true"]) == 0
     out, err = capsys.readouterr()

@@ -92,10 +92,10 @@ def test_two_ranks_compute_what_one_process_does(tmp_path, single):
 
 
 def test_a_nan_on_rank_1_only_is_not_applied_by_any_rank_and_both_roll_back(tmp_path):
-    fault = ["faults.nan_loss_at_steps=[3]", "guard.nonfinite.action=rollback"]
+    fault = ["testing.faults.nan_loss_at_steps=[3]", "guard.nonfinite.action=rollback"]
     one_process(tmp_path / "one", *STEPS, *fault)
     run_dir = tmp_path / "two"
-    result = torchrun(run_dir, *STEPS, *fault, "faults.nan_loss_on_rank=1")
+    result = torchrun(run_dir, *STEPS, *fault, "testing.faults.nan_loss_on_rank=1")
     assert result.returncode == 0, result.stderr[-3000:]
     events = JsonlLog(run_dir / "events.jsonl").read()[0]
     assert [e["evidence"]["breaker"] for e in events if e["kind"] == "trip"] == ["nonfinite"]
@@ -109,7 +109,7 @@ def test_a_nan_on_rank_1_only_is_not_applied_by_any_rank_and_both_roll_back(tmp_
 
 def test_a_rank_killed_mid_step_is_restarted_by_the_launcher_and_the_run_ends_as_if_it_had_not(tmp_path, single):
     run_dir = tmp_path / "r"
-    result = torchrun(run_dir, *STEPS, "faults.kill_rank_at_step=[1,4]", max_restarts=1)
+    result = torchrun(run_dir, *STEPS, "testing.faults.kill_rank_at_step=[1,4]", max_restarts=1)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (run_dir / ".fault-kill-rank1-step4").exists()
     events = JsonlLog(run_dir / "events.jsonl").read()[0]

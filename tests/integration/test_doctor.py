@@ -6,9 +6,8 @@ from grpo.cli import main
 from grpo.config import load_config
 from grpo.tools.doctor import diagnose
 from grpo.errors import RunStopped
-from grpo.train.loop import TrainingLoop
 
-from .helpers import run_tiny
+from .helpers import run_tiny, make_loop
 
 
 def test_a_healthy_run_is_reported_finished_with_no_trips(tmp_path, capsys):
@@ -21,8 +20,8 @@ def test_a_healthy_run_is_reported_finished_with_no_trips(tmp_path, capsys):
 def test_a_stopped_run_names_cause_failures_and_the_resume_command(tmp_path):
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped):
-        TrainingLoop(load_config("tiny", [
-            f"run_dir={run_dir}", "train.steps=6", "faults.fail_rollouts_at_steps=[2,3]",
+        make_loop(load_config("tiny", [
+            f"run_dir={run_dir}", "train.steps=6", "testing.faults.fail_rollouts_at_steps=[2,3]",
             "guard.failed_rollouts.patience=2", "guard.failed_rollouts.action=stop",
         ])).train()
     report = "\n".join(diagnose(run_dir))

@@ -7,7 +7,6 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,10 @@ import pytest
 from grpo.cli import main
 from grpo.config import CheckpointConfig, load_config
 from grpo.errors import RunStopped
-from grpo.train.loop import TrainingLoop
 from grpo.rundir.checkpoints import CheckpointStore
+from tests.waiting import wait_until
 
-from .helpers import run_tiny
+from .helpers import run_tiny, make_loop
 from .test_server_engine import SGLANG
 
 STEPS = 8
@@ -32,7 +31,7 @@ def doctor_json(run_dir: Path, capsys) -> tuple[int, dict]:
 
 
 def train(run_dir: Path, *overrides: str, stops: bool) -> None:
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", f"train.steps={STEPS}", *overrides]))
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", f"train.steps={STEPS}", *overrides]))
     if stops:
         with pytest.raises(RunStopped):
             loop.train()
@@ -67,18 +66,19 @@ def assert_resumes(result: dict, run_dir: Path, capsys) -> None:
 
 def test_rollouts_failing_from_step_k(tmp_path, capsys):
     run_dir = tmp_path / "r"
-    train(run_dir, f"faults.fail_rollouts_at_steps={list(range(BAD, STEPS + 1))}", "guard.failed_rollouts.action=stop",
+    train(run_dir, f"testing.faults.fail_rollouts_at_steps={list(range(BAD, STEPS + 1))}",
+          "guard.failed_rollouts.action=stop",
           stops=True)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1
     assert_diagnosis(result, run_dir, "rollout_failure")
-    assert "faults.fail_rollouts_at_steps=[]" in result["resume"]  # the rehearsal is not repeated
+    assert "testing.faults.fail_rollouts_at_steps=[]" in result["resume"]  # the rehearsal is not repeated
     assert_resumes(result, run_dir, capsys)
 
 
 def test_nan_loss(tmp_path, capsys):
     run_dir = tmp_path / "r"
-    train(run_dir, f"faults.nan_loss_at_steps=[{BAD}]", "guard.nonfinite.action=stop", stops=True)
+    train(run_dir, f"testing.faults.nan_loss_at_steps=[{BAD}]", "guard.nonfinite.action=stop", stops=True)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1
     assert_diagnosis(result, run_dir, "nonfinite")
@@ -90,7 +90,7 @@ def test_every_reward_identical(tmp_path, capsys):
     nothing from step 4, and only the metrics say so. Every reward exactly 0 from one step on, after
     rewards that varied, is a dead reward source, not a task without signal."""
     run_dir = tmp_path / "r"
-    train(run_dir, f"faults.zero_reward_at_steps={list(range(BAD, STEPS + 1))}", stops=False)
+    train(run_dir, f"testing.faults.zero_reward_at_steps={list(range(BAD, STEPS + 1))}", stops=False)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1
     assert_diagnosis(result, run_dir, "reward_source_died")
@@ -100,7 +100,7 @@ def test_every_reward_identical(tmp_path, capsys):
 
 def test_a_killed_server_past_its_restart_budget(tmp_path, capsys):
     run_dir = tmp_path / "r"
-    train(run_dir, *SGLANG, f"faults.kill_server_at_steps=[{BAD}]", "rollout.server.max_restarts=0", stops=True)
+    train(run_dir, *SGLANG, f"testing.faults.kill_server_at_steps=[{BAD}]", "rollout.server.max_restarts=0", stops=True)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1
     assert_diagnosis(result, run_dir, "server_failure")
@@ -112,7 +112,7 @@ def test_a_killed_server_restarted_within_its_budget_is_recovered_not_a_problem(
     """Infrastructure that failed and came back, with nothing trained on the failure, is a healthy run
     whose timeline shows the failure."""
     run_dir = tmp_path / "r"
-    train(run_dir, *SGLANG, f"faults.kill_server_at_steps=[{BAD}]", stops=False)
+    train(run_dir, *SGLANG, f"testing.faults.kill_server_at_steps=[{BAD}]", stops=False)
     code, result = doctor_json(run_dir, capsys)
     assert code == 0 and result["cause"] == "healthy", result["explanation"]
     assert "recovered from" in result["explanation"]
@@ -127,12 +127,12 @@ def test_a_healthy_run_is_healthy(tmp_path, capsys):
     assert result["last_good_checkpoint"] == str(tmp_path / "r" / "checkpoints" / f"step_{STEPS:06d}")
 
 
-def test_a_crash_is_stalled_at_the_step_that_did_not_finish(tmp_path, capsys):
+def test_a_crash_with_a_recorded_error_is_a_crash_at_the_step_that_did_not_finish(tmp_path, capsys):
     run_dir = tmp_path / "r"
     with pytest.raises(RuntimeError, match="injected crash"):
-        train(run_dir, "faults.crash_at_step=5", stops=False)
+        train(run_dir, "testing.faults.crash_at_step=5", stops=False)
     code, result = doctor_json(run_dir, capsys)
-    assert code == 1 and result["cause"] == "stalled" and result["first_bad_step"] == 6
+    assert code == 1 and result["cause"] == "crashed" and result["first_bad_step"] == 6
     assert result["evidence"][0]["file"].endswith("events.jsonl") and "injected crash" in result["evidence"][0]["text"]
     assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000003")
 
@@ -142,9 +142,8 @@ def test_a_trainer_killed_without_a_word_is_stalled(tmp_path, capsys):
     trainer = subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}",
                                 "train.steps=500"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 240
-        while _logged_steps(run_dir) < 4 and trainer.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: _logged_steps(run_dir) >= 4 or trainer.poll() is not None, 240, "4 steps logged",
+                   interval=0.2)
     finally:
         trainer.kill()
         trainer.wait()

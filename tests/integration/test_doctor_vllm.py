@@ -18,7 +18,7 @@ pytestmark = [
 
 def test_a_killed_vllm_server_past_its_restart_budget(tmp_path, capsys):
     run_dir = tmp_path / "r"
-    train(run_dir, *VLLM, f"faults.kill_server_at_steps=[{BAD}]", "rollout.server.max_restarts=0", stops=True)
+    train(run_dir, *VLLM, f"testing.faults.kill_server_at_steps=[{BAD}]", "rollout.server.max_restarts=0", stops=True)
     code, result = doctor_json(run_dir, capsys)
     assert code == 1
     assert_diagnosis(result, run_dir, "server_failure")

@@ -76,7 +76,8 @@ def marked(ops: list[FileOp]) -> list[FileOp]:
 def resume_and_check(run_dir: Path, reference: Path) -> None:
     report = "\n".join(diagnose(run_dir))  # reads what the fault left, without crashing
     assert "STATUS" in report
-    assert main(["train", "--config", str(run_dir / "config.yaml"), "faults.stop_before_record_at_step=null"]) == 0
+    assert main(["train", "--config", str(run_dir / "config.yaml"),
+                 "testing.faults.stop_before_record_at_step=null"]) == 0
     store = CheckpointStore(run_dir / "checkpoints", CheckpointConfig())
     valid, invalid = store.scan()
     assert invalid == [] and not (store.root / "invalid").exists(), "a torn checkpoint was left behind"

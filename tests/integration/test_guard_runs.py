@@ -8,23 +8,23 @@ import pytest
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.errors import RunStopped
-from grpo.train.loop import TrainingLoop
+from grpo.hooks import StepHooks
 
-from .helpers import max_param_diff, metric_lines, params, run_tiny
+from .helpers import max_param_diff, metric_lines, params, run_tiny, make_loop
 
 
-class ParamRecorder:
-    """Snapshots the model's parameters after every step, by wrapping the trainer's step method."""
+class ParamRecorder(StepHooks):
+    """Snapshots the model's parameters once built and at the end of every step."""
 
-    def __init__(self, trainer: TrainingLoop) -> None:
-        self.after = {0: params(trainer.policy.model)}
-        inner = trainer._train_step
+    def __init__(self) -> None:
+        self.after: dict[int, dict] = {}
 
-        def step(n: int) -> None:
-            inner(n)
-            self.after[trainer.step] = params(trainer.policy.model)
+    def built(self, loop) -> None:
+        self.loop = loop
+        self.after[0] = params(loop.policy.model)
 
-        trainer._train_step = step
+    def step_end(self, step: int) -> None:
+        self.after[self.loop.step] = params(self.loop.policy.model)  # a rollback restored an earlier step
 
 
 def test_every_metrics_line_says_if_an_update_was_applied_and_counts_statuses(tmp_path):
@@ -38,11 +38,11 @@ def test_every_metrics_line_says_if_an_update_was_applied_and_counts_statuses(tm
 def test_failed_rollouts_are_never_trained_on(tmp_path):
     # Step 2: half the samples fail and are retried; step 3: every attempt fails.
     cfg = load_config("tiny", [
-        f"run_dir={tmp_path / 'r'}", "train.steps=4", "faults.fail_rollouts_at_steps=[2,3]",
-        "faults.fail_fraction=1.0", "guard.failed_rollouts.action=warn", "guard.failed_rollouts.patience=1",
+        f"run_dir={tmp_path / 'r'}", "train.steps=4", "testing.faults.fail_rollouts_at_steps=[2,3]",
+        "testing.faults.fail_fraction=1.0", "guard.failed_rollouts.action=warn", "guard.failed_rollouts.patience=1",
     ])
-    trainer = TrainingLoop(cfg)
-    recorder = ParamRecorder(trainer)
+    recorder = ParamRecorder()
+    trainer = make_loop(cfg, recorder)
     trainer.train()
     lines = {line["step"]: line for line in metric_lines(tmp_path / "r")}
     for step in (2, 3):
@@ -58,9 +58,9 @@ def test_failed_rollouts_are_never_trained_on(tmp_path):
 
 
 def test_partial_failures_are_retried_and_groups_stay_complete(tmp_path):
-    trainer = TrainingLoop(load_config("tiny", [
-        f"run_dir={tmp_path / 'r'}", "train.steps=2", "faults.fail_rollouts_at_steps=[1]",
-        "faults.fail_fraction=0.3", "rollout.max_retries=6", "guard.failed_rollouts.action=warn",
+    trainer = make_loop(load_config("tiny", [
+        f"run_dir={tmp_path / 'r'}", "train.steps=2", "testing.faults.fail_rollouts_at_steps=[1]",
+        "testing.faults.fail_fraction=0.3", "rollout.max_retries=6", "guard.failed_rollouts.action=warn",
     ]))
     trainer.train()
     line = metric_lines(tmp_path / "r")[0]
@@ -72,10 +72,11 @@ def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_com
     run_dir = tmp_path / "r"
     overrides = [
         f"run_dir={run_dir}", "train.steps=8", "checkpoint.every_steps=1",
-        "faults.zero_reward_at_steps=[2,3,4,5]", "guard.zero_reward.patience=4", "guard.zero_reward.action=stop",
+        "testing.faults.zero_reward_at_steps=[2,3,4,5]", "guard.zero_reward.patience=4",
+        "guard.zero_reward.action=stop",
     ]
     with pytest.raises(RunStopped) as stop:
-        TrainingLoop(load_config("tiny", overrides)).train()
+        make_loop(load_config("tiny", overrides)).train()
     report = json.loads((run_dir / "STOPPED.json").read_text())
     assert report["step"] == 5 and report["cause"].startswith("zero_reward")
     assert report["evidence"]["consecutive_steps"] == 4
@@ -96,9 +97,10 @@ def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_com
 
 def test_zero_reward_rolls_back_when_configured(tmp_path):
     run_dir = tmp_path / "r"
-    trainer = TrainingLoop(load_config("tiny", [
+    trainer = make_loop(load_config("tiny", [
         f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=1",
-        "faults.zero_reward_at_steps=[3,4]", "guard.zero_reward.patience=2", "guard.zero_reward.action=rollback",
+        "testing.faults.zero_reward_at_steps=[3,4]", "guard.zero_reward.patience=2",
+        "guard.zero_reward.action=rollback",
     ]))
     trainer.train()
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -110,11 +112,11 @@ def test_zero_reward_rolls_back_when_configured(tmp_path):
 
 def test_nan_loss_applies_no_update_rolls_back_and_the_run_finishes(tmp_path):
     run_dir = tmp_path / "r"
-    trainer = TrainingLoop(load_config("tiny", [
-        f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2", "faults.nan_loss_at_steps=[3]",
+    recorder = ParamRecorder()
+    trainer = make_loop(load_config("tiny", [
+        f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2", "testing.faults.nan_loss_at_steps=[3]",
         "algo.advantage_norm=none",
-    ]))
-    recorder = ParamRecorder(trainer)
+    ]), recorder)
     trainer.train()
     lines = metric_lines(run_dir)
     nan_line = next(line for line in lines if line["update/nonfinite"] == 1)
@@ -135,8 +137,8 @@ def torch_finite(tensor) -> bool:
 def test_max_rollbacks_then_stop(tmp_path):
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped, match="rollbacks already done"):
-        TrainingLoop(load_config("tiny", [
-            f"run_dir={run_dir}", "train.steps=6", "faults.empty_rollouts_at_steps=[1,2,3,4,5]",
+        make_loop(load_config("tiny", [
+            f"run_dir={run_dir}", "train.steps=6", "testing.faults.empty_rollouts_at_steps=[1,2,3,4,5]",
             "guard.empty_responses.patience=1", "guard.max_rollbacks=0",
         ])).train()
     assert json.loads((run_dir / "STOPPED.json").read_text())["last_good_checkpoint"].endswith("step_000000")
@@ -145,7 +147,7 @@ def test_max_rollbacks_then_stop(tmp_path):
 def test_trip_hook_command_receives_the_event(tmp_path):
     out = tmp_path / "hook.json"
     run_tiny([
-        f"run_dir={tmp_path / 'r'}", "train.steps=2", "faults.reward_raises_at_steps=[1]",
+        f"run_dir={tmp_path / 'r'}", "train.steps=2", "testing.faults.reward_raises_at_steps=[1]",
         "guard.unscorable_rewards.action=warn", "guard.unscorable_rewards.patience=1",
         f"guard.on_trip_command=cat > {out}",
     ])
@@ -162,7 +164,7 @@ def test_trip_hook_command_receives_the_event(tmp_path):
 def test_non_finite_parameters_are_caught_and_rolled_back(tmp_path):
     # Without gradient clipping, finite gradients no longer bound the step: every update is scanned.
     run_dir = tmp_path / "r"
-    trainer = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=4", "actor.max_grad_norm=0",
+    trainer = make_loop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=4", "actor.max_grad_norm=0",
                                            "checkpoint.every_steps=1"]))
     original_step = trainer.policy.optimizer.step
     calls = []

@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from grpo.cli import main
+from tests.waiting import wait_until
 
 from .test_server_engine import SGLANG
+from .helpers import make_loop
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def paused_run(tmp_path):
     run_dir = tmp_path / "r"
     with open(tmp_path / "stderr", "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}",
-                                 *SGLANG, "train.steps=4", "faults.stop_before_record_at_step=2"],
+                                 *SGLANG, "train.steps=4", "testing.faults.stop_before_record_at_step=2"],
                                 stdout=subprocess.DEVNULL, stderr=err)
     _, status = os.waitpid(proc.pid, os.WUNTRACED)
     assert os.WIFSTOPPED(status), (tmp_path / "stderr").read_text()
@@ -47,9 +48,7 @@ def test_a_run_whose_server_was_killed(paused_run, capsys):
     os.killpg(server["pid"], signal.SIGKILL)
     from grpo.tools.health import _alive
 
-    deadline = time.monotonic() + 30
-    while _alive(server["pid"]) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
-        time.sleep(0.05)
+    wait_until(lambda: not _alive(server["pid"]), 30, "the killed server's exit")  # SIGKILL lands asynchronously
     assert main(["health", str(run_dir)]) == 1
     out = capsys.readouterr().out
     assert f"process {server['pid']} is not running" in out and "sglang-0: NOT generating" in out
@@ -59,7 +58,7 @@ def test_a_run_whose_server_was_killed(paused_run, capsys):
 def test_a_stopped_run(tmp_path, capsys):
     run_dir = tmp_path / "r"
     assert main(["train", "--config", "tiny", f"run_dir={run_dir}", *SGLANG, "train.steps=4",
-                 "faults.zero_reward_at_steps=[1,2]", "guard.zero_reward.patience=2",
+                 "testing.faults.zero_reward_at_steps=[1,2]", "guard.zero_reward.patience=2",
                  "guard.zero_reward.action=stop"]) == 3
     capsys.readouterr()
     assert main(["health", str(run_dir)]) == 1
@@ -74,23 +73,22 @@ def test_a_server_starting_is_reported_as_starting_with_its_new_process(tmp_path
     import threading
 
     from grpo.config import load_config
-    from grpo.train.loop import TrainingLoop
 
     never_ready = tmp_path / "never_ready.py"
     never_ready.write_text("import time\nprint('loading', flush=True)\ntime.sleep(120)\n")
     run_dir = tmp_path / "r"
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "rollout.engine=sglang",
-                                             f"rollout.server.command={sys.executable} {never_ready}"]))
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", "rollout.engine=sglang",
+                                          f"rollout.server.command={sys.executable} {never_ready}"]))
     starting = threading.Thread(target=loop.engine.start, args=(loop.policy,))
     starting.start()
     try:
-        deadline = time.monotonic() + 30
-        status = {}
-        while time.monotonic() < deadline and status.get("state") != "starting":
-            starting.join(0.1)
-            servers = json.loads((run_dir / "servers" / "status.json").read_text())["servers"] if (
-                run_dir / "servers" / "status.json").is_file() else [{}]
-            status = servers[0]
+        path = run_dir / "servers" / "status.json"
+
+        def starting_status() -> dict | None:
+            status = json.loads(path.read_text())["servers"][0] if path.is_file() else {}
+            return status if status.get("state") == "starting" else None
+
+        status = wait_until(starting_status, 30, "status.json saying the server is starting", interval=0.1)
         assert status["state"] == "starting" and status["incarnation"] == 1
         os.kill(status["pid"], 0)  # the process starting now
         main(["health", str(run_dir)])
@@ -101,3 +99,17 @@ def test_a_server_starting_is_reported_as_starting_with_its_new_process(tmp_path
         starting.join(10)
         loop.close()
     assert not starting.is_alive()
+
+
+def test_a_run_whose_trainer_was_sigkilled_lists_no_server_as_ready(paused_run, capsys):
+    run_dir, proc = paused_run
+    server = json.loads((run_dir / "servers" / "status.json").read_text())["servers"][0]
+    assert server["state"] == "ready"  # as the trainer last wrote it
+    proc.kill()
+    proc.wait()
+    assert main(["health", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.strip().startswith("sglang-0 at"))
+    assert ": ready," not in line, line
+    assert "gone with the trainer (was ready)" in line or "left running by a trainer that is gone" in line, line
+    assert "TRAINER  not running, not finished" in out

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from grpo.config import load_config
-from grpo.train.loop import TrainingLoop
 
-from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny
+from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny, make_loop
 from .test_server_engine import SGLANG
 
 LORA = ["model.lora.rank=8"]
@@ -36,7 +35,7 @@ def test_resume_after_crash_from_adapter_checkpoints_matches_uninterrupted_run(t
 
     interrupted_dir = tmp_path / "interrupted"
     with pytest.raises(RuntimeError, match="injected crash after step 3"):
-        run_tiny([f"run_dir={interrupted_dir}", *common, "faults.crash_at_step=3"])
+        run_tiny([f"run_dir={interrupted_dir}", *common, "testing.faults.crash_at_step=3"])
     checkpoint = interrupted_dir / "checkpoints" / "step_000003" / "model"
     assert (checkpoint / "adapter_model.safetensors").is_file() and not (checkpoint / "model.safetensors").exists()
     resumed = run_tiny([f"run_dir={interrupted_dir}", *common])
@@ -55,7 +54,7 @@ def test_resume_after_crash_from_adapter_checkpoints_matches_uninterrupted_run(t
 
 def test_old_logprobs_are_recomputed_by_default_only_where_merged_generation_rounds(tmp_path):
     for dtype, recompute in (("float32", False), ("bfloat16", True)):
-        loop = TrainingLoop(load_config("tiny", [f"run_dir={tmp_path / dtype}", *LORA, f"model.dtype={dtype}"]))
+        loop = make_loop(load_config("tiny", [f"run_dir={tmp_path / dtype}", *LORA, f"model.dtype={dtype}"]))
         try:
             assert loop.recompute_old is recompute
         finally:
@@ -64,8 +63,8 @@ def test_old_logprobs_are_recomputed_by_default_only_where_merged_generation_rou
 
 def test_a_server_engine_serves_the_merged_weights_verified_after_every_update(tmp_path):
     run_dir = tmp_path / "r"
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *LORA, "actor.lr=1e-2",
-                                             "train.steps=3"]))
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *LORA, "actor.lr=1e-2",
+                                          "train.steps=3"]))
     exported = []
     original = loop.engine.sync_weights
 
@@ -96,7 +95,7 @@ VLLM_PYTHON = Path(os.environ.get("GRPO_VLLM_PYTHON", Path(__file__).resolve().p
 def test_vllm_serves_the_merged_weights_and_their_fingerprint_matches(tmp_path):
     # vLLM-CPU's attention needs a head size of 32 or more: the tiny model with 2 heads of 32.
     run_dir = tmp_path / "r"
-    TrainingLoop(load_config("tiny", [
+    make_loop(load_config("tiny", [
         f"run_dir={run_dir}", *LORA, "actor.lr=1e-2", "train.steps=3", "model.tiny.num_heads=2",
         "rollout.engine=vllm", f"rollout.server.python={VLLM_PYTHON}", "rollout.server.kv_cache_gib=1",
         "rollout.server.extra_args=[--enforce-eager,--max-model-len,1024]"])).train()

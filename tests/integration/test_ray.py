@@ -51,7 +51,7 @@ def test_two_ranks_as_ray_actors_compute_what_one_process_does(tmp_path, single)
 def test_a_killed_actor_is_restarted_with_its_group_and_the_run_ends_as_if_it_had_not(tmp_path, single):
     run_dir = tmp_path / "r"
     # The fault SIGKILLs rank 1's process, which is its actor's: Ray reports the actor dead.
-    result = ray_launch(run_dir, *STEPS, "faults.kill_rank_at_step=[1,4]", max_restarts=1)
+    result = ray_launch(run_dir, *STEPS, "testing.faults.kill_rank_at_step=[1,4]", max_restarts=1)
     assert result.returncode == 0, result.stderr[-3000:]
     events = JsonlLog(run_dir / "events.jsonl").read()[0]
     (lost,) = [e for e in events if e["kind"] == "rank_lost"]
@@ -68,7 +68,7 @@ def test_a_killed_actor_is_restarted_with_its_group_and_the_run_ends_as_if_it_ha
 
 def test_ranks_lost_past_the_restart_budget_end_the_launch_with_status_1(tmp_path):
     run_dir = tmp_path / "r"
-    result = ray_launch(run_dir, *STEPS, "faults.kill_rank_at_step=[1,2]", max_restarts=0)
+    result = ray_launch(run_dir, *STEPS, "testing.faults.kill_rank_at_step=[1,2]", max_restarts=0)
     assert result.returncode == 1
     assert "restarts are used up; the newest good checkpoint" in result.stdout + result.stderr
     assert [e["kind"] for e in JsonlLog(run_dir / "events.jsonl").read()[0]].count("rank_lost") == 1

@@ -53,7 +53,8 @@ def test_two_servers_as_ray_actors_end_with_the_parameters_of_one_server_in_one_
 def test_a_killed_server_actor_is_recorded_restarted_in_its_bundle_and_verified_before_it_serves(tmp_path):
     run_dir = tmp_path / "r"
     # A step takes about a second here and a stand-in's start about 11 s: in 30 steps it is back (at step 15 here).
-    result = ray_launch(run_dir, *FLEET, f"train.steps={STEPS}", "faults.kill_server_actor_at_steps=[2]", nproc=1)
+    result = ray_launch(run_dir, *FLEET, f"train.steps={STEPS}", "testing.faults.kill_server_actor_at_steps=[2]",
+                        nproc=1)
     assert result.returncode == 0, result.stderr[-3000:]
     (lost,) = of_kind(run_dir, "server_actor_lost")
     first, again = [e["evidence"] for e in of_kind(run_dir, "server_start") if e["evidence"]["server"] == "sglang-0"]
@@ -83,8 +84,8 @@ def test_a_killed_server_actor_is_recorded_restarted_in_its_bundle_and_verified_
 
 def test_a_lost_rank_takes_its_server_actors_and_their_processes_with_it_and_the_new_group_starts_them_again(tmp_path):
     run_dir = tmp_path / "r"
-    result = ray_launch(run_dir, *FLEET, "train.steps=4", "checkpoint.every_steps=2", "faults.kill_rank_at_step=[0,3]",
-                        nproc=1, max_restarts=1)
+    result = ray_launch(run_dir, *FLEET, "train.steps=4", "checkpoint.every_steps=2",
+                        "testing.faults.kill_rank_at_step=[0,3]", nproc=1, max_restarts=1)
     assert result.returncode == 0, result.stderr[-3000:]
     assert [e["kind"] for e in of_kind(run_dir, "rank_lost") + of_kind(run_dir, "group_restart")] == \
         ["rank_lost", "group_restart"]

@@ -16,7 +16,7 @@ from PIL import Image
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.errors import RunStopped
-from grpo.train.loop import TrainingLoop
+from .helpers import make_loop
 
 SAMPLES = Path(__file__).resolve().parents[1] / "unit" / "tools" / "doctor" / "samples"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -79,9 +79,9 @@ def test_the_network_check_catches_a_page_that_asks(tmp_path):
 def test_a_stopped_grpo_run_gets_its_report_in_its_directory(tmp_path, capsys):
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped):
-        TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "rollout.max_retries=0",
-                                          "faults.fail_rollouts_at_steps=[4,5,6]", "guard.failed_rollouts.action=stop"]
-                                 )).train()
+        make_loop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "rollout.max_retries=0",
+                                       "testing.faults.fail_rollouts_at_steps=[4,5,6]",
+                                       "guard.failed_rollouts.action=stop"])).train()
     assert main(["report", str(run_dir)]) == 0
     page = (run_dir / "report.html").read_text()
     assert "rollout_failure from step 4" in page and "step_000003" in page

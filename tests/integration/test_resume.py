@@ -5,9 +5,8 @@ import json
 import pytest
 
 from grpo.config import load_config
-from grpo.train.loop import TrainingLoop
 
-from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny
+from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny, make_loop
 
 
 def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
@@ -15,7 +14,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
 
     interrupted_dir = tmp_path / "interrupted"
     with pytest.raises(RuntimeError, match="injected crash after step 3"):
-        run_tiny([f"run_dir={interrupted_dir}", "train.steps=6", "faults.crash_at_step=3"])
+        run_tiny([f"run_dir={interrupted_dir}", "train.steps=6", "testing.faults.crash_at_step=3"])
     resumed = run_tiny([f"run_dir={interrupted_dir}", "train.steps=6"])
 
     assert resumed.step == straight.step == 6
@@ -26,7 +25,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     assert a == b
     events = (interrupted_dir / "events.jsonl").read_text()
     assert '"kind": "restart"' in events
-    assert '"config_changed"' in events and "faults.crash_at_step" in events  # the resume dropped the fault
+    assert '"config_changed"' in events and "testing.faults.crash_at_step" in events  # the resume dropped the fault
 
 
 def test_recover_off_refuses_to_overwrite_a_run(tmp_path):
@@ -34,13 +33,13 @@ def test_recover_off_refuses_to_overwrite_a_run(tmp_path):
     from grpo.errors import ConfigError
 
     with pytest.raises(ConfigError, match="already has checkpoints"):
-        TrainingLoop(load_config("tiny", [f"run_dir={tmp_path / 'r'}", "recover=off"]))
+        make_loop(load_config("tiny", [f"run_dir={tmp_path / 'r'}", "recover=off"]))
 
 
 def test_resume_from_a_named_checkpoint(tmp_path):
     run_dir = tmp_path / "r"
     run_tiny([f"run_dir={run_dir}", "train.steps=6", "checkpoint.keep_last=5"])
-    trainer = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6"]),
+    trainer = make_loop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6"]),
                       resume_from=str(run_dir / "checkpoints" / "step_000003"))
     assert trainer.step == 3
     # the abandoned branch is kept, but where automatic recovery never looks
@@ -52,7 +51,7 @@ def test_resume_from_a_named_checkpoint(tmp_path):
 def test_a_crash_is_recorded_in_events(tmp_path):
     run_dir = tmp_path / "r"
     with pytest.raises(RuntimeError):
-        run_tiny([f"run_dir={run_dir}", "train.steps=3", "faults.crash_at_step=2"])
+        run_tiny([f"run_dir={run_dir}", "train.steps=3", "testing.faults.crash_at_step=2"])
     assert '"kind": "crash"' in (run_dir / "events.jsonl").read_text()
 
 
@@ -63,7 +62,7 @@ def test_resume_on_a_dataset_task_continues_at_the_same_row(tmp_path):
     task = ["task.name=dataset", f"task.train_files=[{data}]", f"task.test_files=[{data}]", "train.steps=6"]
     straight = run_tiny([f"run_dir={tmp_path / 'straight'}", *task])
     with pytest.raises(RuntimeError, match="injected crash after step 3"):
-        run_tiny([f"run_dir={tmp_path / 'resumed'}", *task, "faults.crash_at_step=3"])
+        run_tiny([f"run_dir={tmp_path / 'resumed'}", *task, "testing.faults.crash_at_step=3"])
     resumed = run_tiny([f"run_dir={tmp_path / 'resumed'}", *task])
     assert resumed.state.data_index == straight.state.data_index > len(rows)  # into the second epoch's shuffle
     assert max_param_diff(params(straight.policy.model), params(resumed.policy.model)) <= 1e-6

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from grpo.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.tools.doctor import diagnose
 from grpo.rundir.files import JsonlLog
 
-from .helpers import deterministic, metric_lines
+from .helpers import SignalAt, deterministic, make_loop, metric_lines
 
 TINY = ["--config", "tiny"]
 
@@ -83,7 +84,7 @@ def tear(path: Path, how: str) -> None:
 ])
 def test_a_torn_newest_checkpoint_is_set_aside_and_the_run_resumes_exactly(tmp_path, straight, file, how):
     run_dir = tmp_path / "r"
-    assert train(run_dir, "train.steps=4", "checkpoint.every_steps=2", "faults.crash_at_step=4") == 1
+    assert train(run_dir, "train.steps=4", "checkpoint.every_steps=2", "testing.faults.crash_at_step=4") == 1
     tear(run_dir / "checkpoints" / "step_000004" / file, how)
 
     report = doctor(run_dir)
@@ -127,7 +128,8 @@ def test_a_failed_resume_leaves_the_config_and_the_resume_command_working(tmp_pa
     assert train(run_dir, "train.steps=4", "model.tiny.hidden_size=32") == EXIT_BAD_INPUT  # another shape
     err = capsys.readouterr().err
     assert "is not a usable checkpoint: no such directory" in err
-    assert "does not fit model.name=tiny" in err and "has shape" in err
+    # another model is another run: refused before the checkpoint is read (grpo.rundir.identity)
+    assert "model.tiny.hidden_size was 64, now 32" in err and "resume_with_changes=true" in err
     assert (run_dir / "config.yaml").read_text() == config_before  # untouched by either failure
 
     assert main(["train", "--config", str(run_dir / "config.yaml"), "train.steps=3"]) == 0
@@ -158,7 +160,7 @@ def test_a_torn_metrics_line_is_cut_on_resume_and_nothing_is_appended_to_it(tmp_
 def test_a_second_trainer_is_refused_and_the_first_is_unharmed(tmp_path, straight, capsys):
     run_dir = tmp_path / "r"
     first = grpo_process("train", *TINY, f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2",
-                         "faults.stop_before_record_at_step=3")
+                         "testing.faults.stop_before_record_at_step=3")
     try:
         _, status = os.waitpid(first.pid, os.WUNTRACED)  # it stopped itself, holding the directory
         assert os.WIFSTOPPED(status)
@@ -183,7 +185,7 @@ def test_a_second_trainer_is_refused_and_the_first_is_unharmed(tmp_path, straigh
 def test_a_signal_saves_and_exits_4_and_the_same_command_resumes_exactly(tmp_path, straight, sig):
     run_dir = tmp_path / "r"
     args = ("train", *TINY, f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2")
-    proc = grpo_process(*args, "faults.stop_before_record_at_step=3")
+    proc = grpo_process(*args, "testing.faults.stop_before_record_at_step=3")
     try:
         _, status = os.waitpid(proc.pid, os.WUNTRACED)
         assert os.WIFSTOPPED(status)
@@ -204,25 +206,70 @@ def test_a_signal_saves_and_exits_4_and_the_same_command_resumes_exactly(tmp_pat
     assert_same_run(straight, run_dir, 6)
 
 
+def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int) -> None:
+    """Until the trainer has logged `step` (it is then in the middle of its steps)."""
+    metrics = run_dir / "metrics.jsonl"
+    while proc.poll() is None and not (metrics.exists() and f'"step": {step},' in metrics.read_text()):
+        select.select([], [], [], 0.05)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+
+
+def test_a_second_sigint_exits_130_with_one_line_and_is_no_crash(tmp_path):
+    run_dir = tmp_path / "r"
+    # A model wide enough that its save takes a while: the second Ctrl-C lands during the first one's save.
+    wide = ("model.tiny.hidden_size=256", "model.tiny.num_layers=4", "model.tiny.intermediate_size=512")
+    args = ("train", *TINY, f"run_dir={run_dir}", "train.steps=4", "checkpoint.every_steps=2", *wide)
+    proc = grpo_process(*args)
+    try:
+        wait_for_step(proc, run_dir, 1)
+        os.kill(proc.pid, signal.SIGINT)
+        while not any(p.name.endswith("step_000001") for p in (run_dir / "checkpoints").iterdir()):
+            assert proc.poll() is None
+        os.kill(proc.pid, signal.SIGINT)  # the impatient user
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "interrupted twice: exited without saving" in err, err[-3000:]
+    kinds = [e["kind"] for e in JsonlLog(run_dir / "events.jsonl").read()[0]]
+    assert kinds[-1] == "interrupted" and "crash" not in kinds, kinds
+    assert "crashed" not in doctor(run_dir)
+    assert main(["train", "--config", str(run_dir / "config.yaml")]) == 0
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4]
+
+
+def test_sigterm_stops_without_saving_when_the_save_would_outlast_the_grace(tmp_path, straight):
+    # A grace shorter than any save: the stop keeps to it, and the newest checkpoint resumes exactly. Saves
+    # every 3 steps and the signal after step 4: the step the stop ends on (4, or 5 on a slow machine) is
+    # never one that saves by cadence.
+    run_dir = tmp_path / "r"
+    args = ("train", *TINY, f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=3")
+    proc = grpo_process(*args, "checkpoint.stop_grace_s=0.000001")
+    try:
+        wait_for_step(proc, run_dir, 4)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "stopped without saving step" in err and "resumes exactly, redoing" in err, err[-2000:]
+    event = JsonlLog(run_dir / "events.jsonl").read()[0][-1]
+    assert event["kind"] == "interrupted" and event["evidence"]["saved"] is False
+    newest = max(p.name for p in (run_dir / "checkpoints").glob("step_*"))
+    assert newest.endswith(f"{3 * (event['step'] // 3):06d}")  # no save at the stop
+    assert main(["train", "--config", str(run_dir / "config.yaml")]) == 0
+    assert_same_run(straight, run_dir, 6)
+
+
 @pytest.mark.parametrize("phase", ["rollout", "update"])
-def test_a_stop_mid_step_abandons_it_and_the_resume_is_exact(tmp_path, straight, monkeypatch, phase):
+def test_a_stop_mid_step_abandons_it_and_the_resume_is_exact(tmp_path, straight, phase):
     """A signal during generation or between micro-batches: nothing of that step is kept."""
-    from grpo.train.loop import TrainingLoop
     from grpo.errors import RunInterrupted
     from grpo.config import load_config
 
     run_dir = tmp_path / "r"
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2"]))
-    target = loop.collector if phase == "rollout" else loop.policy
-    method = "collect" if phase == "rollout" else "update"
-    original = getattr(target, method)
-
-    def signalled(*args, **kwargs):
-        if loop.step + 1 == 4:
-            loop.signals._handle(signal.SIGTERM, None)  # as the kernel would, mid-phase
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(target, method, signalled)
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2"]),
+                     SignalAt(4, phase))
     with pytest.raises(RunInterrupted, match="state saved at step 3"):
         loop.train()
     assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3]  # step 4 left no line

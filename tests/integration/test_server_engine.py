@@ -11,18 +11,22 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from grpo.config import load_config
 from grpo.errors import EXIT_STOPPED, ConfigError
+from grpo.hooks import StepHooks
 from grpo.tools.doctor import diagnose
 from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
 
-from .helpers import disturb_each_evaluation, metric_lines, start_attached_standin
+from .helpers import (ServerKilledDuringEvaluations, disturb_each_evaluation, make_loop, metric_lines,
+                      start_attached_standin)
 
 STANDIN = Path(__file__).resolve().parents[1] / "standins" / "sglang_server.py"
 STANDIN_COMMAND = f"{{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} --dtype {{dtype}} --seed {{seed}}"
@@ -45,8 +49,8 @@ def assert_dead(pid: int) -> None:
     raise AssertionError(f"server process {pid} is still running after the run")
 
 
-def run(run_dir: Path, *overrides: str) -> TrainingLoop:
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *overrides]))
+def run(run_dir: Path, *overrides: str, hooks: tuple[StepHooks, ...] = ()) -> TrainingLoop:
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *overrides]), *hooks)
     loop.train()
     return loop
 
@@ -69,7 +73,7 @@ def test_every_step_syncs_and_verifies_the_weights_and_the_server_goes_with_the_
 
 def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_it_is_trained_on(tmp_path):
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=4", "faults.kill_server_at_steps=[2]")
+    run(run_dir, "train.steps=4", "testing.faults.kill_server_at_steps=[2]")
     injected = of_kind(run_dir, "fault_injected")
     failed = of_kind(run_dir, "server_failed")
     assert [e["step"] for e in injected] == [2]  # events carry the step in progress, as its trips do
@@ -91,7 +95,7 @@ def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_i
 
 def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=3", "faults.hang_server_at_steps=[2]", "rollout.server.request_timeout_s=3",
+    run(run_dir, "train.steps=3", "testing.faults.hang_server_at_steps=[2]", "rollout.server.request_timeout_s=3",
         "rollout.server.health_timeout_s=2")
     (failed,) = of_kind(run_dir, "server_failed")
     assert failed["message"].startswith("sglang-0: hung: no one-token generation in 2s")
@@ -102,11 +106,13 @@ def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):
 
 def test_skipped_sync_is_caught_by_the_probe_and_repaired_before_the_next_rollout(tmp_path):
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=3", "faults.skip_weight_sync_at_steps=[1]")
-    (mismatch,) = of_kind(run_dir, "weight_sync_mismatch")
-    assert mismatch["evidence"]["mode"] == "skip" and mismatch["evidence"]["prompt_diff"] > 2e-3
+    run(run_dir, "train.steps=3", "testing.faults.skip_weight_sync_at_steps=[1]")
+    (injected,) = of_kind(run_dir, "fault_injected")
+    assert injected["step"] == 1 and injected["message"].startswith("skip_weight_sync: a skip reload")
+    (mismatch,) = of_kind(run_dir, "weight_sync_mismatch")  # the engine asked for a full reload; the probe saw none
+    assert mismatch["evidence"]["prompt_diff"] > 2e-3
     (repaired,) = of_kind(run_dir, "weight_sync_repaired")
-    assert [a["mode"] for a in repaired["evidence"]["attempts"]] == ["skip", "full"]
+    assert len(repaired["evidence"]["attempts"]) == 2
     assert not of_kind(run_dir, "server_failed")  # a second reload fixed it: no restart needed
 
 
@@ -117,19 +123,18 @@ def standin_fault(run_dir: Path, **knobs) -> None:
     urllib.request.urlopen(request, timeout=10).close()
 
 
-def test_a_stale_tied_head_after_reload_is_caught_and_repaired_by_a_restart(tmp_path, monkeypatch):
+def test_a_stale_tied_head_after_reload_is_caught_and_repaired_by_a_restart(tmp_path):
     """The stand-in's stale_head reload loads everything but the tied head, and says it succeeded."""
     run_dir = tmp_path / "r"
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, "train.steps=3"]))
-    sync = loop.engine.sync_weights
 
-    def stale_at_step_2(policy):
-        if loop.step == 1:  # the sync after step 2's update (the step counter moves after it)
-            standin_fault(run_dir, stale_head=True)
-        return sync(policy)
+    class StaleHeadAfterStep2sUpdate(StepHooks):  # so the sync that follows it reloads a stale head
+        @contextmanager
+        def around_update(self, step: int) -> Iterator[None]:
+            yield
+            if step == 2:
+                standin_fault(run_dir, stale_head=True)
 
-    monkeypatch.setattr(loop.engine, "sync_weights", stale_at_step_2)
-    loop.train()
+    run(run_dir, "train.steps=3", hooks=(StaleHeadAfterStep2sUpdate(),))
     mismatches = of_kind(run_dir, "weight_sync_mismatch")
     assert len(mismatches) == 2 and all(m["evidence"]["prompt_diff"] > 2e-3 for m in mismatches)
     (repaired,) = of_kind(run_dir, "weight_sync_repaired")
@@ -141,7 +146,7 @@ def test_a_stale_tied_head_after_reload_is_caught_and_repaired_by_a_restart(tmp_
 
 def test_garbage_answers_fail_samples_and_are_never_scored(tmp_path):
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=2", "faults.garbage_server_at_steps=[1]")
+    run(run_dir, "train.steps=2", "testing.faults.garbage_server_at_steps=[1]")
     line = metric_lines(run_dir)[0]
     assert line["rollout/failed"] == 16 and line["rollout/retries"] == 16 and line["groups/trained"] == 4
 
@@ -149,7 +154,7 @@ def test_garbage_answers_fail_samples_and_are_never_scored(tmp_path):
 def test_real_garbage_from_the_server_is_a_failed_sample(tmp_path):
     from grpo.rollout.engines import SampleStatus, SamplingParams
 
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={tmp_path / 'r'}", *SGLANG]))
+    loop = make_loop(load_config("tiny", [f"run_dir={tmp_path / 'r'}", *SGLANG]))
     try:
         loop.engine.start(loop.policy)
         for mode in ("json", "shape"):
@@ -195,19 +200,16 @@ def standin(tmp_path):
 def test_an_attached_server_is_used_and_when_it_dies_the_run_stops_saying_grpo_cannot_restart_it(tmp_path, standin):
     proc, url = standin
     run_dir = tmp_path / "r"
-    loop = TrainingLoop(load_config("tiny", [
+    class KillBeforeStep3(StepHooks):
+        def step_start(self, step: int) -> None:
+            if step == 3:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+
+    loop = make_loop(load_config("tiny", [
         f"run_dir={run_dir}", "rollout.engine=sglang", f"rollout.server.urls=[{url}]", "train.steps=4",
         "rollout.server.max_restarts=1", "rollout.server.startup_timeout_s=2", "rollout.server.restart_backoff_s=0.1",
-    ]))
-    original = loop.collector.collect
-
-    def kill_before_step_3(step, *args, **kwargs):
-        if step == 3:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        return original(step, *args, **kwargs)
-
-    loop.collector.collect = kill_before_step_3
+    ]), KillBeforeStep3())
     from grpo.errors import RunStopped
 
     with pytest.raises(RunStopped, match="grpo cannot restart a server it did not start"):
@@ -220,9 +222,9 @@ def test_an_attached_server_is_used_and_when_it_dies_the_run_stops_saying_grpo_c
 def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, monkeypatch):
     """Each evaluation's server is SIGKILLed as its requests go out: the failed answers are retried on a
     restarted, verified server, never scored, and every answer equals a clean evaluation's."""
-    compared = disturb_each_evaluation(monkeypatch)
+    hooks, compared = disturb_each_evaluation(monkeypatch)
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=2", "eval.before_training=true", "eval.after_training=true")
+    run(run_dir, "train.steps=2", "eval.before_training=true", "eval.after_training=true", hooks=(hooks,))
     assert len(compared) == 2
     for answers, clean_answers, result, clean in compared:
         assert [a["completion"] for a in answers] == [a["completion"] for a in clean_answers]
@@ -283,7 +285,7 @@ def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tm
     try:
         started = time.monotonic()
         with pytest.raises(ConfigError):
-            TrainingLoop(load_config("tiny", overrides))
+            make_loop(load_config("tiny", overrides))
         in_process = time.monotonic() - started  # the check, with the tiny model built before it
         started = time.monotonic()
         result = subprocess.run([sys.executable, "-m", "grpo", "train", "--config", "tiny", *overrides],
@@ -309,14 +311,16 @@ def test_a_server_given_up_during_the_evaluation_after_training_stops_the_run_re
     from grpo.evaluate import evaluate
     from grpo.errors import RunStopped
 
+    hooks = ServerKilledDuringEvaluations()
+
     def killed(engine, *args, **kwargs):
-        engine.arm_faults({"kill_server"})
-        return evaluate(engine, *args, **kwargs)
+        with hooks.server.during({"kill_server"}):
+            return evaluate(engine, *args, **kwargs)
 
     monkeypatch.setattr("grpo.train.evaluation.evaluate", killed)
     run_dir = tmp_path / "r"
     with pytest.raises(RunStopped, match=r"held-out evaluation \(after\) failed: inference server sglang-0 gave up"):
-        run(run_dir, "train.steps=2", "eval.after_training=true", "rollout.server.max_restarts=0")
+        run(run_dir, "train.steps=2", "eval.after_training=true", "rollout.server.max_restarts=0", hooks=(hooks,))
     (line,) = JsonlLog(run_dir / "eval.jsonl").read()[0]
     assert line["status"] == "failed" and line["label"] == "after" and "accuracy" not in line
     stop = json.loads((run_dir / "STOPPED.json").read_text())

@@ -6,26 +6,28 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from grpo.config import load_config
+from grpo.hooks import StepHooks
 from grpo.tools.doctor import diagnose
 from grpo.tools.health import check
 from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.supervisor import ServerState
 
-from .helpers import max_param_diff, metric_lines, params, start_attached_standin
+from tests.waiting import wait_until
+
+from .helpers import max_param_diff, metric_lines, params, start_attached_standin, make_loop
 from .test_server_engine import SGLANG, of_kind
 
 FLEET = [*SGLANG, "rollout.server.replicas=2"]
 
 
 def train(run_dir: Path, *overrides: str) -> TrainingLoop:
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *overrides]))
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *overrides]))
     loop.train()
     return loop
 
@@ -61,19 +63,18 @@ def test_one_of_two_servers_killed_mid_rollout_only_its_samples_are_retried_whil
                 continue
             watched.append((servers[0]["state"], servers[1]["requests"]))
 
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *FLEET, "train.steps=4",
-                                             "faults.kill_server_at_steps=[2]"]))
-    collect = loop.collector.collect
-
-    def step_4_once_sglang_0_is_back(step, *args, **kwargs):
+    class Step4OnceSglang0IsBack(StepHooks):
         # Steps take about a second, a restart several: step 3 runs while sglang-0 restarts, and
         # step 4 begins once it is up (to be verified and rejoin in that step).
-        deadline = time.monotonic() + 120
-        while step == 4 and loop.engine.servers[0].state != ServerState.READY and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return collect(step, *args, **kwargs)
+        def built(self, loop) -> None:
+            self.servers = loop.engine.servers
 
-    loop.collector.collect = step_4_once_sglang_0_is_back
+        def step_start(self, step: int) -> None:
+            if step == 4:
+                wait_until(lambda: self.servers[0].state == ServerState.READY, 120, "sglang-0 restarted")
+
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *FLEET, "train.steps=4",
+                                          "testing.faults.kill_server_at_steps=[2]"]), Step4OnceSglang0IsBack())
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
@@ -144,3 +145,56 @@ def test_two_attached_servers_both_serve_and_are_verified_after_every_update(tmp
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_one_of_two_servers_hung_does_not_stall_the_run_through_its_restart(tmp_path):
+    """SIGSTOP on one server, from outside: the run goes on on the other while the hung one restarts
+    (whether the hang is caught in a rollout or in a weight sync), trains on nothing the hung
+    incarnation made after its hang, and the restarted one rejoins verified. (That no step waits for
+    the restart is a timing the chaos bench shows, not asserted here: it depends on the machine.)"""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}", *FLEET,
+                             "rollout.server.health_timeout_s=2", "rollout.server.request_timeout_s=4",
+                             "train.steps=40", "logging.progress=false"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    status = run_dir / "servers" / "status.json"
+
+    def servers() -> list[dict]:
+        try:
+            return json.loads(status.read_text())["servers"]
+        except (OSError, ValueError, KeyError):
+            return []
+
+    def logged() -> int:
+        path = run_dir / "metrics.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    try:
+        while not (logged() >= 3 and len(servers()) == 2 and all(s["state"] == "ready" for s in servers())):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            select.select([], [], [], 0.05)
+        hung = servers()[0]
+        os.killpg(hung["pid"], signal.SIGSTOP)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    failed = [e for e in of_kind(run_dir, "server_failed") if e["evidence"]["server"] == hung["name"]]
+    assert failed, "the hang was never noticed"
+    rejoined = [e for e in of_kind(run_dir, "weight_sync_verified") if e["evidence"]["server"] == hung["name"]
+                and e["evidence"]["incarnation"] > hung["incarnation"]]
+    assert rejoined, "the hung server never came back"
+    lines = metric_lines(run_dir)
+    assert [line["step"] for line in lines] == list(range(1, 41))
+    dead = f"{hung['name']}#{hung['incarnation']}"
+    begun_after = [line for line in lines if line["time"] - line["time/step_s"] > failed[0]["time"]]
+    assert begun_after and not [line["step"] for line in begun_after if dead in line["rollout/sources"]]
+    # the healthy one served the step that caught the hang; the restarted one serves again once verified
+    assert lines[-1]["rollout/sources"] == sorted([f"{hung['name']}#{rejoined[0]['evidence']['incarnation']}",
+                                                   next(s for s in lines[0]["rollout/sources"] if s != dead)])

@@ -21,12 +21,14 @@ import pytest
 
 from grpo.errors import EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.config import load_config
+from grpo.hooks import StepHooks
 from grpo.train.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
 
 from tests.processes import session
+from tests.waiting import wait_until
 
-from .helpers import disturb_each_evaluation, metric_lines
+from .helpers import disturb_each_evaluation, metric_lines, make_loop
 
 VLLM_PYTHON = Path(os.environ.get("GRPO_VLLM_PYTHON", Path(__file__).resolve().parents[2] / ".venv-vllm/bin/python"))
 
@@ -46,15 +48,15 @@ def of_kind(run_dir: Path, kind: str) -> list[dict]:
     return [e for e in JsonlLog(run_dir / "events.jsonl").read()[0] if e["kind"] == kind]
 
 
-def run(run_dir: Path, *overrides: str) -> TrainingLoop:
-    loop = TrainingLoop(load_config("tiny", [f"run_dir={run_dir}", *VLLM, *overrides]))
+def run(run_dir: Path, *overrides: str, hooks: tuple[StepHooks, ...] = ()) -> TrainingLoop:
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *VLLM, *overrides]), *hooks)
     loop.train()
     return loop
 
 
 def test_killed_then_hung_mid_rollout_each_is_restarted_verified_and_never_trained_on(tmp_path):
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=5", "faults.kill_server_at_steps=[2]", "faults.hang_server_at_steps=[4]",
+    run(run_dir, "train.steps=5", "testing.faults.kill_server_at_steps=[2]", "testing.faults.hang_server_at_steps=[4]",
         "rollout.server.request_timeout_s=20", "rollout.server.health_timeout_s=10")
     failed = of_kind(run_dir, "server_failed")
     assert [f["evidence"]["incarnation"] for f in failed] == [1, 2]
@@ -73,11 +75,13 @@ def test_killed_then_hung_mid_rollout_each_is_restarted_verified_and_never_train
 
 def test_a_stale_head_a_skipped_sync_and_a_stale_prefix_cache_are_each_caught_and_repaired(tmp_path):
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=4", "faults.stale_head_sync_at_steps=[1]", "faults.skip_weight_sync_at_steps=[2]",
-        "faults.no_cache_reset_at_steps=[3]")
+    run(run_dir, "train.steps=4", "testing.faults.stale_head_sync_at_steps=[1]",
+        "testing.faults.skip_weight_sync_at_steps=[2]", "testing.faults.no_cache_reset_at_steps=[3]")
+    injected = of_kind(run_dir, "fault_injected")  # each in the sync after its step's update
+    assert [(e["step"], e["message"].split(":")[0]) for e in injected] == [
+        (1, "stale_head_sync"), (2, "skip_weight_sync"), (3, "no_cache_reset")]
     mismatches = of_kind(run_dir, "weight_sync_mismatch")
-    assert [(m["evidence"]["mode"], m["evidence"]["cache_reset"]) for m in mismatches] == [
-        ("stock", True), ("skip", True), ("full", False)]
+    assert len(mismatches) == 3
     stale_head, skipped, no_reset = (m["evidence"] for m in mismatches)
     assert "tied lm_head is stale" in stale_head["fingerprint_error"]
     assert skipped["fingerprint_error"] and skipped["prompt_diff"] > 2e-3
@@ -119,16 +123,6 @@ def test_a_start_that_fails_for_memory_is_tried_twice_and_names_the_knob(tmp_pat
     assert len(of_kind(run_dir, "server_start")) == 2  # not a third time
 
 
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout:g}s")
-
-
 def trainer(run_dir: Path, *overrides: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}", *VLLM,
                              "train.steps=1000", "eval.before_training=false", "eval.after_training=false",
@@ -145,7 +139,7 @@ def test_no_server_process_outlives_a_sigkill_of_its_api_server_or_of_the_traine
     run_dir = tmp_path / "r"
     proc = trainer(run_dir)
     try:
-        first = wait_for(lambda: started(run_dir, "server_ready", 1), 400, "the first server ready")
+        first = wait_until(lambda: started(run_dir, "server_ready", 1), 400, "the first server ready")
         sid = started(run_dir, "server_start", 1)["evidence"]["pid"]  # the reaper: its session is the server's
         members = session(sid)
         assert len(members) >= 3, members  # the reaper, the API server, its EngineCore
@@ -153,9 +147,9 @@ def test_no_server_process_outlives_a_sigkill_of_its_api_server_or_of_the_traine
                          .split(",")[0])
         os.kill(api_server, signal.SIGKILL)
         killed = time.monotonic()
-        wait_for(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
+        wait_until(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
         print(f"API server SIGKILLed: its session of {len(members)} processes gone in {time.monotonic() - killed:.1f}s")
-        wait_for(lambda: started(run_dir, "server_ready", 2), 400, "the restarted server ready")
+        wait_until(lambda: started(run_dir, "server_ready", 2), 400, "the restarted server ready")
         (failed,) = of_kind(run_dir, "server_failed")
         assert failed["evidence"]["exit"] == "killed by SIGKILL" and "hung" not in failed["message"]
         sid = started(run_dir, "server_start", 2)["evidence"]["pid"]
@@ -167,8 +161,8 @@ def test_no_server_process_outlives_a_sigkill_of_its_api_server_or_of_the_traine
         proc.kill()  # the trainer, by SIGKILL: nothing of it runs after this
         proc.wait()
         killed = time.monotonic()
-        wait_for(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
-        wait_for(lambda: not shm[0].exists(), 10, f"the trainer's weight copy {shm[0]} removed")
+        wait_until(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
+        wait_until(lambda: not shm[0].exists(), 10, f"the trainer's weight copy {shm[0]} removed")
         print(f"trainer SIGKILLed: the server's {len(members)} processes and {shm[0]} gone in "
               f"{time.monotonic() - killed:.1f}s (first start {first['evidence']['seconds']}s)")
     finally:
@@ -181,9 +175,9 @@ def test_sigterm_during_a_server_start_exits_4_within_5_seconds(tmp_path):
     run_dir = tmp_path / "r"
     proc = trainer(run_dir)
     try:
-        start = wait_for(lambda: started(run_dir, "server_start", 1), 120, "the server starting")
+        start = wait_until(lambda: started(run_dir, "server_start", 1), 120, "the server starting")
         sid = start["evidence"]["pid"]
-        wait_for(lambda: len(session(sid)) >= 2, 30, "the API server running")
+        wait_until(lambda: len(session(sid)) >= 2, 30, "the API server running")
         time.sleep(5)  # well into vLLM's start (it takes a minute or two): a state, not a synchronisation
         assert not started(run_dir, "server_ready", 1)
         signalled = time.monotonic()
@@ -192,7 +186,7 @@ def test_sigterm_during_a_server_start_exits_4_within_5_seconds(tmp_path):
         seconds = time.monotonic() - signalled
         print(f"SIGTERM during the server's start: exit {code} in {seconds:.1f}s")
         assert code == EXIT_INTERRUPTED and seconds < 5, proc.stderr.read()[-2000:]
-        wait_for(lambda: not session(sid), 10, "the half-started server's processes gone")
+        wait_until(lambda: not session(sid), 10, "the half-started server's processes gone")
         assert of_kind(run_dir, "interrupted")
     finally:
         if proc.poll() is None:
@@ -203,9 +197,9 @@ def test_sigterm_during_a_server_start_exits_4_within_5_seconds(tmp_path):
 def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, monkeypatch):
     """Each evaluation's server is SIGKILLed as its requests go out: the failed answers are retried on a
     restarted, verified server, never scored; the answers equal a clean evaluation's of the same weights."""
-    compared = disturb_each_evaluation(monkeypatch)
+    hooks, compared = disturb_each_evaluation(monkeypatch)
     run_dir = tmp_path / "r"
-    run(run_dir, "train.steps=1", "eval.before_training=true", "eval.after_training=true")
+    run(run_dir, "train.steps=1", "eval.before_training=true", "eval.after_training=true", hooks=(hooks,))
     assert len(compared) == 2
     for answers, clean_answers, result, clean in compared:
         assert [a["completion"] for a in answers] == [a["completion"] for a in clean_answers]

@@ -499,6 +499,23 @@ class ListeningServer(ThreadingHTTPServer):
     request_queue_size = 2048
 
 
+def hold_shared_memory() -> None:
+    """Shared memory as vLLM leaves it when killed: a psm_* segment (multiprocessing.shared_memory,
+    not unlinked: its resource tracker dies with it) and a semaphore file, both mapped by this process."""
+    import mmap
+    from multiprocessing import resource_tracker, shared_memory
+
+    segment = shared_memory.SharedMemory(create=True, size=4096)
+    resource_tracker.unregister(segment._name, "shared_memory")  # killed servers leave theirs
+    semaphore = open(f"/dev/shm/sem.mp-{os.getpid()}-standin", "w+b")
+    semaphore.truncate(32)
+    HELD.extend([segment, mmap.mmap(semaphore.fileno(), 32)])
+    log(f"shared memory: /dev/shm/{segment.name.lstrip('/')} {semaphore.name}")
+
+
+HELD: list = []
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-path", required=True)
@@ -512,7 +529,11 @@ def main(argv=None) -> None:
     p.add_argument("--skip-reload", action="store_true")
     p.add_argument("--garbage", choices=["json", "shape"], default=None)
     p.add_argument("--hang-generate", action="store_true")
+    p.add_argument("--shared-memory", action="store_true",
+                   help="hold a /dev/shm/psm_* segment and a sem.mp-* file, as vLLM's processes do")
     args = p.parse_args(argv)
+    if args.shared_memory:
+        hold_shared_memory()
     hf_logging.disable_progress_bar()
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
 

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ try:
 except ImportError:  # the package layout before the restructuring
     from grpo.models import build_char_tokenizer, build_tiny_model
 from grpo.config import TinyModelConfig
+from tests.waiting import wait_until
 
 SERVER = Path(__file__).with_name("sglang_server.py")
 PROMPTS = [[1, 40, 41, 42, 43], [1, 50, 51]]  # <|im_start|> and a few characters
@@ -89,19 +89,17 @@ def server(tmp_path_factory):
          "--port", base.rsplit(":", 1)[1], "--seed", "0", "--health-check-timeout", "0.5"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
-    deadline = time.monotonic() + 60
-    while True:
+    def healthy_or_exited() -> bool:
         try:
             if call(base, "/health", timeout=2)[0] == 200:
-                break
+                return True
         except OSError:  # not listening yet
             pass
-        assert time.monotonic() < deadline, "stand-in did not become healthy in 60 s"
-        try:  # the poll interval, which also notices a server that died while starting
-            proc.wait(timeout=0.05)
-            pytest.fail("stand-in exited while starting:\n" + (root / "server.log").read_text())
-        except subprocess.TimeoutExpired:
-            pass
+        return proc.poll() is not None
+
+    wait_until(healthy_or_exited, 60, "the stand-in healthy")
+    if proc.poll() is not None:
+        pytest.fail("stand-in exited while starting:\n" + (root / "server.log").read_text())
     yield {"base": base, "proc": proc, "model_dir": model_dir, "log": root / "server.log"}
     proc.kill()
     proc.wait()

@@ -93,15 +93,25 @@ def test_a_hash_in_an_override_is_text_not_a_yaml_comment():
     assert load_config(None, ["rollout.stop=['#', 'Q:']"]).rollout.stop == ["#", "Q:"]
 
 
+def test_the_old_faults_section_is_refused_naming_its_new_place(tmp_path):
+    with pytest.raises(ConfigError, match=r"^faults.crash_at_step moved to testing.faults.crash_at_step: "):
+        load_config("tiny", ["faults.crash_at_step=3"])
+    # a run directory saved before the move holds the section at its defaults: it still loads
+    saved = tmp_path / "config.yaml"
+    saved.write_text(config_yaml(RunConfig()) + "faults:\n  crash_at_step: null\n  nan_loss_at_steps: []\n")
+    assert load_config(saved) == RunConfig()
+
+
 def test_overrides_of_lists():
-    cfg = load_config(None, ["faults.nan_loss_at_steps=[7]", "rollout.stop=['###', 'Q:']", "actor.betas=[0.9, 0.95]"])
-    assert cfg.faults.nan_loss_at_steps == [7]
+    cfg = load_config(None, ["testing.faults.nan_loss_at_steps=[7]", "rollout.stop=['###', 'Q:']",
+                             "actor.betas=[0.9, 0.95]"])
+    assert cfg.testing.faults.nan_loss_at_steps == [7]
     assert cfg.rollout.stop == ["###", "Q:"]
     assert cfg.actor.betas == [0.9, 0.95]
     # a single value becomes a one-element list
-    assert load_config(None, ["faults.zero_reward_at_steps=3"]).faults.zero_reward_at_steps == [3]
-    with pytest.raises(ConfigError, match=r"faults.nan_loss_at_steps\[1\] must be an integer"):
-        load_config(None, ["faults.nan_loss_at_steps=[1, x]"])
+    assert load_config(None, ["testing.faults.zero_reward_at_steps=3"]).testing.faults.zero_reward_at_steps == [3]
+    with pytest.raises(ConfigError, match=r"testing.faults.nan_loss_at_steps\[1\] must be an integer"):
+        load_config(None, ["testing.faults.nan_loss_at_steps=[1, x]"])
 
 
 def test_override_inside_a_nested_breaker_keeps_its_other_keys_and_the_other_breakers():
@@ -152,7 +162,7 @@ def test_unknown_top_level_key():
     assert "unknown key modle" in message
     assert "did you mean model?" in message
     assert "valid keys in the top level" in message
-    assert "guard" in message and "faults" in message
+    assert "guard" in message and "testing" in message
 
 
 def test_unknown_key_without_a_close_match_has_no_suggestion():
@@ -247,7 +257,7 @@ def test_save_then_load_round_trips(tmp_path):
         [
             "actor.lr=1e-6",
             "guard.zero_reward.patience=3",
-            "faults.nan_loss_at_steps=[7, 9]",
+            "testing.faults.nan_loss_at_steps=[7, 9]",
             "task.system_prompt=You are helpful.",
             "rollout.stop=['###']",
             "train.steps=null",
@@ -282,7 +292,7 @@ def test_save_then_load_round_trips_the_defaults(tmp_path):
     ("checkpoint.keep_last=0", "checkpoint.keep_last must be at least 1"),
     ("guard.zero_reward.patience=0", "guard.zero_reward.patience must be at least 1"),
     ("guard.rollback_lr_factor=0", "guard.rollback_lr_factor must be in (0, 1]"),
-    ("faults.fail_fraction=2", "faults.fail_fraction must be in [0, 1]"),
+    ("testing.faults.fail_fraction=2", "testing.faults.fail_fraction must be in [0, 1]"),
     ("model.tiny.num_heads=3", "hidden_size divisible by num_heads"),
 ])
 def test_values_that_cannot_train_are_refused_in_one_line(override, message):
@@ -297,3 +307,16 @@ def test_every_preset_passes_validation():
 
     for preset in PRESET_DIR.rglob("*.yaml"):
         load_config(preset)
+
+
+def test_a_tab_indented_file_and_a_run_directory_as_config_get_their_fix(tmp_path):
+    """Issue 25 items 4 and 9: one line naming the file and the fix."""
+    from grpo.config import ConfigError, load_config
+
+    (tmp_path / "tabs.yaml").write_text("train:\n\tsteps: 2\n")
+    with pytest.raises(ConfigError, match=r"tabs\.yaml:2:1: .*use spaces"):
+        load_config(tmp_path / "tabs.yaml")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("train:\n  steps: 2\n")
+    with pytest.raises(ConfigError, match=r"did you mean .*run/config\.yaml\?"):
+        load_config(tmp_path / "run")

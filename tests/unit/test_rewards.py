@@ -357,3 +357,13 @@ def test_a_reward_module_in_the_working_directory_imports_without_pythonpath(tmp
 def test_builtin_rewards_read_chat_completions_as_trl_passes_them() -> None:
     chat = [[{"role": "assistant", "content": "so \\boxed{7}"}], [{"role": "assistant", "content": "8"}]]
     assert get_reward("math")(completions=chat, gold=["7", "7"]) == [1.0, 0.0]
+
+
+def test_gsm8k_gold_text_is_read_after_its_mark_and_a_worked_solution_is_unscorable():
+    """Issue 25 item 2: a hub GSM8K `answer` is scored by its `#### N`; prose with several numbers is None."""
+    from grpo.rewards.math_score import math_reward
+
+    assert math_reward("\\boxed{14}", "9 plus 5 is 14.\n#### 14") == 1.0
+    assert math_reward("\\boxed{13}", "9 plus 5 is 14.\n#### 14") == 0.0
+    assert math_reward("\\boxed{14}", "9 plus 5 is 14.") is None
+    assert math_reward("\\boxed{1000}", "1,000 apples") == 1.0

@@ -14,12 +14,30 @@ Both are constants of the update (neither depends on the weights being optimised
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from grpo import metric_keys as keys
+
+
+@dataclass
+class OffPolicyStats:
+    importance_weight_mean: float  # after the cap
+    importance_weight_max: float  # before the cap: how far it had to cut
+    importance_capped_frac: float
+    kl: float  # KL(behaviour || proximal) per token: the off-policy breaker reads it
+
+    def metrics(self) -> dict[str, float]:
+        return {keys.IMPORTANCE_WEIGHT_MEAN: self.importance_weight_mean,
+                keys.IMPORTANCE_WEIGHT_MAX: self.importance_weight_max,
+                keys.IMPORTANCE_CAPPED_FRAC: self.importance_capped_frac, keys.OFFPOLICY_KL: self.kl}
 
 
 def importance_weights(proximal: torch.Tensor, behaviour: torch.Tensor,
-                       cap: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """proximal, behaviour: [N] log-probs of the same sampled tokens -> (weights [N], metrics).
+                       cap: float) -> tuple[torch.Tensor, OffPolicyStats | None]:
+    """proximal, behaviour: [N] log-probs of the same sampled tokens -> (weights [N], their stats; None
+    for no tokens).
 
     offpolicy/kl is KL(behaviour || proximal) per token, estimated on the sampler's own tokens with the
     non-negative k3 estimator (r - 1 - log r, r = proximal/behaviour): how far the sampler is from the
@@ -28,10 +46,10 @@ def importance_weights(proximal: torch.Tensor, behaviour: torch.Tensor,
     ratio = log_ratio.exp()
     weights = ratio.clamp(max=cap)
     if not len(ratio):
-        return weights.float(), {}
-    return weights.float(), {
-        "offpolicy/importance_weight_mean": weights.mean().item(),
-        "offpolicy/importance_weight_max": ratio.max().item(),  # before the cap: how far it had to cut
-        "offpolicy/importance_capped_frac": (ratio > cap).double().mean().item(),
-        "offpolicy/kl": (ratio - 1 - log_ratio).mean().item(),
-    }
+        return weights.float(), None
+    return weights.float(), OffPolicyStats(
+        importance_weight_mean=weights.mean().item(),
+        importance_weight_max=ratio.max().item(),
+        importance_capped_frac=(ratio > cap).double().mean().item(),
+        kl=(ratio - 1 - log_ratio).mean().item(),
+    )

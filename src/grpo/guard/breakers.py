@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from grpo.config import BreakerConfig, GuardConfig
-from grpo.guard import inputs as k
+from grpo import metric_keys as k
 from grpo.rundir.checkpoints import CheckpointInfo
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
@@ -198,4 +198,4 @@ class Guard:
             f"(threshold {b.threshold:g}): the policy moves too far per step for samples this stale; a "
             "rollback lowers the learning rate, or lower rollout.max_staleness"), {
             "offpolicy_kl": kl, "staleness": m.get(k.STALENESS_MAX),
-            "importance_weight_max": m.get("offpolicy/importance_weight_max")}
+            "importance_weight_max": m.get(k.IMPORTANCE_WEIGHT_MAX)}

@@ -14,9 +14,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
-NAME = "grouped_eager"
-# Models whose own eager attention is the plain one above (no softcapping, sinks or scaling of their own).
-PLAIN_EAGER_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+from grpo.policy.constants import GROUPED_EAGER as NAME, PLAIN_EAGER_MODELS
 
 
 def grouped_eager_attention(

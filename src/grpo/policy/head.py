@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-CHUNK_TOKENS = 256  # tokens per chunk: [256, 49152] fp32 is 48 MiB of temporaries
+from grpo.policy.constants import HEAD_CHUNK_TOKENS as CHUNK_TOKENS  # tokens per chunk
 
 
 def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:

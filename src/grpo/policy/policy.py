@@ -26,7 +26,7 @@ from grpo.policy import lora, sharding, state
 from grpo.policy.models import DTYPES, load_model_and_tokenizer
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.update import (
-    Collective, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
+    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
 )
 
 
@@ -88,30 +88,28 @@ class Policy:
             finally:
                 self._unsharded_depth -= 1
 
-    def prepare(self, batch: TrainBatch, recompute_old: bool) -> dict[str, float]:
+    def prepare(self, batch: TrainBatch, recompute_old: bool) -> PrepareStats:
         """Fill in what the loss needs beyond the sampler's output: recomputed old log-probs when
         asked for, and the reference model's log-probs when a KL term is used. -> how far the
         sampler's log-probs are from the trainer's, when recomputed (drift shows on the curves).
         Off policy (rollout.max_staleness > 0) the recomputed log-probs are the proximal policy's, and
         each token gets its importance weight proximal/behaviour (grpo.algo.offpolicy)."""
-        metrics = {}
+        stats = PrepareStats()
         with self.unsharded():
             if recompute_old:
                 sampler = batch.old_logprobs
                 batch.old_logprobs = self.logprobs(batch)
                 diffs = [abs(a - b) for s, t in zip(sampler, batch.old_logprobs) for a, b in zip(s, t)]
                 if diffs:
-                    metrics = {"rollout/logprob_mismatch": sum(diffs) / len(diffs),
-                               "rollout/logprob_mismatch_max": max(diffs)}
+                    stats.logprob_mismatch, stats.logprob_mismatch_max = sum(diffs) / len(diffs), max(diffs)
                 if self.cfg.rollout.max_staleness > 0:
                     flat = lambda rows: torch.tensor([x for row in rows for x in row], dtype=torch.float64)  # noqa: E731
-                    weights, offpolicy = importance_weights(flat(batch.old_logprobs), flat(sampler),
-                                                            self.cfg.algo.importance_cap)  # [tokens]
+                    weights, stats.offpolicy = importance_weights(flat(batch.old_logprobs), flat(sampler),
+                                                                  self.cfg.algo.importance_cap)  # [tokens]
                     batch.importance_weights = list(weights.split([len(row) for row in sampler]))
-                    metrics.update(offpolicy)
             if self.uses_reference:
                 batch.ref_logprobs = [torch.tensor(lp) for lp in self.reference_logprobs(batch)]
-        return metrics
+        return stats
 
     def reference_logprobs(self, batch: TrainBatch) -> list[list[float]]:
         if self.lora:
@@ -161,13 +159,12 @@ class Policy:
             self.model.train(was_training)
         return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
 
-    def update(self, batch: TrainBatch, inject_nan: bool = False,
-               check_stop: Callable[[], None] = lambda: None) -> UpdateResult:
+    def update(self, batch: TrainBatch, check_stop: Callable[[], None] = lambda: None) -> UpdateResult:
         result = update_policy(
             self.model, self.optimizer, batch, self.loss_cfg,
             updates=self.cfg.algo.updates_per_batch, micro_batch_size=self.cfg.algo.micro_batch_size,
             max_grad_norm=self.cfg.actor.max_grad_norm, temperature=self.cfg.rollout.temperature,
-            pad_id=self.tokenizer.pad_token_id, inject_nan=inject_nan, check_stop=check_stop,
+            pad_id=self.tokenizer.pad_token_id, check_stop=check_stop,
             collective=self._collective(batch) if self.sharded else None,
         )
         if self.sharded:  # every rank's share of the sums; the gradient norm is global already
@@ -197,7 +194,7 @@ class Policy:
         scan = scan or self.cfg.actor.max_grad_norm <= 0 or self.cfg.model.dtype == "float16"
         if result.applied and scan and not self.params_finite():
             # The weights did change: only a rollback (the breaker's default) undoes this.
-            result.skip_reason = "non-finite parameters after the update"
+            result.skip_reason, result.nonfinite = "non-finite parameters after the update", True
 
     def params_finite(self) -> bool:
         return not self.ranks.any(not self.optimizer.params_finite())

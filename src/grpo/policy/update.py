@@ -12,7 +12,9 @@ from transformers import DynamicCache
 
 from grpo.progress import tick
 from grpo.policy.head import chosen_token_logprobs
+from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
+from grpo.algo.offpolicy import OffPolicyStats
 from grpo.policy.optim import MasterWeightAdamW
 
 
@@ -195,11 +197,30 @@ def _logprobs_from_logits(
 
 
 @dataclass
+class PrepareStats:
+    """What preparing a batch for the update measured: the sampler's log-probs against the trainer's,
+    when recomputed; off policy, the importance weights (grpo.algo.offpolicy)."""
+
+    logprob_mismatch: float | None = None  # mean |sampler - trainer| per token; None: not recomputed
+    logprob_mismatch_max: float | None = None
+    offpolicy: OffPolicyStats | None = None
+
+    def metrics(self) -> dict[str, float]:
+        m = {}
+        if self.logprob_mismatch is not None:
+            m = {keys.LOGPROB_MISMATCH: self.logprob_mismatch, keys.LOGPROB_MISMATCH_MAX: self.logprob_mismatch_max}
+        if self.offpolicy is not None:
+            m.update(self.offpolicy.metrics())
+        return m
+
+
+@dataclass
 class UpdateResult:
     applied: bool
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # the update's measures: loss, grad_norm, kl, ...
     skip_reason: str | None = None
     optimizer_steps: int = 0  # steps that changed the weights (all of them when applied)
+    nonfinite: bool = False  # a non-finite loss or gradient, or weights left non-finite by the update
 
 
 def micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
@@ -240,7 +261,6 @@ def update_policy(
     max_grad_norm: float,
     temperature: float,
     pad_id: int,
-    inject_nan: bool = False,
     check_stop: Callable[[], None] = lambda: None,
     collective: Collective | None = None,
 ) -> UpdateResult:
@@ -273,8 +293,6 @@ def update_policy(
                 logprobs, mb.old_logprobs, mb.advantages, mb.completion_mask, loss_cfg, totals, mb.ref_logprobs,
                 mb.importance_weights,
             )
-            if inject_nan:
-                loss = loss * float("nan")
             loss.backward()
             try:
                 check_stop()
@@ -295,7 +313,7 @@ def update_policy(
             optimizer.zero_grad()
             what = "loss" if not math.isfinite(loss_total) else "gradient norm"
             return UpdateResult(False, sums, f"non-finite {what} at update {update}; update not applied",
-                                steps_applied)
+                                steps_applied, nonfinite=True)
         optimizer.step()
         steps_applied += 1
     optimizer.zero_grad()

@@ -51,10 +51,14 @@ def _mv_verify(gold: list[Any], pred: list[Any]) -> bool:
 def math_reward(completion: str, gold: str | None) -> float | None:
     """1.0 if the completion's final answer equals ``gold``, 0.0 if not, None if ``gold``
     is unusable (empty, "None", nothing numeric, LaTeX or textual in it)."""
+    if gold is not None and "####" in gold:  # GSM8K's worked solution ending in `#### N`: the gold is N
+        gold = gold.rpartition("####")[2]
     if gold is None or gold.strip().lower() in _NONE_LIKE:
         return None
     gold_num = parse_number(gold)
     gold_norm = _normalise_str(gold)
+    if _is_worked_solution(gold):
+        return None  # which of its numbers is the answer cannot be known: unscorable, never 0
     # Plain words skip math_verify: it reads "Monday" as the product M*o*n*d*a*y, so any
     # anagram would verify. They are compared as strings instead.
     gold_is_prose = gold_num is None and _PROSE.fullmatch(gold_norm) is not None
@@ -83,6 +87,15 @@ def math_reward(completion: str, gold: str | None) -> float | None:
     if gold_num is None:
         return float(_normalise_str(pred) == gold_norm)
     return 0.0
+
+
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _is_worked_solution(gold: str) -> bool:
+    """Prose with several different numbers in it ("9 plus 5 is 14."): a solution, not an answer."""
+    return bool(_WORD.search(gold)) and len(set(_NUMBER.findall(gold))) >= 2
 
 
 def gsm8k_gold(answer_field: str) -> str | None:

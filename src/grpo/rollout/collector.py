@@ -14,31 +14,22 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import torch
 
 from grpo.algo.advantages import group_advantages, zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
-from grpo.guard import inputs
+from grpo import metric_keys as keys
 from grpo.policy.update import TrainBatch
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
-from grpo.rewards import Reward, RewardFn, TrainerState, check_rewards, score
+from grpo.rewards import Reward, TrainerState, check_rewards, score
 from grpo.tasks import Problem, Task, reward_inputs
 
 log = logging.getLogger(__name__)
-
-
-class RolloutFaults(Protocol):
-    """Deliberate failures the collector lets in (grpo.faults implements them), so the guard can be
-    rehearsed against the same code paths a real failure takes."""
-
-    def corrupt_completions(self, completions: list[Completion], step: int) -> list[Completion]: ...
-
-    def wrap_reward(self, fn: RewardFn, step: int) -> RewardFn: ...
 
 
 @dataclass
@@ -82,7 +73,7 @@ class RolloutBatch:
     generated_tokens: int = 0
     generate_s: float = 0.0
     reward_s: float = 0.0
-    policy_version: int | None = None  # the policy version whose weights generated every sample (grpo.rollout.ahead)
+    policy_version: int | None = None  # the policy version whose weights generated every sample (grpo.rollout.queue)
     staleness: int = 0  # versions between those weights and the policy being updated on the batch
 
     def rewards(self) -> torch.Tensor:
@@ -114,22 +105,23 @@ class RolloutCollector:
         task_cfg: TaskConfig,
         cfg: RolloutConfig,
         rewards: Sequence[Reward],
-        faults: RolloutFaults,
         data_seed: int,
         sleep: Callable[[float], None] = time.sleep,
         ranks: Ranks = SINGLE,
     ) -> None:
         self.ranks = ranks
         self.engine, self.tokenizer, self.task, self.task_cfg = engine, tokenizer, task, task_cfg
-        self.cfg, self.rewards, self.faults, self.data_seed, self.sleep = cfg, list(rewards), faults, data_seed, sleep
+        self.cfg, self.rewards, self.data_seed, self.sleep = cfg, list(rewards), data_seed, sleep
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
         self.jitter = random.Random(data_seed)
         self.revision: int | None = None
 
-    def using(self, engine: RolloutEngine) -> RolloutCollector:
-        """The same collector generating with `engine` (a pinned copy of the weights: grpo.rollout.ahead)."""
+    def using(self, engine: RolloutEngine | None = None, rewards: Sequence[Reward] | None = None) -> RolloutCollector:
+        """The same collector generating with `engine` (a pinned copy of the weights: grpo.rollout.queue),
+        scoring with `rewards`; None keeps this one's."""
         other = copy.copy(self)
-        other.engine = engine
+        other.engine = engine if engine is not None else self.engine
+        other.rewards = list(rewards) if rewards is not None else self.rewards
         return other
 
     def check_rewards(self, rows: int = 4) -> None:
@@ -171,12 +163,12 @@ class RolloutCollector:
             if attempt > 0:
                 batch.retries += len(pending)
                 delay = self.cfg.retry_backoff_s * 2 ** (attempt - 1) * (1 + self.jitter.random())
-                log.warning("step %d: retrying %d failed samples in %.1fs (attempt %d)", step, len(pending), delay, attempt)
+                log.warning("step %d: retrying %s in %.1fs (attempt %d)", step, retry_note(
+                    [slots[i].status.value for i in pending if slots[i] is not None]), delay, attempt)
                 self.sleep(delay)
             # Sample j of the problem at data index d, attempt a: the same draw wherever it is generated.
             seeds = [sample_seed(self.data_seed, indices[i // G], i % G, attempt) for i in pending]
             completions = self.engine.generate([prompts[i // G] for i in pending], self.params, seeds)
-            completions = self.faults.corrupt_completions(completions, step)
             for completion in completions:
                 produced_by = completion.meta.get("revision", self.revision)
                 if produced_by != self.revision and completion.status.trainable:
@@ -200,10 +192,9 @@ class RolloutCollector:
         start = time.perf_counter()
         scorable = [s for g in groups for s in g.samples if s.status.trainable]
         if scorable:
-            rewards = [Reward(r.name, self.faults.wrap_reward(r.fn, step), r.weight) for r in self.rewards]
             inputs = reward_inputs([s.problem for s in scorable], [s.completion.text for s in scorable],
                                    [s.completion.token_ids for s in scorable])
-            scores = score(rewards, {**inputs, "trainer_state": TrainerState(step)})
+            scores = score(self.rewards, {**inputs, "trainer_state": TrainerState(step)})
             for i, (sample, reward, error) in enumerate(zip(scorable, scores.total, scores.errors)):
                 sample.reward = reward
                 sample.reward_parts = {name: values[i] for name, values in scores.parts.items()}
@@ -257,59 +248,115 @@ def sample_records(batch: RolloutBatch, tokenizer, k: int) -> list[dict]:
     } for s in picked[:k]]
 
 
-def rollout_metrics(batch: RolloutBatch, ranks: Ranks = SINGLE) -> dict[str, Any]:
+@dataclass
+class RewardStats:
+    """The rewards of every complete group, filtered or not."""
+
+    mean: float
+    std: float
+    min: float
+    max: float
+    accuracy: float  # the share with reward >= task.correct_threshold
+    parts: dict[str, tuple[float, float]]  # each reward function on its own: name -> (mean, std)
+
+
+@dataclass
+class RolloutStats:
+    """A step's rollout over every rank's share: what the rollout breakers read, and the rollout's part
+    of the metrics line."""
+
+    attempts: dict[str, int]  # SampleStatus value -> count over every attempt
+    failed_frac: float  # of all attempts, failed generations (the engine's fault)
+    unscorable_frac: float  # of generated answers, those the reward could not score (the data's or reward's)
+    retries: int
+    rounds: int  # this rank's refill rounds
+    reward_errors: int
+    groups_trained: int
+    groups_dropped_invalid: int
+    groups_dropped_zero_std: int
+    zero_std_frac: float  # of complete groups
+    empty_frac: float | None  # of samples in their final state; None when there is none
+    truncated_frac: float | None
+    rewards: RewardStats | None  # None when no group was complete
+    sources: list[str]  # server incarnations whose samples are trained on (none that failed)
+    length_mean: float | None  # of trained samples; None when none is trained
+    length_max: int | None
+    staleness: int  # every sample of a batch comes from one version
+    generated_tokens: int
+    generate_s: float  # the slowest rank's (ranks work in parallel)
+    reward_s: float
+
+    def metrics(self) -> dict[str, Any]:
+        m: dict[str, Any] = {keys.status_count(status.value): self.attempts.get(status.value, 0)
+                             for status in SampleStatus}
+        m.update({
+            keys.ATTEMPTS: sum(self.attempts.values()),
+            keys.FAILED_FRAC: self.failed_frac,
+            keys.UNSCORABLE_FRAC: self.unscorable_frac,
+            keys.RETRIES: self.retries,
+            keys.ROUNDS: self.rounds,
+            keys.REWARD_ERRORS: self.reward_errors,
+            keys.GROUPS_TRAINED: self.groups_trained,
+            keys.GROUPS_DROPPED_INVALID: self.groups_dropped_invalid,
+            keys.GROUPS_DROPPED_ZERO_STD: self.groups_dropped_zero_std,
+            keys.ZERO_STD_FRAC: self.zero_std_frac,
+        })
+        if self.empty_frac is not None:
+            m[keys.EMPTY_FRAC], m[keys.TRUNCATED_FRAC] = self.empty_frac, self.truncated_frac
+        if self.rewards is not None:
+            r = self.rewards
+            m.update({keys.REWARD_MEAN: r.mean, keys.REWARD_STD: r.std, keys.REWARD_MIN: r.min,
+                      keys.REWARD_MAX: r.max, keys.ACCURACY: r.accuracy})
+            for name, (mean, std) in r.parts.items():
+                m[keys.reward_part(name, "mean")], m[keys.reward_part(name, "std")] = mean, std
+        if self.sources:
+            m[keys.SOURCES] = self.sources
+        if self.length_mean is not None:
+            m[keys.LENGTH_MEAN], m[keys.LENGTH_MAX] = self.length_mean, self.length_max
+        m[keys.STALENESS_MAX] = m[keys.STALENESS_MEAN] = self.staleness
+        m[keys.GENERATED_TOKENS] = self.generated_tokens
+        m[keys.GENERATE_TOKENS_PER_S] = self.generated_tokens / self.generate_s if self.generate_s else 0.0
+        m[keys.GENERATE_S], m[keys.REWARD_S] = self.generate_s, self.reward_s
+        return m
+
+
+def rollout_stats(batch: RolloutBatch, ranks: Ranks = SINGLE) -> RolloutStats:
     """Counts of every status over all attempts, group bookkeeping, and reward/response statistics,
     over every rank's share of the step."""
     t = _merge(ranks.gather(_summary(batch)))
     attempts, final = t["attempts"], t["final"]
-    m: dict[str, Any] = {f"rollout/{status.value}": attempts.get(status.value, 0) for status in SampleStatus}
     total = sum(attempts.values())
     # A failed generation and an answer the reward cannot score have different causes (the engine vs
     # the data or reward function), different remedies, and different breakers.
     failed = sum(attempts.get(s.value, 0) for s in SampleStatus if s.retryable)
     generated = total - failed
     unscorable = attempts.get(SampleStatus.UNSCORABLE.value, 0)
-    m.update({
-        "rollout/attempts": total,
-        inputs.FAILED_FRAC: failed / total if total else 0.0,
-        inputs.UNSCORABLE_FRAC: unscorable / generated if generated else 0.0,
-        "rollout/retries": t["retries"],
-        "rollout/rounds": batch.rounds,
-        inputs.REWARD_ERRORS: t["reward_errors"],
-        "groups/trained": t["trained"],
-        "groups/dropped_invalid": t["dropped_invalid"],
-        "groups/dropped_zero_std": t["dropped_zero_std"],
-        inputs.ZERO_STD_FRAC: t["zero_std"] / t["complete"] if t["complete"] else 0.0,
-    })
     finals = sum(final.values())
-    if finals:
-        m[inputs.EMPTY_FRAC] = final.get(SampleStatus.EMPTY.value, 0) / finals
-        m[inputs.TRUNCATED_FRAC] = final.get(SampleStatus.TRUNCATED.value, 0) / finals
+    rewards = None
     if t["rewards"]:
-        rewards = torch.tensor(t["rewards"])
-        m.update({
-            inputs.REWARD_MEAN: rewards.mean().item(),
-            "reward/std": rewards.std(unbiased=False).item(),
-            "reward/min": rewards.min().item(),
-            inputs.REWARD_MAX: rewards.max().item(),
-            "reward/accuracy": sum(t["correct"]) / len(t["correct"]),  # reward >= task.correct_threshold
-        })
-    for name in dict.fromkeys(name for name, _ in t["parts"]):  # each reward function on its own
-        values = torch.tensor([value for n, value in t["parts"] if n == name])
-        m[f"reward/{name}/mean"] = values.mean().item()
-        m[f"reward/{name}/std"] = values.std(unbiased=False).item()
-    if t["sources"]:  # which server incarnations produced what is trained on (none that failed)
-        m["rollout/sources"] = sorted(t["sources"])
-    if t["lengths"]:
-        m[inputs.LENGTH_MEAN] = sum(t["lengths"]) / len(t["lengths"])
-        m["response/length_max"] = max(t["lengths"])
-    # Every sample of a batch comes from one version, so over the trained samples the mean is the batch's.
-    m[inputs.STALENESS_MAX] = m["rollout/staleness_mean"] = batch.staleness
-    m["perf/generated_tokens"] = t["generated_tokens"]
-    m["perf/generate_tokens_per_s"] = t["generated_tokens"] / t["generate_s"] if t["generate_s"] else 0.0
-    m["time/generate_s"] = t["generate_s"]
-    m["time/reward_s"] = t["reward_s"]
-    return m
+        values = torch.tensor(t["rewards"])
+        parts = {}
+        for name in dict.fromkeys(name for name, _ in t["parts"]):
+            part = torch.tensor([value for n, value in t["parts"] if n == name])
+            parts[name] = (part.mean().item(), part.std(unbiased=False).item())
+        rewards = RewardStats(values.mean().item(), values.std(unbiased=False).item(), values.min().item(),
+                              values.max().item(), sum(t["correct"]) / len(t["correct"]), parts)
+    lengths = t["lengths"]
+    return RolloutStats(
+        attempts={status.value: attempts.get(status.value, 0) for status in SampleStatus},
+        failed_frac=failed / total if total else 0.0,
+        unscorable_frac=unscorable / generated if generated else 0.0,
+        retries=t["retries"], rounds=batch.rounds, reward_errors=t["reward_errors"],
+        groups_trained=t["trained"], groups_dropped_invalid=t["dropped_invalid"],
+        groups_dropped_zero_std=t["dropped_zero_std"],
+        zero_std_frac=t["zero_std"] / t["complete"] if t["complete"] else 0.0,
+        empty_frac=final.get(SampleStatus.EMPTY.value, 0) / finals if finals else None,
+        truncated_frac=final.get(SampleStatus.TRUNCATED.value, 0) / finals if finals else None,
+        rewards=rewards, sources=sorted(t["sources"]),
+        length_mean=sum(lengths) / len(lengths) if lengths else None, length_max=max(lengths) if lengths else None,
+        staleness=batch.staleness, generated_tokens=t["generated_tokens"], generate_s=t["generate_s"],
+        reward_s=t["reward_s"],
+    )
 
 
 def _summary(batch: RolloutBatch) -> dict[str, Any]:
@@ -340,3 +387,10 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             else:
                 total[key] = total[key] + value
     return total
+
+
+def retry_note(statuses: list[str]) -> str:
+    """'1 sample (empty)', '3 samples (2 failed, 1 empty)': what is retried, by why."""
+    counts = {status: statuses.count(status) for status in dict.fromkeys(statuses)}
+    why = ", ".join(f"{n} {status}" if len(counts) > 1 else status for status, n in counts.items())
+    return f"{len(statuses)} sample{'s' if len(statuses) != 1 else ''} ({why})"

@@ -161,10 +161,13 @@ class CheckpointStore:
                 (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
                 _fsync_tree(tmp)
         except BaseException as exc:
+            # Described before the partial checkpoint is removed: afterwards the disk looks free, and a
+            # write that a library reports only as an I/O error would not be recognised as a full disk.
+            disk_error = DiskError(tmp, exc) if is_disk_error(exc) else None
             if ranks.main:
                 shutil.rmtree(tmp, ignore_errors=True)  # a failed write must not hold on to disk space
-            if is_disk_error(exc):
-                raise DiskError(tmp, exc) from exc
+            if disk_error is not None:
+                raise disk_error from exc
             raise
         if ranks.main:
             self._commit(tmp, final)

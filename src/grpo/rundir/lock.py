@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpo.errors import RunDirLocked
+from grpo.errors import DISK_ERRNOS, DiskError, RunDirLocked
 
 LOCK_FILE = ".lock"
 
@@ -37,9 +37,14 @@ class RunLock:
                 f"{self.path.parent} is in use by another grpo process ({describe_holder(read_holder(self.path))}): "
                 "wait for it to finish, stop it, or set run_dir to another directory"
             ) from None
-        os.ftruncate(fd, 0)
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "argv": sys.argv}
-        os.write(fd, json.dumps(holder).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps(holder).encode())
+        except OSError as exc:  # a full disk at the very start: the one-line disk error, not a traceback
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise DiskError(self.path, exc) if exc.errno in DISK_ERRNOS else exc
         self.fd = fd
         return self
 

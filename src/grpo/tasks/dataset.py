@@ -16,6 +16,8 @@ from grpo.tasks.files import Table, expand_files, read_files, read_hub, read_mem
 
 log = logging.getLogger(__name__)
 
+GSM8K_MARK = "####"  # read by default when task.gold_pattern is null
+
 
 @dataclass(frozen=True)
 class Columns:
@@ -46,7 +48,8 @@ class Columns:
                               f"got {type(value).__name__}")
         text = str(value)
         if self.gold_pattern is None:
-            return text.strip()
+            # GSM8K's answers are a worked solution ending in `#### N`: the gold is N, not the prose.
+            return text.rpartition(GSM8K_MARK)[2].strip() if GSM8K_MARK in text else text.strip()
         matches = list(self.gold_pattern.finditer(text))
         if not matches:
             return ""  # the math reward cannot score an empty gold: such samples are unscorable, never 0
@@ -124,10 +127,15 @@ def _without_gold(problems: list[Problem], table: Table, columns: Columns) -> st
         raise ConfigError(f"{columns.pattern_key} '{columns.gold_pattern.pattern}' matches no answer in "
                           f"{table.source} (column {columns.answer!r}); e.g. {table.where[answered]}: "
                           f"{_short(table.rows[answered][columns.answer])}. {fix}")
-    if not missing:
-        return ""
-    return (f" ({len(missing)} without a gold answer, e.g. {table.where[missing[0]]}: the math reward cannot score "
-            "them)")
+    notes = []
+    if columns.gold_pattern is None and columns.answer is not None:
+        marked = sum(GSM8K_MARK in str(row[columns.answer]) for row in table.rows if row[columns.answer] is not None)
+        if marked:
+            notes.append(f"{marked} golds read after '{GSM8K_MARK}' (GSM8K's format)")
+    if missing:
+        notes.append(f"{len(missing)} without a gold answer, e.g. {table.where[missing[0]]}: unscorable (None, "
+                     "never 0) for rewards that compare with the gold")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def read_split(source: str | None, split: str, files: list[str], files_key: str) -> Table:
@@ -170,4 +178,14 @@ class DatasetTask(ListTask):
             loaded[which] = problems
         super().__init__(train=loaded["train"], test=loaded["test"])
         # Logged once every split loaded, so a data error stays the only line a failed start prints.
-        log.info("%s: %s", self.name, "; ".join(report))
+        log.info("%s: %s%s", self.name, "; ".join(report), text_prompt_note(loaded["train"] + loaded["test"], cfg))
+
+
+def text_prompt_note(problems: list[Problem], cfg: TaskConfig) -> str:
+    """Text prompts are not used raw (TRL uses them raw): say what is done to them, where users look first."""
+    if not any(p.messages is None for p in problems):
+        return ""
+    template = "task.chat_template's" if cfg.chat_template else "the tokenizer's"
+    added = (f"task.instruction {cfg.instruction!r} appended (task.instruction='' for none)" if cfg.instruction
+             else "no instruction appended")
+    return f". Text prompts are sent as a user message through {template} chat template, with {added}"

@@ -30,7 +30,8 @@ def export_checkpoint(checkpoint: Path, out: Path, merged: bool) -> str:
     try:
         info = CheckpointStore(checkpoint.parent, CheckpointConfig()).open(checkpoint)  # every file's checksum
     except CheckpointInvalid as exc:
-        raise ConfigError(f"--checkpoint {checkpoint} is not a usable checkpoint: {exc.reason}") from None
+        raise ConfigError(f"--checkpoint {checkpoint} is not a usable checkpoint: {exc.reason}"
+                          f"{_checkpoints_inside(checkpoint)}") from None
     adapter = lora.is_adapter_dir(info.model_dir)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -52,8 +53,29 @@ def export_checkpoint(checkpoint: Path, out: Path, merged: bool) -> str:
             shutil.copytree(info.model_dir, tmp)
             what = ("the LoRA adapter (loads with peft's AutoPeftModelForCausalLM; --merged writes a plain model)"
                     if adapter else "the full model: loads with AutoModelForCausalLM.from_pretrained")
+        _honour_umask(tmp)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return f"wrote {out}: {what}"
+
+
+def _checkpoints_inside(path: Path) -> str:
+    """A run directory given for a checkpoint: the checkpoints it holds, to name one of."""
+    root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if not root.is_dir():
+        return ""
+    found = [str(info.path) for info in CheckpointStore(root, CheckpointConfig()).list()]
+    if not found:
+        return ""
+    return f"; {path} holds checkpoints: give one of {', '.join(found)}"
+
+
+def _honour_umask(root: Path) -> None:
+    """Files as the user's umask makes them (checkpoint files are written owner-only), so a model
+    server run by another user can read the export."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [root, *root.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)

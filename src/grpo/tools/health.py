@@ -12,6 +12,8 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+
+from grpo import metric_keys as keys
 from grpo.config import CheckpointConfig, ServerConfig
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, read_json
@@ -63,7 +65,7 @@ def _trainer(run_dir: Path, problems: list[str]) -> list[str]:
     if lines:
         last = lines[-1]
         since = time.time() - last.get("time", 0)
-        step_times = [line["time/step_s"] for line in lines[-20:] if isinstance(line.get("time/step_s"), (int, float))]
+        step_times = [line[keys.STEP_S] for line in lines[-20:] if isinstance(line.get(keys.STEP_S), (int, float))]
         typical = statistics.median(step_times) if step_times else 0.0
         out.append(f"STEPS    last step {last.get('step')} finished {since:.0f}s ago (typical step {typical:.1f}s)")
         # A running trainer silent for many typical steps (and at least 10 minutes) is stuck.
@@ -88,8 +90,14 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
     out = [f"SERVERS  {status.get('engine')}: trainer policy version {trainer_version}, "
            f"{len(recent)} server failure(s) in the last hour"]
     for server in status.get("servers", []):
-        name, url = server.get("name"), server.get("url")
-        line = (f"         {name} at {url}: {server.get('state')}, incarnation {server.get('incarnation')}, "
+        name, url, pid = server.get("name"), server.get("url"), server.get("pid")
+        state = server.get("state")
+        if not running:  # status.json is what a trainer last saw: no trainer, no server it still runs
+            state = (f"left running by a trainer that is gone (process {pid})" if pid is not None and _alive(pid)
+                     else f"gone with the trainer (was {state})")
+            if pid is not None and _alive(pid):
+                problems.append(f"{name}'s process {pid} outlived its trainer")
+        line = (f"         {name} at {url}: {state}, incarnation {server.get('incarnation')}, "
                 f"{server.get('restarts')} of {server.get('max_restarts')} restarts used, serves policy version "
                 f"{server.get('policy_version')}, {server.get('requests', 0)} requests answered"
                 + (" (restarting while the others serve)" if server.get("restarting_aside") else ""))
@@ -97,7 +105,6 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
         if not running:
             continue  # a finished or stopped run's servers are gone by design
         if server.get("state") in ("starting", "failed"):  # status.json follows every start and failure
-            pid = server.get("pid")
             alive = pid is None or _alive(pid)
             doing = "starting" if server.get("state") == "starting" else "failed, to be restarted"
             out.append(f"         {name}: {doing}" + ("" if alive else f"; its process {pid} is gone"))
@@ -106,7 +113,6 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
             continue
         if server.get("state") == "gave_up":
             problems.append(f"{name} was given up on")
-        pid = server.get("pid")
         if pid is not None and not _alive(pid):
             problems.append(f"{name}'s process {pid} is gone")
             out.append(f"         {name}: process {pid} is not running")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo import metric_keys as k
 from grpo.console import alert
 
 
@@ -17,8 +18,8 @@ class SkipAdvice:
             return
         self.explained.add(reason)
         if reason == "no learning signal":
-            mean, truncated = m.get("reward/mean"), m.get("response/truncated_frac") or 0.0
-            why = ("every answer was wrong" if mean == 0 else "every answer was right" if mean == m.get("reward/max")
+            mean, truncated = m.get(k.REWARD_MEAN), m.get(k.TRUNCATED_FRAC) or 0.0
+            why = ("every answer was wrong" if mean == 0 else "every answer was right" if mean == m.get(k.REWARD_MAX)
                    and mean else "in every group all answers got the same reward")
             remedy = ("more samples per problem (rollout.samples_per_problem) so some answers differ, "
                       "dynamic sampling (rollout.filter_zero_variance=true) to refill with groups that disagree, "
@@ -28,5 +29,5 @@ class SkipAdvice:
             alert(f"step {step}: NO UPDATE: {why} (mean reward {mean:.3g}), so GRPO has no signal. Try {remedy}.")
         elif reason == "no trainable groups":
             alert(f"step {step}: NO UPDATE: no group had every sample generated and scored "
-                  f"({m.get('rollout/failed', 0)} failed, {m.get('rollout/unscorable', 0)} unscorable); "
+                  f"({m.get(k.FAILED, 0)} failed, {m.get(k.UNSCORABLE, 0)} unscorable); "
                   "the guard's breakers watch this (grpo doctor shows the failures).")

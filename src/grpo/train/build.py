@@ -1,13 +1,13 @@
 """Every component of a training run, built from its config in one place and in dependency order: the
-task (data errors surface here, before any model loads), the reward functions, the policy, the fault
-injector, the rollout engine, the collector and the guard."""
+task (data errors surface here, before any model loads), the reward functions, the policy, the rollout
+engine, the collector and the guard; the hooks an entry point gave wrap the parts they ask for."""
 
 from __future__ import annotations
 
+import logging
 import math
-import os
-import threading
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -15,23 +15,24 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from grpo.config import RunConfig
+from grpo.config import FaultsConfig, RunConfig
 from grpo.dist import Ranks
 from grpo.errors import ConfigError
-from grpo.faults import FaultInjector
 from grpo.guard.breakers import Guard
 from grpo.policy.models import resolve_device
 from grpo.policy.policy import Policy
 from grpo.rewards import Reward, resolve_rewards
-from grpo.rollout.ahead import RolloutQueue
+from grpo.rollout.queue import RolloutQueue
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
 from grpo.rollout.engines.select import resolve_engine
-from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV
+from grpo.hooks import Hooks
 from grpo.train.signals import SignalWatch
 from grpo.tasks import Task, build_task
 
+
+log = logging.getLogger(__name__)
 
 @dataclass
 class Components:
@@ -41,20 +42,31 @@ class Components:
     eval_rewards: list[Reward]  # what scores held-out evaluations (eval.reward, else the training rewards)
     device: torch.device
     policy: Policy
-    faults: FaultInjector
     engine: RolloutEngine
     recompute_old: bool  # recompute old log-probs with the trainer rather than trust the sampler's
     collector: RolloutCollector
-    rollouts: RolloutQueue  # each step's batch, generated in turn or ahead (rollout.max_staleness)
+    rollouts: RolloutQueue  # the rollout queue: each step's batch, in turn or ahead (rollout.max_staleness)
     guard: Guard
 
 
+def _say_if_steps_repeat_problems(cfg: RunConfig, task: Task) -> None:
+    per_step = cfg.rollout.problems_per_step
+    if task.num_train is not None and task.num_train < per_step:
+        log.warning("only %d training problems, fewer than rollout.problems_per_step=%d: each step repeats "
+                    "problems (set rollout.problems_per_step=%d, or add rows)", task.num_train, per_step, task.num_train)
+
+
 def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
-          record_server_event: Callable[..., Any]) -> Components:
+          record_server_event: Callable[..., Any], hooks: Hooks) -> Components:
+    if cfg.testing.faults != FaultsConfig() and not hooks.rehearse_faults:
+        raise ConfigError("testing.faults.* are carried out by grpo.faults, which this run was not given: start it "
+                          "through grpo.entry (grpo train, grpo.api), or pass TrainingLoop grpo.entry.hooks_for(cfg)")
     seed = cfg.train.seed
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
-    task = build_task(cfg.task)
+    evaluates = bool(cfg.eval.every_steps or cfg.eval.before_training or cfg.eval.after_training)
+    task = build_task(cfg.task, splits=("train", "test") if evaluates else ("train",))  # no test split needed
     total_steps = _total_steps(cfg, task)
+    _say_if_steps_repeat_problems(cfg, task)
     rewards = resolve_rewards(cfg.task.reward, cfg.task.reward_weights, "task.reward")
     eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else rewards
     device = resolve_device(cfg.model.device, ranks.local_rank)
@@ -62,41 +74,37 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     if ranks.distributed and cfg.rollout.max_staleness:
         raise ConfigError("rollout.max_staleness > 0 does not run under torchrun yet: set rollout.max_staleness=0")
     policy = Policy(cfg, device, ranks)
-    faults = FaultInjector(cfg.faults, seed, ranks.rank)
     if engine_name == "embedded":
         # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
         engine: RolloutEngine = EmbeddedEngine(policy.model, policy.tokenizer, cfg.rollout.generation_batch_size,
                                                cancel=None if ranks.distributed else signals.event,
                                                inference=policy.inference_weights)
     else:
-        engine = _server_engine(cfg, engine_name, policy, ranks, run_dir, signals, record_server_event)
+        engine = _server_engine(cfg, engine_name, policy, ranks, run_dir, signals, record_server_event, hooks)
     # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
     # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs. Off
     # policy (max_staleness > 0), the recomputed ones are the proximal policy's (grpo.algo.offpolicy).
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
                      else engine_name != "embedded" or not policy.inference_is_exact or cfg.rollout.max_staleness > 0)
-    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, faults, seed,
-                                 ranks=ranks)
+    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, seed, ranks=ranks)
     collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
-    rollouts = RolloutQueue(collector, engine, policy, faults, cfg.rollout.max_staleness, total_steps)
-    return Components(task, total_steps, rewards, eval_rewards, device, policy, faults, engine,
+    collector = hooks.wrap_collector(collector)
+    rollouts = RolloutQueue(collector, engine, policy, cfg.rollout.max_staleness, total_steps)
+    return Components(task, total_steps, rewards, eval_rewards, device, policy, engine,
                       recompute_old, collector, rollouts, Guard(cfg.guard))
 
 
 def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Ranks, run_dir: Path,
-                   signals: SignalWatch, record_server_event: Callable[..., Any]) -> RolloutEngine:
+                   signals: SignalWatch, record_server_event: Callable[..., Any], hooks: Hooks) -> RolloutEngine:
     """One process: the servers' engine. Under torchrun: rank 0 holds it, every rank's calls go
     through it (grpo.rollout.engines.ranked); a stop signal is acted on at a step's end, by all ranks."""
     from grpo.rollout.engines.ranked import RankedEngine
     from grpo.rollout.engines.server import ServerEngine, make_backend
 
-    if cfg.faults.kill_server_actor_at_steps and not os.environ.get(SERVER_BUNDLES_ENV):
-        raise ConfigError("faults.kill_server_actor_at_steps needs servers placed by Ray: grpo train --launcher ray "
-                          "with rollout.engine=vllm|sglang and no rollout.server.urls")
     if ranks.distributed and not ranks.main:
         return RankedEngine(None, ranks)
     cancel = threading.Event() if ranks.distributed else signals.event
-    engine = ServerEngine(make_backend(engine_name), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
+    engine = ServerEngine(hooks.wrap_backend(make_backend(engine_name)), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
                           dtype=cfg.model.dtype, seed=cfg.train.seed, record=record_server_event, cancel=cancel)
     return RankedEngine(engine, ranks) if ranks.distributed else engine
 

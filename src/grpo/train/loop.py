@@ -16,6 +16,7 @@ import json
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from grpo import progress
@@ -24,22 +25,23 @@ from grpo.train.build import build
 from grpo.config import RunConfig, to_dict
 from grpo.console import say
 from grpo.dist import SINGLE, Ranks
-from grpo.errors import RunStopped
+from grpo.errors import RunStopped, is_disk_error
 from grpo.evaluate import EvaluationFailed, format_table
 from grpo.train.evaluation import evaluate_held_out
+from grpo.hooks import Hooks, StepHooks
 from grpo.train.metrics import MetricsLogger
 from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
 from grpo.policy.update import UpdateResult
 from grpo.progress import Progress
-from grpo.rollout.collector import RolloutBatch, rollout_metrics, sample_records
+from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
 from grpo.rollout.engines import GenerationCancelled
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
 from grpo.train.run_state import RunState
 from grpo.rundir.run import RunDir
 from grpo.train.signals import SignalWatch, StopRequested
-from grpo.train.step import StepRecord
+from grpo.train.step import StepRecord, StepState
 from grpo.train.verdicts import VerdictActions
 
 log = logging.getLogger(__name__)
@@ -48,19 +50,20 @@ SERVER_TROUBLE = ("server_failed", "server_gave_up", "weight_sync_mismatch")
 
 class TrainingLoop:
     def __init__(self, cfg: RunConfig, resume_from: str | None = None, run: RunDir | None = None,
-                 ranks: Ranks = SINGLE) -> None:
+                 ranks: Ranks = SINGLE, hooks: Sequence[StepHooks] = ()) -> None:
         """With `ranks` of a group (torchrun), every rank runs this loop on its share of each step;
-        rank 0 alone writes the run directory."""
-        self.cfg, self.ranks = cfg, ranks
+        rank 0 alone writes the run directory. `hooks`: what an entry point attaches at the run's seams
+        (grpo.hooks)."""
+        self.cfg, self.ranks, self.hooks = cfg, ranks, Hooks(hooks)
         self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
         self.metrics: MetricsLogger | None = None
         self.signals = SignalWatch()
-        self.engine, self.rollouts, self.event_step = None, None, 0
+        self.engine, self.rollouts, self.state, self.event_step = None, None, None, 0
         try:
-            parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event)
+            parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event, self.hooks)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
             self.policy, self.engine, self.collector, self.guard = parts.policy, parts.engine, parts.collector, parts.guard
-            self.faults, self.recompute_old, self.eval_rewards = parts.faults, parts.recompute_old, parts.eval_rewards
+            self.recompute_old, self.eval_rewards = parts.recompute_old, parts.eval_rewards
             self.rollouts = parts.rollouts
             self.state = RunState(cfg, self.run, self.policy, self.guard, ranks, self.rollouts)
             self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals)
@@ -69,7 +72,16 @@ class TrainingLoop:
             self.event_step = self.state.step
             self.metrics = MetricsLogger(self.run.path, cfg.logging, self.total_steps, cfg.name, to_dict(cfg),
                                          start_step=self.state.step, enabled=ranks.main)
-        except BaseException:
+            self.hooks.built(self)
+        except BaseException as exc:
+            # A disk that fills during the start (the step-0 checkpoint) is recorded like one that fills
+            # later, so that `grpo doctor` and `grpo health` read the run.
+            if self.state is not None and is_disk_error(exc):
+                recorded = self.state.crashed(exc)
+                self.close()
+                if recorded is exc:
+                    raise
+                raise recorded from exc
             self.close()
             raise
 
@@ -99,13 +111,17 @@ class TrainingLoop:
                          if self.cfg.logging.progress and self.ranks.main else None)
         progress.activate(self.progress)
         try:
-            return self._train()
-        except RunStopped:
+            try:
+                return self._train()
+            except (RunStopped, KeyboardInterrupt):
+                raise
+            except StopRequested as stop:
+                raise self.state.interrupted(stop, self.signals.received_at) from None
+            except BaseException as exc:  # recorded, then re-raised: a crash is never silent
+                raise self.state.crashed(exc) from exc
+        except KeyboardInterrupt:  # a second Ctrl-C, perhaps during the first one's save
+            self.state.abandoned()
             raise
-        except StopRequested as stop:
-            raise self.state.interrupted(stop) from None
-        except BaseException as exc:  # recorded, then re-raised: a crash is never silent
-            raise self.state.crashed(exc) from exc
         finally:
             self.close()
 
@@ -122,6 +138,7 @@ class TrainingLoop:
             self.signals.check_together(self.ranks)
             if self.progress is not None:
                 self.progress.start_step(self.state.step + 1)
+            self.hooks.step_start(self.state.step + 1)
             self._train_step(self.state.step + 1)
             if self.progress is not None:
                 self.progress.end_step()
@@ -148,9 +165,9 @@ class TrainingLoop:
         at_start = self.state.snapshot()
         try:
             batch = self._rollout(step, timer)
-            record.rollout = rollout_metrics(batch, self.ranks)
+            record.rollout = rollout_stats(batch, self.ranks)
             with timer.phase("guard"):
-                record.trips += self.guard.check("rollout", step, record.rollout)
+                record.trips += self.guard.check("rollout", step, record.rollout_metrics())
             if record.blocking_trip is None:
                 self._advantages_and_update(step, batch, record, timer)
             if record.update is not None:
@@ -172,7 +189,6 @@ class TrainingLoop:
             except (ServerGaveUp, WeightSyncFailed) as exc:
                 self.verdicts.server_stop(exc, step)
         self.state.step, self.state.data_index = step, batch.next_data_index
-        self.faults.step_done(step)
         if not record.trips:
             self.guard.observe({**record.update_metrics(), **record.sync})
         blocked = record.blocking_trip is not None
@@ -180,19 +196,19 @@ class TrainingLoop:
             record.evaluation = self._evaluate(f"step {step}")
 
         record.timings, record.step_s = timer.pop(), time.perf_counter() - started
-        record.state = {"actor/lr": self.policy.lr, "data/index": self.state.data_index,
-                        "policy/version": self.policy.version, "guard/rollbacks": self.guard.rollbacks}
+        record.state = StepState(self.policy.lr, self.state.data_index, self.policy.version, self.guard.rollbacks)
         self._record(step, record, batch)
         if not blocked and checkpoint_due:
             self.state.save(healthy=self.guard.healthy)
         self.verdicts.act_on(record.trips, step)
-        self.faults.after_step(step)
+        self.hooks.step_end(step)
 
     def _rollout(self, step: int, timer: PhaseTimer) -> RolloutBatch:
-        """Generated, scored and filtered (now, or ahead: grpo.rollout.ahead); failures retried, groups refilled."""
+        """Generated, scored and filtered (now, or queued ahead: grpo.rollout.queue); failures retried, groups
+        refilled."""
         with timer.phase("rollout"), progress.phase("rollout"), self.policy.unsharded():
             batch = self.rollouts.take(step, self.state.data_index)
-        self.faults.after_rollout(step, self.run.path)
+        self.hooks.after_rollout(step)
         return batch
 
     def _advantages_and_update(self, step: int, batch: RolloutBatch, record: StepRecord, timer: PhaseTimer) -> None:
@@ -213,15 +229,14 @@ class TrainingLoop:
             # Ranks stop together, at a step's end: a signal may not cut one rank's update short.
             check_stop = (lambda: None) if self.ranks.distributed else self.signals.check
             check_stop()
-            with timer.phase("update"), progress.phase("update"):
-                record.update = self.policy.update(train_batch, inject_nan=self.faults.nan_loss(step),
-                                                   check_stop=check_stop)
+            with timer.phase("update"), progress.phase("update"), self.hooks.around_update(step):
+                record.update = self.policy.update(train_batch, check_stop=check_stop)
 
     def _record(self, step: int, record: StepRecord, batch: RolloutBatch) -> None:
         m = record.metrics()
         if self.ranks.main:
             self.advice.after_step(step, record.applied, record.skip_reason, m)
-        self.faults.before_record(step)
+        self.hooks.before_record(step)
         # The line is written before the checkpoint, whose manifest records the log's size: a resume
         # from it keeps this line, and a resume from an older one moves it aside, never duplicates it.
         self.metrics.log(step, m)

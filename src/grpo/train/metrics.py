@@ -9,24 +9,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grpo import metric_keys as k
 from grpo.config import LoggingConfig
 from grpo.console import say
 from grpo.rundir.files import JsonlLog, atomic_write
 
 CONSOLE_COLUMNS = [
     ("step", "step", "{:>5d}"),
-    ("reward", "reward/mean", "{:>6.3f}"),
-    ("acc", "reward/accuracy", "{:>5.2f}"),
-    ("zero_std", "groups/zero_std_frac", "{:>8.2f}"),
-    ("len", "response/length_mean", "{:>5.1f}"),
-    ("trunc", "response/truncated_frac", "{:>5.2f}"),
-    ("failed", "rollout/failed_frac", "{:>6.2f}"),
-    ("loss", "actor/loss", "{:>8.4f}"),
-    ("gnorm", "actor/grad_norm", "{:>7.3f}"),
-    ("clip", "actor/clip_frac", "{:>5.3f}"),
-    ("upd", "update/applied", "{:>3d}"),
-    ("tok/s", "perf/tokens_per_s", "{:>6.0f}"),
-    ("step_s", "time/step_s", "{:>6.1f}"),
+    ("reward", k.REWARD_MEAN, "{:>6.3f}"),
+    ("acc", k.ACCURACY, "{:>5.2f}"),
+    ("zero_std", k.ZERO_STD_FRAC, "{:>8.2f}"),
+    ("len", k.LENGTH_MEAN, "{:>5.1f}"),
+    ("trunc", k.TRUNCATED_FRAC, "{:>5.2f}"),
+    ("failed", k.FAILED_FRAC, "{:>6.2f}"),
+    ("loss", k.LOSS, "{:>8.4f}"),
+    ("gnorm", k.GRAD_NORM, "{:>7.3f}"),
+    ("clip", k.CLIP_FRAC, "{:>5.3f}"),
+    ("upd", k.APPLIED, "{:>3d}"),
+    ("tok/s", k.TOKENS_PER_S, "{:>6.0f}"),
+    ("step_s", k.STEP_S, "{:>6.1f}"),
 ]
 
 
@@ -72,7 +73,7 @@ class MetricsLogger:
         if not self.enabled:
             return
         self.log_file.append(record)
-        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numeric = {key: float(v) for key, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.tb is not None:
             for key, value in numeric.items():
                 self.tb.add_scalar(key, value, step)
@@ -82,7 +83,7 @@ class MetricsLogger:
         self._console(record)
 
     def log_eval(self, step: int, label: str, result: dict[str, Any]) -> None:
-        numeric = {f"eval/{k}": float(v) for k, v in result.items()
+        numeric = {k.EVAL_PREFIX + name: float(v) for name, v in result.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.tb is not None:
             for key, value in numeric.items():

@@ -1,12 +1,13 @@
 """SIGTERM and SIGINT end a run cleanly: the step in progress is finished or abandoned, the state is
 saved, and the process exits with its own status. Schedulers and `docker stop` send SIGTERM and wait
 a few seconds before SIGKILL, so long phases check for a stop often (every generated token, every
-micro-batch). A second SIGINT exits at once."""
+micro-batch). A second SIGINT exits at once, without saving (grpo.train.run_state records it)."""
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType
 
 from grpo.dist import Ranks
@@ -26,6 +27,7 @@ class SignalWatch:
     def __init__(self) -> None:
         self.event = threading.Event()  # engines watch this to cancel generation
         self.signum: int | None = None
+        self.received_at: float | None = None  # time.monotonic() of the first signal
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
@@ -43,6 +45,7 @@ class SignalWatch:
         if self.event.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: the user does not want to wait for the save
         self.signum = signum
+        self.received_at = time.monotonic()
         self.event.set()
 
     @property

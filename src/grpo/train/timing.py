@@ -8,6 +8,8 @@ from typing import Iterator
 
 import torch
 
+from grpo import metric_keys as keys
+
 
 def _reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
@@ -47,9 +49,10 @@ class PhaseTimer:
         finally:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            self.metrics[f"time/{name}_s"] = self.metrics.get(f"time/{name}_s", 0.0) + time.perf_counter() - start
+            key = keys.phase_time(name)
+            self.metrics[key] = self.metrics.get(key, 0.0) + time.perf_counter() - start
             peak = _peak_bytes(self.device) / 2**30
-            key = f"memory/{name}_peak_gib"
+            key = keys.phase_peak_memory(name)
             self.metrics[key] = max(self.metrics.get(key, 0.0), peak)
 
     def pop(self) -> dict[str, float]:

@@ -14,24 +14,27 @@ def test_weights_are_proximal_over_behaviour_truncated_at_the_cap():
     proximal = behaviour + torch.tensor([0.0, math.log(2.0), math.log(8.0), math.log(0.5)])
     weights, m = importance_weights(proximal, behaviour, cap=5.0)
     assert weights.tolist() == pytest.approx([1.0, 2.0, 5.0, 0.5])
-    assert m["offpolicy/importance_weight_mean"] == pytest.approx((1 + 2 + 5 + 0.5) / 4)
-    assert m["offpolicy/importance_weight_max"] == pytest.approx(8.0)  # before the cap
-    assert m["offpolicy/importance_capped_frac"] == 0.25
+    assert m.importance_weight_mean == pytest.approx((1 + 2 + 5 + 0.5) / 4)
+    assert m.importance_weight_max == pytest.approx(8.0)  # before the cap
+    assert m.importance_capped_frac == 0.25
     # k3: r - 1 - log r per token, averaged
     k3 = [r - 1 - math.log(r) for r in (1.0, 2.0, 8.0, 0.5)]
-    assert m["offpolicy/kl"] == pytest.approx(sum(k3) / 4)
+    assert m.kl == pytest.approx(sum(k3) / 4)
+    assert m.metrics() == {"offpolicy/importance_weight_mean": m.importance_weight_mean,
+                           "offpolicy/importance_weight_max": m.importance_weight_max,
+                           "offpolicy/importance_capped_frac": 0.25, "offpolicy/kl": m.kl}
 
 
 def test_on_policy_the_weights_are_one_and_the_kl_zero():
     lp = torch.tensor([-0.3, -1.7, -4.0])
     weights, m = importance_weights(lp, lp.clone(), cap=5.0)
     assert weights.tolist() == [1.0, 1.0, 1.0]
-    assert m["offpolicy/kl"] == 0.0 and m["offpolicy/importance_capped_frac"] == 0.0
+    assert m.kl == 0.0 and m.importance_capped_frac == 0.0
 
 
 def test_no_tokens_no_metrics():
     weights, m = importance_weights(torch.zeros(0), torch.zeros(0), cap=5.0)
-    assert weights.shape == (0,) and m == {}
+    assert weights.shape == (0,) and m is None
 
 
 def test_the_loss_weights_each_tokens_surrogate_and_its_gradient():

@@ -38,7 +38,8 @@ def test_recomputed_old_logprobs_match_the_sampler_row_by_row():
     for mine, theirs in zip(batch.old_logprobs, sampler):
         assert len(mine) == len(theirs)
         assert max(abs(a - b) for a, b in zip(mine, theirs)) < 1e-4
-    assert metrics["rollout/logprob_mismatch"] < 1e-4 and metrics["rollout/logprob_mismatch_max"] < 1e-4
+    assert metrics.logprob_mismatch < 1e-4 and metrics.logprob_mismatch_max < 1e-4
+    assert set(metrics.metrics()) == {"rollout/logprob_mismatch", "rollout/logprob_mismatch_max"}
 
 
 def test_sequence_logprobs_are_the_greedy_samplers_at_temperature_one():
@@ -78,12 +79,13 @@ def test_off_policy_prepare_keeps_the_behaviour_log_probs_apart_and_weights_each
     for weights, prox, behav in zip(batch.importance_weights, proximal, behaviour):
         expected = [min(float(torch.tensor(p - b, dtype=torch.float64).exp()), 1.5) for p, b in zip(prox, behav)]
         assert weights.tolist() == [float(torch.tensor(e, dtype=torch.float32)) for e in expected]
-    assert metrics["offpolicy/kl"] > 0 and metrics["offpolicy/importance_weight_max"] > 1.5
-    assert 0 < metrics["offpolicy/importance_capped_frac"] < 1
+    assert metrics.offpolicy.kl > 0 and metrics.offpolicy.importance_weight_max > 1.5
+    assert 0 < metrics.offpolicy.importance_capped_frac < 1
 
 
 def test_on_policy_prepare_adds_no_importance_weights():
     policy = tiny_policy("rollout.temperature=0.7", "algo.micro_batch_size=4")
     batch = sampled_batch(policy, temperature=0.7)
     metrics = policy.prepare(batch, recompute_old=True)
-    assert batch.importance_weights is None and not any(k.startswith("offpolicy/") for k in metrics)
+    assert batch.importance_weights is None and metrics.offpolicy is None
+    assert not any(k.startswith("offpolicy/") for k in metrics.metrics())

@@ -85,7 +85,8 @@ def test_a_nan_loss_is_not_applied():
     model, tok = tiny()
     before = {n: p.clone() for n, p in model.named_parameters()}
     optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
+    model.get_input_embeddings().register_forward_hook(lambda module, args, out: out * float("nan"))
     result = update_policy(model, optimizer, group_batch(tok), LossConfig(), updates=1, micro_batch_size=4,
-                           max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id, inject_nan=True)
-    assert not result.applied and "non-finite" in result.skip_reason
+                           max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
+    assert not result.applied and result.nonfinite and "non-finite" in result.skip_reason
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())

@@ -4,12 +4,11 @@ import json
 from collections import deque
 
 
-from grpo.config import ArithConfig, FaultsConfig, RolloutConfig, TaskConfig
+from grpo.config import ArithConfig, RolloutConfig, TaskConfig
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
-from grpo.faults import FaultInjector
 from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import Reward, math_batch_reward
-from grpo.rollout.collector import RolloutCollector, rollout_metrics
+from grpo.rollout.collector import RolloutCollector, rollout_stats
 from grpo.tasks import build_task
 from grpo.tasks.arith import ArithTask
 
@@ -35,7 +34,7 @@ def collector(engine, **rollout):
     cfg = RolloutConfig(problems_per_step=2, samples_per_problem=2, retry_backoff_s=0.0, **rollout)
     delays = []
     c = RolloutCollector(engine, build_char_tokenizer(), ArithTask(ArithConfig(min_digits=1, max_digits=1)),
-                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], FaultInjector(FaultsConfig()), 0, sleep=delays.append)
+                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], 0, sleep=delays.append)
     return c, delays
 
 
@@ -62,7 +61,9 @@ def test_a_group_with_a_sample_that_keeps_failing_is_dropped_whole_and_refilled(
     assert batch.groups_dropped_invalid == 1
     assert len(batch.groups) == 2 and batch.rounds == 2  # a second round refilled the lost group
     assert batch.next_data_index == 3  # three problems consumed
-    m = rollout_metrics(batch)
+    stats = rollout_stats(batch)
+    assert stats.attempts["failed"] == 3 and stats.groups_dropped_invalid == 1
+    m = stats.metrics()
     assert m["rollout/failed"] == 3 and m["groups/dropped_invalid"] == 1
     assert m["rollout/failed_frac"] == 3 / m["rollout/attempts"]
 
@@ -73,8 +74,8 @@ def test_refill_is_bounded_when_everything_fails():
     batch = c.collect(step=1, data_index=0)
     assert batch.groups == [] and batch.rounds == 3
     assert engine.calls == [4, 4, 4, 4, 4, 4]  # 3 rounds x (first try + 1 retry)
-    assert "reward/mean" not in rollout_metrics(batch)
-    assert rollout_metrics(batch)["rollout/failed_frac"] == 1.0
+    assert rollout_stats(batch).rewards is None and "reward/mean" not in rollout_stats(batch).metrics()
+    assert rollout_stats(batch).metrics()["rollout/failed_frac"] == 1.0
 
 
 def test_empty_responses_are_failures_not_zero_rewards():
@@ -82,7 +83,7 @@ def test_empty_responses_are_failures_not_zero_rewards():
     c, _ = collector(engine, max_retries=0, max_refill_rounds=0)
     batch = c.collect(step=1, data_index=0)
     assert batch.groups == [] and batch.attempts["empty"] == 4
-    assert rollout_metrics(batch)["response/empty_frac"] == 1.0
+    assert rollout_stats(batch).metrics()["response/empty_frac"] == 1.0
 
 
 def test_zero_variance_groups_are_counted_and_filtered_when_asked():
@@ -90,7 +91,7 @@ def test_zero_variance_groups_are_counted_and_filtered_when_asked():
     wrong = [("\\boxed{-1}", OK)] * 100
     c, _ = collector(ScriptedEngine(wrong))
     batch = c.collect(step=1, data_index=0)
-    assert len(batch.groups) == 2 and rollout_metrics(batch)["groups/zero_std_frac"] == 1.0
+    assert len(batch.groups) == 2 and rollout_stats(batch).metrics()["groups/zero_std_frac"] == 1.0
 
     c, _ = collector(ScriptedEngine(wrong), filter_zero_variance=True, max_refill_rounds=3)
     batch = c.collect(step=1, data_index=0)
@@ -123,8 +124,7 @@ def test_reward_functions_get_every_column_of_the_problems_rows(tmp_path):
 
     engine = ScriptedEngine([])
     c = RolloutCollector(engine, build_char_tokenizer(), build_task(task_cfg), task_cfg,
-                         RolloutConfig(problems_per_step=2, samples_per_problem=2), [Reward("target", target_reward)],
-                         FaultInjector(FaultsConfig()), 0)
+                         RolloutConfig(problems_per_step=2, samples_per_problem=2), [Reward("target", target_reward)], 0)
     batch = c.collect(step=1, data_index=0)
     assert sorted(seen[0]) == ["chat", "completion_ids", "gold", "label", "prompts", "question", "trainer_state"]
     by_target = {g.problem.columns["target"]: [s.reward for s in g.samples] for g in batch.groups}
@@ -132,3 +132,11 @@ def test_reward_functions_get_every_column_of_the_problems_rows(tmp_path):
     assert sorted(seen[0]["question"]) == ["Say x", "Say x", "Say y", "Say y"]
     assert seen[0]["gold"] == seen[0]["label"]
     assert [chat[0]["content"] for chat in seen[0]["chat"]] == seen[0]["question"]
+
+
+def test_a_retry_is_named_by_what_is_retried():
+    """Issue 25 item 13: not '1 failed samples' for one empty answer."""
+    from grpo.rollout.collector import retry_note
+
+    assert retry_note(["empty"]) == "1 sample (empty)"
+    assert retry_note(["failed", "empty", "failed"]) == "3 samples (2 failed, 1 empty)"

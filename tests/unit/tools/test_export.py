@@ -108,3 +108,21 @@ def test_a_lora_checkpoint_whose_base_changed_is_refused(tmp_path, capsys):
     assert main(["export", "--checkpoint", str(info.path), "--out", str(tmp_path / "m"), "--merged"]) == EXIT_BAD_INPUT
     assert "was trained on other base weights" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_a_run_directory_for_a_checkpoint_lists_its_checkpoints_and_the_export_honours_the_umask(tmp_path, capsys):
+    """Issue 25 items 9 and 10."""
+    import os
+    import stat
+
+    _, info = trained_checkpoint(tmp_path)
+    assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(info.path) in err, err
+    old = os.umask(0o022)
+    try:
+        assert main(["export", "--checkpoint", str(info.path), "--out", str(tmp_path / "out")]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    assert modes and set(modes.values()) == {0o644}, modes

@@ -69,17 +69,12 @@ class RolloutEngine(abc.ABC):
 
     def pinned(self, policy) -> RolloutEngine:
         """An engine that generates from `policy`'s current weights until the next `sync_weights`,
-        while the policy trains on (grpo.rollout.ahead)."""
+        while the policy trains on (grpo.rollout.queue)."""
         raise NotImplementedError(f"{type(self).__name__} cannot generate ahead of the trainer")
 
     def outlived(self, completion: Completion) -> bool:
         """Whether what produced `completion` has failed since (a server incarnation): then it is not used."""
         return False
-
-    def arm_faults(self, faults: set[str]) -> None:
-        """Rehearse server failures in the next generation or sync (grpo.faults)."""
-        if faults:
-            raise ValueError(f"faults {sorted(faults)} need a server engine (rollout.engine=vllm or sglang)")
 
     def status(self) -> list[dict]:
         """One entry per server, for `grpo health`; empty for in-process engines."""

@@ -45,6 +45,12 @@ def sample_next(
     return tokens, chosen
 
 
+def out_of_memory(exc: RuntimeError) -> bool:
+    """The one failure generation expects: the device ran out of memory for this batch (torch raises
+    OutOfMemoryError on CUDA, a RuntimeError from the allocator on CPU)."""
+    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+
+
 class EmbeddedEngine(RolloutEngine):
     def __init__(
         self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64,
@@ -82,8 +88,10 @@ class EmbeddedEngine(RolloutEngine):
                 self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
                 try:
                     results.extend(self._generate_batch(chunk, params, seeds[start : start + self.batch_size]))
-                except (RuntimeError, ValueError) as exc:  # e.g. out of memory: the samples fail, the run goes on
-                    error = f"{type(exc).__name__}: {exc}"
+                except RuntimeError as exc:
+                    if not out_of_memory(exc):
+                        raise  # a bug (ours or the model's) is a crash with its traceback, never failed samples
+                    error = f"{type(exc).__name__}: {exc}"  # the samples fail and are retried; the run goes on
                     results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
         return results
 

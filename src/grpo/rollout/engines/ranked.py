@@ -95,10 +95,6 @@ class RankedEngine(RolloutEngine):
             raise RuntimeError(value)
         raise SHARED_ERRORS[kind](value, evidence)
 
-    def arm_faults(self, faults: set[str]) -> None:
-        if self.inner is not None:
-            self.inner.arm_faults(faults)
-
     def status(self) -> list[dict]:
         return self.inner.status() if self.inner is not None else []
 

@@ -15,7 +15,6 @@ starts the server from the exported weights), `generate` raises GenerationCancel
 from __future__ import annotations
 
 import shutil
-import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -30,17 +29,13 @@ from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.fleet import EitherEvent, Fleet
 from grpo.rollout.server.pinned import PinnedWeights
-from grpo.rollout.server.ray_host import ActorServer, ray_launchers
+from grpo.rollout.server.ray_host import ray_launchers
 from grpo.rollout.server.supervisor import Record, ServerState, StartCancelled, Supervisor
 from grpo.rollout.server.weights import (
     DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
     claim_weights_dir, probe_ids, reclaim_orphaned_weights,
 )
 from grpo.rundir.files import JsonlLog, atomic_write_json, read_json
-
-SERVER_FAULTS = ("kill_server", "kill_server_actor", "hang_server", "garbage_server", "skip_weight_sync",
-                 "stale_head_sync", "no_cache_reset")
-
 
 class ServerEngine(RolloutEngine):
     def __init__(self, backend: Backend, cfg: ServerConfig, tokenizer, *, run_dir: Path, dtype: str, seed: int,
@@ -85,7 +80,6 @@ class ServerEngine(RolloutEngine):
         self.source: WeightSource | None = None
         self.revision: int | None = None  # the weights in model_dir: what every server must serve
         self.version: int | None = None
-        self.armed: set[str] = set()
         self.last_sync: dict[str, Any] = {}
 
     def record(self, kind: str, message: str, **evidence: Any) -> None:
@@ -137,9 +131,9 @@ class ServerEngine(RolloutEngine):
         assert self.source is not None, "start() first"
         if self.source.revision != self.revision:
             self.export(self.source)
-        results = []
+        verified: list[ProbeResult | None] = []
         for server, started_from in self.fleet.restarted():
-            results.append(self._verify(server, reload=started_from != self.revision, rejoining=True))
+            verified.append(self._verify(server, reload=started_from != self.revision, rejoining=True))
         stopped = [s for s in self.servers if s.state == ServerState.STOPPED]
         started = self.fleet.start_together(stopped) if len(stopped) > 1 else set()
         for server in self.servers:
@@ -150,9 +144,9 @@ class ServerEngine(RolloutEngine):
                 continue
             restarted = server.ensure_ready() or server.name in started
             if server.revision != self.revision:
-                results.append(self._verify(server, reload=not restarted))
+                verified.append(self._verify(server, reload=not restarted))
         self._write_status()
-        return results
+        return [r for r in verified if r is not None]
 
     def export(self, policy) -> None:
         """Write the policy's weights where every server loads from (under torchrun, every rank
@@ -169,19 +163,13 @@ class ServerEngine(RolloutEngine):
             self._sync_all()
         return servers
 
-    def _verify(self, server: Supervisor, reload: bool, rejoining: bool = False) -> ProbeResult:
+    def _verify(self, server: Supervisor, reload: bool, rejoining: bool = False) -> ProbeResult | None:
         """Reload (unless the server just started from these files), reset the cache, and probe;
         a mismatch is fixed by syncing again, then by a restart, then it is a WeightSyncFailed.
+        -> None when the server failed mid-sync and restarts in the background while another serves.
         `rejoining`: restarted in the background, its verification is recorded as a fresh start's."""
         mode = ReloadMode.FULL
         reset = True
-        if reload and "skip_weight_sync" in self.armed:
-            mode = ReloadMode.SKIP
-        elif reload and "stale_head_sync" in self.armed:
-            mode = ReloadMode.STOCK
-        if reload and "no_cache_reset" in self.armed:
-            reset = False
-        self.armed -= {"skip_weight_sync", "stale_head_sync", "no_cache_reset"}
         attempts: list[dict[str, Any]] = []
         for attempt in range(1 + self.cfg.sync_retries + (0 if server.attached else 1)):
             restart = attempt == 1 + self.cfg.sync_retries  # the last resort: start from the files
@@ -197,6 +185,11 @@ class ServerEngine(RolloutEngine):
             except ServerError as exc:  # the server failed mid-sync: bring it back, then sync again
                 attempts.append({"attempt": attempt, "error": str(exc)})
                 if server.state != ServerState.READY or not server.check_health():
+                    if self.fleet.can_restart_aside(server):
+                        # Another server serves meanwhile: the sync does not wait for this restart; the
+                        # server is verified when it rejoins (grpo.rollout.server.fleet).
+                        self.fleet.restart_aside(server, self.revision)
+                        return None
                     server.ensure_ready()
                 mode, reset, reload = ReloadMode.FULL, True, True
                 continue
@@ -229,22 +222,14 @@ class ServerEngine(RolloutEngine):
 
     # --- generation -------------------------------------------------------------------------
 
-    def arm_faults(self, faults: set[str]) -> None:
-        unknown = faults - set(SERVER_FAULTS)
-        if unknown:
-            raise ValueError(f"unknown server faults {sorted(unknown)}")
-        self.armed |= faults
-
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int] | None = None) -> list[Completion]:
         if self.cancel.is_set():
             raise GenerationCancelled("generation cancelled")
         servers = self._serving()
         seeds = [seed & 0x7FFFFFFF for seed in seeds] if seeds is not None else list(range(len(prompts)))
-        garbage = "garbage_server" in self.armed
-        self.armed.discard("garbage_server")
         jobs = [(servers[i % len(servers)], prompts[i], seeds[i]) for i in range(len(prompts))]
-        futures = [self.pool.submit(self._one, server, prompt, params, seed, garbage)
+        futures = [self.pool.submit(self._one, server, prompt, params, seed)
                    for server, prompt, seed in jobs]
         self._wait(futures, servers)
         completions = [f.result() for f in futures]
@@ -263,21 +248,7 @@ class ServerEngine(RolloutEngine):
         return server is not None and completion.meta.get("incarnation") in server.dead
 
     def _wait(self, futures: list[Future], servers: list[Supervisor]) -> None:
-        """Wait for every request, cancelling everything on a stop signal. An armed kill/hang fault
-        fires as soon as the requests are submitted: the server then fails with requests in flight,
-        whatever its speed (waiting for a first answer raced a fast server that answers them all at once)."""
-        if "kill_server_actor" in self.armed and isinstance(servers[0].process, ActorServer):
-            self.armed.discard("kill_server_actor")
-            self.record("fault_injected", f"kill_server_actor: SIGKILL to {servers[0].name}'s Ray actor mid-rollout",
-                        server=servers[0].name, incarnation=servers[0].incarnation)
-            servers[0].process.kill_actor()
-        fault = next((f for f in ("kill_server", "hang_server") if f in self.armed), None)
-        if fault and servers[0].process is not None:
-            self.armed.discard(fault)
-            servers[0].process.send(signal.SIGKILL if fault == "kill_server" else signal.SIGSTOP)
-            self.record("fault_injected", f"{fault}: sent {'SIGKILL' if fault == 'kill_server' else 'SIGSTOP'} "
-                        f"to {servers[0].name} mid-rollout", server=servers[0].name,
-                        incarnation=servers[0].incarnation)
+        """Wait for every request, cancelling everything on a stop signal."""
         pending = set(futures)
         written = time.monotonic()
         while pending:
@@ -293,13 +264,10 @@ class ServerEngine(RolloutEngine):
                 wait(pending)
                 raise GenerationCancelled("generation cancelled")
 
-    def _one(self, server: Supervisor, prompt: list[int], params: SamplingParams, seed: int,
-             garbage: bool) -> Completion:
+    def _one(self, server: Supervisor, prompt: list[int], params: SamplingParams, seed: int) -> Completion:
         meta = {"server": server.name, "incarnation": server.incarnation, "revision": server.revision,
                 "policy_version": self.version}
         try:
-            if garbage:
-                raise ServerError("garbage", "unexpected answer: injected garbage (faults.garbage_server_at_steps)")
             result = self.backend.generate(server.client, prompt, params, seed)
             self.fleet.answered(server)
         except ServerError as exc:

@@ -31,7 +31,7 @@ class LaunchSpec:
 
 class ReloadMode:
     """How a sync moves weights in: `full` is the correct path; the others exist to rehearse the
-    failures the probe must catch (faults.*)."""
+    failures the probe must catch (testing.faults.*)."""
 
     FULL = "full"
     STOCK = "stock"  # the server's own reload, which (in vLLM) leaves a tied lm_head stale

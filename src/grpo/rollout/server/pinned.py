@@ -1,4 +1,4 @@
-"""The weights a server holds while the policy trains on (grpo.rollout.ahead), as the probe's reference.
+"""The weights a server holds while the policy trains on (grpo.rollout.queue), as the probe's reference.
 
 A server restarted during a rollout generated ahead of the trainer starts from the weight files of the
 last sync, which is what it must serve; the policy's own weights are moving meanwhile. So its probe is

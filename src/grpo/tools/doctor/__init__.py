@@ -66,6 +66,8 @@ def judge(record: RunRecord) -> Diagnosis:
     found = timeline.anomalies(record)
     what, first_bad, explanation, backing = cause.decide(record, found)
     checkpoint = cause.last_checkpoint_before(record, first_bad)
+    if record.stop_checkpoint and what != "healthy":  # the guard's own choice when it stopped the run
+        checkpoint = next((c for c in record.checkpoints if c.path == record.stop_checkpoint), checkpoint)
     diagnosis = Diagnosis(
         source=record.source, status="healthy" if what == "healthy" else "problem", cause=what,
         first_bad_step=first_bad, explanation=explanation, evidence=cause.evidence_of(backing),
@@ -77,7 +79,7 @@ def judge(record: RunRecord) -> Diagnosis:
 def _resume(record: RunRecord, checkpoint, what: str) -> str | None:
     if record.source == "grpo":
         command = grpo_run.resume_command(Path(record.path), Path(checkpoint.path) if checkpoint else None)
-        cleared = [f"faults.{name}={_yaml(getattr(grpo_run.default_faults(), name))}"
+        cleared = [f"testing.faults.{name}={_yaml(getattr(grpo_run.default_faults(), name))}"
                    for name in grpo_run.faults_set(Path(record.path))]
         return " ".join([command, *cleared])
     if checkpoint is None or what == "healthy":
@@ -94,6 +96,17 @@ def _yaml(value) -> str:
     return json.dumps(value)  # JSON is YAML: [] null 1.0
 
 
+def _no_good_checkpoint(d: Diagnosis, record: RunRecord) -> str:
+    """Why no checkpoint is named: none saved, none healthy, or every healthy one is from the bad step on."""
+    healthy = [c for c in record.checkpoints if c.healthy]
+    if not record.checkpoints:
+        return "none (no checkpoint was saved)"
+    if not healthy:
+        return f"none ({len(record.checkpoints)} saved, none healthy)"
+    return (f"none before step {d.first_bad_step} (the {len(healthy)} healthy checkpoint(s) were saved from that "
+            f"step on, e.g. {healthy[0].path})")
+
+
 def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = None) -> list[str]:
     """The doctor's printed account: the diagnosis first, then the timeline, then (grpo runs) the
     detailed sections."""
@@ -104,7 +117,7 @@ def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = 
            f"          {d.explanation}"]
     for e in d.evidence[:6]:
         out.append(f"          evidence {e.file}:{e.line}: {e.text[:160]}")
-    out.append(f"          last good checkpoint: {d.last_good_checkpoint or 'none'}")
+    out.append(f"          last good checkpoint: {d.last_good_checkpoint or _no_good_checkpoint(d, record)}")
     if d.resume:
         out.append(f"          resume: {d.resume}")
     if d.timeline:

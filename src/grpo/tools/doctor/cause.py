@@ -18,7 +18,9 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
     no_learning_signal   every group's rewards identical (loss and gradient at 0), a task that gives
                          no signal
     policy_collapse      the reward fell with the infrastructure healthy
-    stalled              the steps stopped: a crash, a trainer killed without a word, or no step at all
+    disk_full            the last crash was the disk refusing a write (full, quota, read-only)
+    crashed              the trainer ended with a recorded error after its last step
+    stalled              the steps stopped: a trainer killed without a word, or no step at all
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import statistics
 from grpo.tools.doctor.record import (GRAD_NORM, REWARD, REWARD_STD, ZERO_STD, Anomaly, Checkpoint, Evidence,
                                       RunRecord)
 
+DISK_WORDS = ("no space", "quota", "read-only", "diskerror")
 SERVER_SLACK = 1  # a server failure up to one step after the first bad step still explains it
 SERVER_LEAD = 3  # ... and one up to 3 steps before it (rollouts in flight drain first); earlier ones
                  # were followed by healthy steps, so they did not cause it
@@ -61,6 +64,10 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         a = first["nonfinite"]
         return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
     explaining = [s for s in servers if onset is None or onset - SERVER_LEAD <= s.step <= onset + SERVER_SLACK]
+    if onset is None and _stopped_by(record, "server_gave_up"):
+        # The failures of the step that never logged, ending in the stop: a failure in a step that
+        # was logged was recovered from, however early it came.
+        explaining = [s for s in explaining if s.step > max(record.metrics, default=0)]
     if explaining and (onset is not None or _stopped_by(record, "server_gave_up") or not record.metrics):
         server = explaining[0]
         step = min(server.step, onset) if onset is not None else server.step
@@ -119,10 +126,14 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         return "policy_collapse", min([a.step] + [s.step for s in signs]), (
             f"the reward collapsed at step {a.step} with the infrastructure healthy{late_note}: {said}. "
             "Lower the learning rate, raise the KL penalty or clip, and resume from before it"), [a] + signs
-    stalled = [a for a in timeline if a.kind == "crash"]
-    if stalled:
-        a = stalled[-1]
-        return "stalled", a.step, f"the trainer stopped at step {a.step}: {a.detail}", [a]
+    last_step = max(record.metrics, default=0)
+    crashes = [a for a in _of(record, {"crash"}) if a.step > last_step]  # not one a resume got past
+    if crashes:
+        a = crashes[-1]
+        if any(s in a.detail.lower() for s in DISK_WORDS):
+            return "disk_full", a.step, (f"the disk refused a write at step {a.step}: {a.detail}. Free space, "
+                                         "then run the same command again"), [a]
+        return "crashed", a.step, f"the trainer crashed at step {a.step}: {a.detail}", [a]
     if not record.metrics and not record.running:
         return "stalled", 1, "no step was logged: the run never got through its first step", [
             a for a in timeline if a.kind in ("restart", "server_restart")][:3]

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from grpo import metric_keys as keys
 from grpo.config import CheckpointConfig, FaultsConfig, RunConfig, load_config
 from grpo.errors import ConfigError
 from grpo.rundir.resume import resume_command
@@ -97,7 +98,7 @@ def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
             bad += 1
             continue
         clean = {k: v for k, v in record.items() if v is None or _is_number(v)
-                 or k in _TEXT_KEYS and isinstance(v, str) or k == "guard/trips" and isinstance(v, list)}
+                 or k in _TEXT_KEYS and isinstance(v, str) or k == keys.TRIPS and isinstance(v, list)}
         if isinstance(record.get("evidence"), dict):
             clean["evidence"] = record["evidence"]
         if not isinstance(clean.get("evidence"), dict):
@@ -107,7 +108,7 @@ def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
     return records, bad
 
 
-_TEXT_KEYS = {"kind", "message", "label", "status", "error", "update/skip_reason"}
+_TEXT_KEYS = {"kind", "message", "label", "status", "error", keys.SKIP_REASON}
 
 
 def _latest_steps(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -163,13 +164,12 @@ def _status(run_dir: Path, cfg: RunConfig | None, steps: list[dict], events: lis
 
 
 def _update_lines(steps: list[dict[str, Any]]) -> list[str]:
-    applied = sum(1 for s in steps if s.get("update/applied"))
-    reasons = Counter(s.get("update/skip_reason") for s in steps if not s.get("update/applied"))
+    applied = sum(1 for s in steps if s.get(keys.APPLIED))
+    reasons = Counter(s.get(keys.SKIP_REASON) for s in steps if not s.get(keys.APPLIED))
     out = [f"UPDATES  {applied} of {len(steps)} steps applied an update"
            + ("; skipped: " + ", ".join(f"{n} x {r}" for r, n in reasons.most_common()) if reasons else "")]
-    statuses = ("ok", "truncated", "failed", "timeout", "empty", "unscorable")
-    counts = {k: sum(s.get(f"rollout/{k}", 0) or 0 for s in steps) for k in statuses}
-    bad_steps = [s["step"] for s in steps if (s.get("rollout/failed_frac") or 0) > 0]
+    counts = {k: sum(s.get(keys.status_count(k), 0) or 0 for s in steps) for k in _STATUSES}
+    bad_steps = [s["step"] for s in steps if (s.get(keys.FAILED_FRAC) or 0) > 0]
     out.append("ROLLOUTS " + ", ".join(f"{k} {v}" for k, v in counts.items())
                + (f"; failures at steps {_ranges(bad_steps)}" if bad_steps else ""))
     scored = counts["ok"] + counts["truncated"] + counts["unscorable"]
@@ -180,7 +180,7 @@ def _update_lines(steps: list[dict[str, Any]]) -> list[str]:
 
 
 def _reward_lines(steps: list[dict[str, Any]]) -> list[str]:
-    rewards = [(s["step"], s["reward/mean"]) for s in steps if s.get("reward/mean") is not None]
+    rewards = [(s["step"], s[keys.REWARD_MEAN]) for s in steps if s.get(keys.REWARD_MEAN) is not None]
     if not rewards:
         return ["REWARD   no step produced a scored batch"]
     head = statistics.fmean(r for _, r in rewards[:5])
@@ -189,7 +189,7 @@ def _reward_lines(steps: list[dict[str, Any]]) -> list[str]:
     zero_runs = [st for st, r in rewards if r == 0.0]
     if zero_runs:
         out.append(f"         mean reward exactly 0 at steps {_ranges(zero_runs)}")
-    no_signal = [s["step"] for s in steps if s.get("update/no_signal")]
+    no_signal = [s["step"] for s in steps if s.get(keys.NO_SIGNAL)]
     if no_signal:
         out.append(f"         no learning signal (all groups zero-variance) at steps {_ranges(no_signal)}")
     return out
@@ -199,8 +199,9 @@ def _time_lines(steps: list[dict[str, Any]]) -> list[str]:
     phases: Counter = Counter()
     for s in steps:
         for name in _phases(s):
-            phases[name] += s[f"time/{name}_s"] if _is_number(s[f"time/{name}_s"]) else 0.0
-    total = sum(s.get("time/step_s") or 0.0 for s in steps)
+            seconds = s[keys.phase_time(name)]
+            phases[name] += seconds if _is_number(seconds) else 0.0
+    total = sum(s.get(keys.STEP_S) or 0.0 for s in steps)
     if not total:
         return []
     top = ", ".join(f"{name} {value / total:.0%}" for name, value in phases.most_common(4))
@@ -283,10 +284,10 @@ def _name(info) -> str:
 
 # metrics.jsonl key -> canonical name
 _CANONICAL = {
-    "reward/mean": REWARD, "reward/std": REWARD_STD, "reward/accuracy": ACCURACY, "actor/loss": LOSS,
-    "actor/kl": KL, "actor/entropy": ENTROPY, "actor/grad_norm": GRAD_NORM, "response/length_mean": LENGTH,
-    "response/truncated_frac": TRUNCATED, "groups/zero_std_frac": ZERO_STD, "rollout/failed_frac": FAILED,
-    "time/step_s": STEP_S,
+    keys.REWARD_MEAN: REWARD, keys.REWARD_STD: REWARD_STD, keys.ACCURACY: ACCURACY, keys.LOSS: LOSS,
+    keys.KL: KL, keys.ENTROPY: ENTROPY, keys.GRAD_NORM: GRAD_NORM, keys.LENGTH_MEAN: LENGTH,
+    keys.TRUNCATED_FRAC: TRUNCATED, keys.ZERO_STD_FRAC: ZERO_STD, keys.FAILED_FRAC: FAILED,
+    keys.STEP_S: STEP_S,
 }
 # A trip's breaker -> the mark it leaves on the timeline
 _BREAKER_MARKS = {
@@ -314,27 +315,29 @@ def read_record(run_dir: Path) -> RunRecord:
         for key, name in _CANONICAL.items():
             if _is_number(line.get(key)):
                 record.put(step, name, float(line[key]))
-        if KL not in record.metrics.get(step, {}) and _is_number(line.get("actor/approx_kl_old")):
-            record.put(step, KL, float(line["actor/approx_kl_old"]))
+        if KL not in record.metrics.get(step, {}) and _is_number(line.get(keys.APPROX_KL_OLD)):
+            record.put(step, KL, float(line[keys.APPROX_KL_OLD]))
         lost = _lost_fraction(line)
         if lost is not None:
             record.put(step, LOST, lost)
-        peaks = [v for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib") and _is_number(v)]
+        peaks = [v for k, v in line.items() if k.startswith(keys.MEMORY_PREFIX) and k.endswith("_peak_gib")
+                 and _is_number(v)]
         if peaks:
             record.put(step, MEMORY_GIB, float(max(peaks)))
         phases = _phases(line)
-        for key, value in line.items():
-            if key.startswith("time/") and key[5:-2] in phases and _is_number(value):
-                record.put(step, PHASE_PREFIX + key[5:-2], float(value))
-            elif key.startswith("rollout/") and key[8:] in _STATUSES and _is_number(value):
-                record.put(step, STATUS_PREFIX + key[8:], float(value))
+        for key, value in line.items():  # in the line's order
+            if key in {keys.phase_time(p): p for p in phases} and _is_number(value):
+                record.put(step, PHASE_PREFIX + key[len(keys.TIME_PREFIX):-2], float(value))
+            elif key in {keys.status_count(s) for s in _STATUSES} and _is_number(value):
+                record.put(step, STATUS_PREFIX + key[len(keys.ROLLOUT_PREFIX):], float(value))
         record.evidence_by_step[step] = Evidence(str(metrics_path), line["_line"], _metric_text(line))
-        if line.get("update/nonfinite"):
+        if line.get(keys.NONFINITE):
             record.marks.append(Mark(step, "nonfinite", "non-finite loss or gradient: "
-                                     f"{line.get('update/skip_reason')}", record.evidence_by_step[step]))
-        if _is_number(line.get("rollout/unscorable_frac")) and line["rollout/unscorable_frac"] >= 0.5:
-            record.marks.append(Mark(step, "reward_error", f"{line['rollout/unscorable_frac']:.0%} of answers could "
-                                     "not be scored", record.evidence_by_step[step]))
+                                     f"{line.get(keys.SKIP_REASON)}", record.evidence_by_step[step]))
+        unscorable = line.get(keys.UNSCORABLE_FRAC)
+        if _is_number(unscorable) and unscorable >= 0.5:
+            record.marks.append(Mark(step, "reward_error", f"{unscorable:.0%} of answers could not be scored",
+                                     record.evidence_by_step[step]))
     for line in _read_log(run_dir / "eval.jsonl")[0]:
         if isinstance(line.get("step"), int) and _is_number(line.get("accuracy")):
             record.put(line["step"], EVAL_ACCURACY, float(line["accuracy"]))
@@ -358,6 +361,7 @@ def read_record(run_dir: Path) -> RunRecord:
         after_last = (max(record.metrics) if record.metrics else 0) + 1
         step = max(stop["step"], after_last) if kind == "server_gave_up" else stop["step"]
         record.marks.append(Mark(step, kind, f"the guard stopped the run: {cause}", evidence))
+        record.stop_checkpoint = stop.get("last_good_checkpoint")
     summary, _ = read_json(run_dir / "summary.json")
     record.finished = isinstance(summary, dict) and summary.get("status") == "finished"
     store = CheckpointStore(run_dir / "checkpoints", cfg.checkpoint if cfg else CheckpointConfig())
@@ -369,17 +373,18 @@ def read_record(run_dir: Path) -> RunRecord:
 def _phases(line: dict[str, Any]) -> set[str]:
     """The step's top-level phases: the loop's phases have their own peak memory; the collector's
     generate/reward times lie inside the rollout phase, and added to it would count twice."""
-    timed = {k[5:-2] for k in line if k.startswith("time/") and k.endswith("_s") and k != "time/step_s"}
-    return {p for p in timed if f"memory/{p}_peak_gib" in line} or timed
+    timed = {k[len(keys.TIME_PREFIX):-2] for k in line
+             if k.startswith(keys.TIME_PREFIX) and k.endswith("_s") and k != keys.STEP_S}
+    return {p for p in timed if keys.phase_peak_memory(p) in line} or timed
 
 
 def _lost_fraction(line: dict[str, Any]) -> float | None:
     """Groups lost to failures after retries; a step whose every group was lost trains nothing."""
-    trained, dropped = line.get("groups/trained"), line.get("groups/dropped_invalid")
+    trained, dropped = line.get(keys.GROUPS_TRAINED), line.get(keys.GROUPS_DROPPED_INVALID)
     if not (_is_number(trained) and _is_number(dropped)):
         return None
     if trained + dropped == 0:
-        return 1.0 if (line.get("rollout/failed_frac") or 0) > 0 else 0.0
+        return 1.0 if (line.get(keys.FAILED_FRAC) or 0) > 0 else 0.0
     return dropped / (trained + dropped)
 
 
@@ -404,10 +409,9 @@ def _event_mark(event: dict[str, Any], evidence: Evidence) -> Mark | None:
 
 
 def _metric_text(line: dict[str, Any]) -> str:
-    keys = ("reward/mean", "groups/zero_std_frac", "rollout/failed_frac", "actor/loss", "actor/grad_norm",
-            "update/skip_reason")
+    shown = (keys.REWARD_MEAN, keys.ZERO_STD_FRAC, keys.FAILED_FRAC, keys.LOSS, keys.GRAD_NORM, keys.SKIP_REASON)
     return "step {}: ".format(line.get("step")) + ", ".join(f"{k}={line[k]:.4g}" if _is_number(line.get(k)) else
-                                                            f"{k}={line.get(k)}" for k in keys if k in line)
+                                                            f"{k}={line.get(k)}" for k in shown if k in line)
 
 
 def _event_text(event: dict[str, Any]) -> str:
@@ -424,12 +428,12 @@ _SERVER_ERROR = re.compile(r"out.of.memory|OutOfMemory|Error|Killed|Traceback", 
 
 
 def faults_set(run_dir: Path) -> list[str]:
-    """The `faults.*` keys the run's config sets (a rehearsal): a resume command clears them."""
+    """The `testing.faults.*` keys the run's config sets (a rehearsal): a resume command clears them."""
     cfg = _config(Path(run_dir), [])
     if cfg is None:
         return []
     defaults = default_faults()
-    return [name for name in vars(defaults) if getattr(cfg.faults, name) != getattr(defaults, name)]
+    return [name for name in vars(defaults) if getattr(cfg.testing.faults, name) != getattr(defaults, name)]
 
 
 def default_faults() -> FaultsConfig:

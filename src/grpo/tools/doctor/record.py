@@ -75,6 +75,7 @@ class RunRecord:
     total_steps: int | None = None
     finished: bool = False  # the source says the run ended normally
     running: bool = False  # a trainer holds the run now (grpo runs only can tell)
+    stop_checkpoint: str | None = None  # the last good checkpoint the guard named when it stopped the run
     notes: list[str] = field(default_factory=list)  # torn lines skipped, files missing: said, never fatal
 
     def steps(self) -> list[int]:

@@ -72,9 +72,11 @@ def write_report(path: Path, out: Path | None = None) -> Path:
     return target
 
 
-def report_line(run_dir: Path) -> str:
+def report_line(run_dir: Path, enabled: bool = True) -> str:
     """The line `grpo train` prints at the end of a run and when the guard stops it: where the report
     is, or why there is none (the run's own outcome must not hang on its picture)."""
+    if not enabled:
+        return f"no report (logging.report=false): draw one with grpo report {run_dir}"
     try:
         return f"report: {write_report(run_dir)}"
     except (ReportError, UnreadableRun) as exc:

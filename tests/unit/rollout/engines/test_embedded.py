@@ -1,6 +1,7 @@
 """The embedded engine: batching, KV cache and left padding must not change what a prompt generates,
 and the log-probs it reports must be those a training forward pass computes."""
 
+import pytest
 import torch
 
 from grpo.config import TinyModelConfig
@@ -119,16 +120,30 @@ def test_a_draw_is_the_first_token_whose_cumulative_probability_reaches_its_unif
     assert not (tokens == 7).any()
 
 
-def test_engine_errors_become_failed_samples():
+def raising_forward(model, exc: BaseException):
+    def hook(module, args, kwargs):
+        raise exc
+
+    return model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("exc", [torch.OutOfMemoryError("CUDA out of memory (simulated)"),
+                                 RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB")])
+def test_running_out_of_memory_fails_the_samples(exc):
     engine, tok = make_engine()
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("CUDA out of memory (simulated)")
-
-    engine._decode = broken
+    raising_forward(engine.model, exc)
     outs = engine.generate(prompts_for(tok, ["a", "b"]), SamplingParams(4, 1.0))
     assert [o.status for o in outs] == [SampleStatus.FAILED] * 2
-    assert "out of memory" in outs[0].error
+    assert str(exc) in outs[0].error
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("mat1 and mat2 shapes cannot be multiplied"), ValueError("a bug"),
+                                 TypeError("a bug")])
+def test_a_bug_in_generation_is_a_crash_not_failed_samples(exc):
+    engine, tok = make_engine()
+    raising_forward(engine.model, exc)
+    with pytest.raises(type(exc), match=str(exc)):
+        engine.generate(prompts_for(tok, ["a", "b"]), SamplingParams(4, 1.0))
 
 
 def test_progress_counts_decode_steps_across_batches_without_going_back(monkeypatch):

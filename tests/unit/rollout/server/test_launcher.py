@@ -13,6 +13,7 @@ from grpo.errors import ConfigError
 from grpo.rollout.server.backend import LaunchSpec
 from grpo.rollout.server.launcher import Launch, LocalLauncher
 from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV, ray_launchers
+from tests.waiting import wait_until
 
 
 def test_the_local_launcher_starts_the_command_for_its_host_and_a_free_port(tmp_path):
@@ -29,9 +30,7 @@ def test_the_local_launcher_starts_the_command_for_its_host_and_a_free_port(tmp_
     assert host == "127.0.0.1" and port > 0 and launched.url == f"http://127.0.0.1:{port}"
     assert launched.handle.exited.wait(30) and launched.handle.describe_exit() == "exited with status 0"
     assert "up" in launched.handle.output()
-    deadline = time.monotonic() + 5  # the exit is reported just after it is seen
-    while not exits and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: exits, 5, "the exit reported", interval=0.01)  # reported just after it is seen
     assert exits == [launched.handle]
 
 

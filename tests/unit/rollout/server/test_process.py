@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpo.rollout.server.process import ServerProcess, oom_kills
 from tests.processes import session
+from tests.waiting import wait_until
 
 # A "server" whose worker is a separate process of the same session, as vLLM's API server and EngineCore.
 FORKING_SERVER = textwrap.dedent("""
@@ -24,18 +25,9 @@ FORKING_SERVER = textwrap.dedent("""
 """)
 
 
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def server_pid(log: Path) -> int:
     """The server's first process (the reaper's child), as the reaper logs it."""
-    assert wait_for(lambda: log.is_file() and "server pid" in log.read_text(), 10), log.read_text()
+    wait_until(lambda: log.is_file() and "server pid" in log.read_text(), 10, "the reaper logging the server's pid")
     return int(log.read_text().split("server pid ")[1].split(",")[0])
 
 
@@ -45,19 +37,20 @@ def test_when_the_servers_first_process_is_sigkilled_its_whole_session_ends(tmp_
     process.start()
     sid = process.pid
     assert os.getsid(sid) == sid  # the reaper leads the server's own session
-    assert wait_for(lambda: len(session(sid)) == 3, 10)  # reaper, server, its worker
+    wait_until(lambda: len(session(sid)) == 3, 10, "reaper, server and its worker running")
     os.kill(server_pid(tmp_path / "s.log"), signal.SIGKILL)  # the API server alone, from outside
-    assert wait_for(lambda: not session(sid), 10), session(sid)
+    wait_until(lambda: not session(sid), 10, "the whole session ended")
     assert process.exited.wait(10) and process.describe_exit() == "killed by SIGKILL"
-    assert wait_for(lambda: exits == [process], 5)  # an exit grpo did not cause is reported
+    wait_until(lambda: exits == [process], 5, "the exit reported")  # an exit grpo did not cause is reported
 
 
 def test_a_stop_ends_the_whole_session(tmp_path):
     process = ServerProcess([sys.executable, "-c", FORKING_SERVER], {}, tmp_path / "s.log", lambda p: None)
     process.start()
-    assert wait_for(lambda: len(session(process.pid)) == 3, 10)
+    wait_until(lambda: len(session(process.pid)) == 3, 10, "reaper, server and its worker running")
     process.stop(grace_s=5)
-    assert process.exited.is_set() and wait_for(lambda: not session(process.pid), 10)
+    assert process.exited.is_set()
+    wait_until(lambda: not session(process.pid), 10, "the whole session ended")
 
 
 TRAINER = textwrap.dedent("""
@@ -81,12 +74,12 @@ def test_a_sigkilled_trainer_leaves_no_server_process_and_no_weight_copy(tmp_pat
                                    p for p in (str(Path(__file__).resolve().parents[4] / "src"),
                                                os.environ.get("PYTHONPATH", "")) if p)})
     sid = int(trainer.stdout.readline())
-    assert wait_for(lambda: len(session(sid)) == 3, 10)
+    wait_until(lambda: len(session(sid)) == 3, 10, "reaper, server and its worker running")
     trainer.kill()  # SIGKILL: no handler, no atexit, no finally runs in the trainer
     trainer.wait()
     trainer.stdout.close()
-    assert wait_for(lambda: not session(sid), 10), session(sid)
-    assert wait_for(lambda: not weights.exists(), 5)
+    wait_until(lambda: not session(sid), 10, "the whole session ended")
+    wait_until(lambda: not weights.exists(), 5, "the weight copy removed")
     assert "trainer" in (tmp_path / "s.log").read_text() and "is gone" in (tmp_path / "s.log").read_text()
 
 

@@ -17,6 +17,7 @@ from grpo.rollout.server.backend import Backend, Generation, LaunchSpec
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.diagnosis import likely_cause
 from grpo.rollout.server.supervisor import RestartBudget, ServerGaveUp, ServerState, StartCancelled, Supervisor
+from tests.waiting import wait_until
 
 
 class ScriptedBackend(Backend):
@@ -164,9 +165,7 @@ def test_a_stop_signal_ends_a_start_within_a_second_and_kills_the_half_started_s
 
     thread = threading.Thread(target=start)
     thread.start()
-    deadline = time.monotonic() + 10
-    while backend.health_calls < 2 and time.monotonic() < deadline:  # it is polling: the server is "starting"
-        thread.join(0.05)
+    wait_until(lambda: backend.health_calls >= 2, 10, "health polls")  # it is polling: the server is "starting"
     signalled = time.monotonic()
     cancel.set()
     thread.join(5)

@@ -135,3 +135,15 @@ def test_a_healthy_run_with_an_anomaly_on_its_timeline_says_so_rather_than_no_an
     what, _, explanation, _ = cause.decide(run, found)
     assert what == "healthy" and any(a.kind == "entropy_collapse" for a in found)
     assert "no anomaly" not in explanation and "worth a look: entropy collapse" in explanation
+
+
+def test_no_good_checkpoint_says_why_when_every_checkpoint_is_healthy():
+    """Issue 25 item 13: not a bare 'none' when healthy checkpoints exist, all from the bad step on."""
+    from grpo.tools.doctor import render
+    from grpo.tools.doctor.record import Checkpoint, Diagnosis, RunRecord
+
+    record = RunRecord("grpo", "runs/x", checkpoints=[Checkpoint(3, "runs/x/checkpoints/step_000003", True)])
+    diagnosis = Diagnosis(source="grpo", status="problem", cause="reward_collapse", first_bad_step=1,
+                          explanation="e", evidence=[], last_good_checkpoint=None, resume=None, timeline=[])
+    line = next(l for l in render(diagnosis, record) if "last good checkpoint" in l)
+    assert "none before step 1" in line and "step_000003" in line, line

@@ -1,32 +1,28 @@
-"""The memory a run will need, by phase, predicted from the model's config and the run's sizes before anything
-loads: `grpo plan`, and `grpo train`'s refusal of a run that cannot fit.
+"""The memory model: a run's peak memory by phase, a pure function of its config, the model's architecture
+and the prompt length. Nothing here probes the machine or reads a file (grpo.tools.plan.machine does).
 
 The prediction is a sum of components (weights, fp32 master weights, AdamW state, gradients, activations,
 the logits of a micro-batch, the KV cache, the runtime's own baseline), each a count from the architecture
 times a per-element cost. The costs that depend on how the trainer computes (how many activation tensors a
 decoder layer keeps for backward, how many logits copies the loss makes) are in `Costs`, measured against
-peak RSS on this CPU with bench/plan.py, so a change to the update is a recalibration, not a new model.
+peak RSS on this CPU with bench/plan.py, so a change to the update is a recalibration, not a new model; the
+implementation's own constants (the head's chunk, the attention it runs) are imported from
+grpo.policy.constants, the module the trainer takes them from.
 On CPU the prediction is resident memory (RSS); on CUDA it is the trainer's GPU memory (allocated tensors
 plus the CUDA context), and with a server on the same GPU, what the server's memory fraction leaves.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from grpo.config import RunConfig
-from grpo.errors import ConfigError
+from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PLAIN_EAGER_MODELS
 
 GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
-# The offline preset's architecture (SmolLM2-135M-Instruct), so its plan needs no conversion of the GGUF.
-SMOLLM2_135M = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-                "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "tie_word_embeddings": True,
-                "dtype": "float32", "model_type": "llama"}
 # A server's memory fraction when rollout.server.memory_fraction is null: vLLM's --gpu-memory-utilization default.
 SERVER_DEFAULT_FRACTION = {"vllm": 0.9, "sglang": 0.88}
 LORA_ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -46,9 +42,8 @@ class Costs:
     # The loss's logits of one micro-batch (grpo.policy.head): [completion tokens, vocab] in the model's dtype,
     # kept for backward (which turns them into their own gradient in place) ...
     logits_dtype_copies: float = 1.0
-    # ... and, a chunk of head_chunk_tokens at a time, fp32 temporaries of [chunk, vocab]: the scaled logits,
+    # ... and, a chunk of HEAD_CHUNK_TOKENS at a time, fp32 temporaries of [chunk, vocab]: the scaled logits,
     # the log-sum-exp's and the softmax's (for the entropy, and the backward's gradient).
-    head_chunk_tokens: int = 256
     head_chunk_fp32_copies: float = 3.0
     # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
     decode_logits_fp32_copies: float = 4.0
@@ -149,80 +144,6 @@ class Plan:
         return self.peak.bytes
 
 
-def architecture(cfg: RunConfig, download: bool = True) -> Architecture:
-    """From the model's config alone: tiny's section, the offline preset's known sizes, a local directory's or a
-    hub model's config.json (the hub's cache, else one small download when `download`). No weights are read."""
-    name = cfg.model.name
-    if name == "tiny":
-        from grpo.policy.models import build_char_tokenizer
-
-        t = cfg.model.tiny
-        return Architecture(len(build_char_tokenizer()), t.hidden_size, t.intermediate_size, t.num_layers,
-                            t.num_heads, t.num_heads, t.hidden_size // t.num_heads, True, None)
-    from grpo.policy.models import OFFLINE_MODELS, cache_dir
-
-    if name in OFFLINE_MODELS:
-        path = cache_dir() / "models" / name / "config.json"
-        config = json.loads(path.read_text()) if path.is_file() else SMOLLM2_135M
-    elif Path(name).expanduser().is_dir():
-        path = Path(name).expanduser() / "config.json"
-        if not path.is_file():
-            raise ConfigError(f"model.name={name} has no config.json; point it at a model directory")
-        config = json.loads(path.read_text())
-    else:
-        config = _hub_config(name, download)
-    try:
-        return Architecture.from_config_json(config, config.get("dtype") or config.get("torch_dtype") or "float32")
-    except KeyError as exc:
-        raise ConfigError(f"model.name={name}: its config.json has no {exc.args[0]}; grpo plan models "
-                          "Llama-style decoders") from None
-
-
-def _hub_config(name: str, download: bool) -> dict:
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
-
-    cached = try_to_load_from_cache(name, "config.json")
-    if isinstance(cached, str):
-        return json.loads(Path(cached).read_text())
-    if not download:
-        raise ConfigError(f"model.name={name}: its config.json is not in the local Hugging Face cache")
-    try:
-        return json.loads(Path(hf_hub_download(name, "config.json")).read_text())
-    except Exception as exc:  # hub errors come as many types; one line says which model and why
-        raise ConfigError(f"model.name={name}: cannot read its config.json ({type(exc).__name__}: "
-                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
-
-
-def prompt_tokens(cfg: RunConfig) -> int:
-    """The longest of the first training prompts, in tokens: counted with the tokenizer where it is on disk
-    (tokenizer files only), else estimated at 3 characters a token."""
-    from grpo.tasks import build_task
-    from grpo.tasks.prompts import build_messages, encode_prompt
-
-    task = build_task(replace(cfg.task), splits=("train",))
-    count = min(64, task.num_train) if task.num_train is not None else 64
-    problems = [task.train_problem(i, cfg.train.seed) for i in range(count)]
-    tokenizer = _local_tokenizer(cfg)
-    if tokenizer is not None:
-        return max(len(encode_prompt(tokenizer, p, cfg.task)) for p in problems)
-    chars = max(sum(len(m["content"]) for m in build_messages(p, cfg.task)) for p in problems)
-    return math.ceil(chars / 3) + 40  # the chat template's own tokens
-
-
-def _local_tokenizer(cfg: RunConfig):
-    from grpo.policy.models import OFFLINE_MODELS, build_char_tokenizer, cache_dir
-
-    name = cfg.model.name
-    if name == "tiny":
-        return build_char_tokenizer()
-    path = cache_dir() / "models" / name if name in OFFLINE_MODELS else Path(name).expanduser()
-    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
-        return None
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
-
-
 def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int, costs: Costs = COSTS) -> Plan:
     """The run's peak memory by phase: a pure function of the config, the architecture and the prompt length."""
     m, r, a = cfg.model, cfg.rollout, cfg.algo
@@ -254,8 +175,8 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     steady = resident + [optimizer]
     T, P = r.max_new_tokens, prompt_len
     gen_rows = min(r.generation_batch_size, r.problems_per_step * r.samples_per_problem)
-    attention = _attention(cfg, device, arch)
-    eager = attention in ("eager", "grouped_eager")
+    attention = attention_for(cfg, device, arch)
+    eager = attention in ("eager", GROUPED_EAGER)
     gen: list[Component] = []
     if r.engine in ("embedded", "auto"):  # auto may pick vLLM on a GPU: planned as embedded, the larger
         kv = gen_rows * (P + T) * arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * w
@@ -296,7 +217,7 @@ def layer_token_bytes(cfg: RunConfig, arch: Architecture, kv_per_token: float, a
     layer's input."""
     w = BYTES[cfg.model.dtype]
     h, i, q = arch.hidden_size, arch.intermediate_size, arch.num_heads * arch.head_dim
-    kv = arch.num_kv_heads * arch.head_dim if attention == "grouped_eager" else q
+    kv = arch.num_kv_heads * arch.head_dim if attention == GROUPED_EAGER else q
     total = 2 * h * (8 + w) + 2 * q * w + 2 * kv * w * kv_per_token + 4 * i * w
     if cfg.model.lora.rank > 0:
         targets = cfg.model.lora.target_modules
@@ -309,7 +230,7 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
                           costs: Costs = COSTS) -> list[Component]:
     """What one micro-batch's forward keeps for its backward, and its logits."""
     w = BYTES[cfg.model.dtype]
-    eager = attention in ("eager", "grouped_eager")
+    eager = attention in ("eager", GROUPED_EAGER)
     T, P = cfg.rollout.max_new_tokens, prompt_len
     heads, layers = arch.num_heads, arch.num_layers
     if cfg.model.gradient_checkpointing:
@@ -331,7 +252,7 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
         scores = layers * (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
         note = f"{prompts} prompts x {P} + {rows} rows x {T} tokens, {layers} layers"
     logits = rows * T * arch.vocab_size * w * costs.logits_dtype_copies \
-        + min(costs.head_chunk_tokens, rows * T) * arch.vocab_size * 4 * costs.head_chunk_fp32_copies
+        + min(HEAD_CHUNK_TOKENS, rows * T) * arch.vocab_size * 4 * costs.head_chunk_fp32_copies
     if cfg.model.lora.rank == 0:  # the head's weight gradient, made whole before it is accumulated
         logits += arch.vocab_size * arch.hidden_size * w
     out = [Component("activations", kept * costs.activation_scale, note)]
@@ -342,16 +263,14 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
     return out
 
 
-def _attention(cfg: RunConfig, device: str, arch: Architecture) -> str:
+def attention_for(cfg: RunConfig, device: str, arch: Architecture) -> str:
     """The attention the trainer will run (grpo.policy.models picks the same)."""
-    from grpo.policy.attention import PLAIN_EAGER_MODELS
-
     attn = cfg.model.attn_implementation
     if attn != "auto":
         return attn
     if device != "cpu":
         return "sdpa"
-    return "grouped_eager" if arch.model_type in PLAIN_EAGER_MODELS else "eager"
+    return GROUPED_EAGER if arch.model_type in PLAIN_EAGER_MODELS else "eager"
 
 
 def _server_note(cfg: RunConfig, device: str) -> str | None:
@@ -370,57 +289,9 @@ def server_fraction(cfg: RunConfig) -> float:
     return cfg.rollout.server.memory_fraction or SERVER_DEFAULT_FRACTION[cfg.rollout.engine]
 
 
-# --------------------------------------------------------------------------------------------
-# What is available, and what to change when the run does not fit
-
-
-@dataclass(frozen=True)
-class Available:
-    bytes: float
-    source: str  # where the figure comes from, for the report
-
-
-def available_memory(cfg: RunConfig, device: str) -> Available:
-    """memory.limit_gib when set; else on CPU MemAvailable (and the cgroup's limit, when lower), on CUDA the
-    GPU's free memory, less what a server on the same GPU takes."""
-    if cfg.memory.limit_gib is not None:
-        return Available(cfg.memory.limit_gib * GIB, "memory.limit_gib")
-    if device == "cuda":
-        import torch
-
-        free, total = torch.cuda.mem_get_info()
-        if cfg.rollout.engine in ("vllm", "sglang") and not cfg.rollout.server.urls:
-            left = total * (1 - server_fraction(cfg))
-            return Available(min(free, left), f"what the server's memory fraction {server_fraction(cfg):g} "
-                                              f"leaves of {total / GIB:.1f} GiB")
-        return Available(free, "free GPU memory")
-    avail = _meminfo("MemAvailable")
-    source = "MemAvailable"
-    cgroup = _cgroup_room()
-    if cgroup is not None and cgroup < avail:
-        avail, source = cgroup, "the cgroup's memory.max less its usage"
-    return Available(avail, source)
-
-
-def _meminfo(key: str) -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1]) * 1024
-    raise ConfigError(f"/proc/meminfo has no {key}: set memory.limit_gib to the memory this run may use")
-
-
-def _cgroup_room() -> float | None:
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
-    except OSError:
-        return None
-    return None if limit == "max" else int(limit) - int(used)
-
-
-def suggestion(cfg: RunConfig, plan: Plan, room: float, device: str) -> str:
-    """The knob to change, and to what, so that the peak fits in `room` bytes."""
+def suggestion(cfg: RunConfig, plan: Plan, room: float, device: str, gpu_total: float | None = None) -> str:
+    """The knob to change, and to what, so that the peak fits in `room` bytes; `gpu_total`, the GPU's memory,
+    sizes a same-GPU server's memory fraction (on CUDA)."""
     r, a = cfg.rollout, cfg.algo
     peak = plan.peak
     options: list[str] = []
@@ -450,41 +321,41 @@ def suggestion(cfg: RunConfig, plan: Plan, room: float, device: str) -> str:
         trial = replace(cfg, actor=replace(cfg.actor, fp32_master_weights=False))
         if plan_memory(trial, device, plan.architecture, plan.prompt_tokens).peak_bytes <= room:
             options.append("actor.fp32_master_weights=false")
-    if device == "cuda" and r.engine in ("vllm", "sglang") and not r.server.urls:
-        total = _gpu_total()
-        fraction = math.floor((1 - peak.bytes / total) * 100) / 100
+    if device == "cuda" and gpu_total and r.engine in ("vllm", "sglang") and not r.server.urls:
+        fraction = math.floor((1 - peak.bytes / gpu_total) * 100) / 100
         if fraction > 0.05:
             options.insert(0, f"rollout.server.memory_fraction={fraction:g} (from {server_fraction(cfg):g})")
+    options.extend(_attention_and_length_options(cfg, plan, room, device))
     if not options:
         return "a smaller model (no knob of this run's fits it)"
     return "set " + " or ".join(options)
 
 
-def _gpu_total() -> float:
-    import torch
+def _attention_and_length_options(cfg: RunConfig, plan: Plan, room: float, device: str) -> list[str]:
+    """Another attention implementation, or the longest answer budget, with which the run fits."""
+    def fits(trial: RunConfig) -> bool:
+        return plan_memory(trial, device, plan.architecture, plan.prompt_tokens).peak_bytes <= room
 
-    return torch.cuda.mem_get_info()[1]
+    m, r, options = cfg.model, cfg.rollout, []
+    for attention in ("sdpa", "flash_attention_2") if device == "cuda" else ("sdpa",):
+        if m.attn_implementation != attention and fits(replace(cfg, model=replace(m, attn_implementation=attention))):
+            options.append(f"model.attn_implementation={attention}")
+            break
+    low, high = 0, r.max_new_tokens - 1  # the largest budget that fits, by bisection
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(replace(cfg, rollout=replace(r, max_new_tokens=mid))) else (low, mid - 1)
+    if low >= 1:
+        options.append(f"rollout.max_new_tokens={low} (from {r.max_new_tokens})")
+    return options
 
 
-def refusal(cfg: RunConfig, device: str) -> str | None:
-    """One line when the run's predicted peak exceeds the memory available, else None. A model whose
-    architecture cannot be read is not judged here: loading it gives the error."""
-    if not cfg.memory.check:
-        return None
-    try:  # no download here: a hub model not yet cached is judged by nothing, and its load says what fails
-        arch = architecture(cfg, download=False)
-        prompt_len = prompt_tokens(cfg)
-    except (ConfigError, OSError):
-        return None
-    plan = plan_memory(cfg, device, arch, prompt_len)
-    available = available_memory(cfg, device)
-    if plan.peak_bytes <= available.bytes:
-        return None
-    what = "GPU memory" if device == "cuda" else "memory"
-    return (f"this run needs {plan.peak_bytes / GIB:.1f} GiB of {what} at its peak ({plan.peak.name}), "
-            f"{available.bytes / GIB:.1f} GiB is available ({available.source}): "
-            f"{suggestion(cfg, plan, available.bytes, device)}; grpo plan shows where it goes "
-            "(memory.check=false runs it anyway)")
+@dataclass(frozen=True)
+class Available:
+    """The memory a run may take, and where the figure comes from (for the report)."""
+
+    bytes: float
+    source: str
 
 
 def render(plan: Plan, available: Available | None) -> list[str]:
@@ -506,14 +377,4 @@ def render(plan: Plan, available: Available | None) -> list[str]:
         lines.append(f"available: {available.bytes / GIB:.2f} GiB ({available.source}): {verdict}")
     return lines
 
-
-def device_kind(cfg: RunConfig) -> str:
-    """cpu or cuda, as the run would resolve model.device, without initialising CUDA when told cpu."""
-    if cfg.model.device == "cpu":
-        return "cpu"
-    if cfg.model.device.startswith("cuda"):
-        return "cuda"
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -1,0 +1,241 @@
+"""How far the quickstart's generation and update are from what this machine can do, measured in one run.
+
+    PYTHONPATH=src python bench/roofline.py [--steps 3] [--warmup 1] [--metrics RUN_DIR/metrics.jsonl]
+                                            [--quick] [--out bench/RESULTS.md]
+
+First the machine's own limits at the model's shapes (SmolLM2-135M-Instruct, the quickstart's model):
+- matmul throughput (GFLOP/s), bf16 and fp32, for one decoder layer's projections (q, k, v, o, gate, up,
+  down) and the output head, at the decode batch (the step's 8 x 8 = 64 sequences, one token each) and at
+  the update's micro-batch (32 rows of prompt + completion tokens), forward and (for the update) the two
+  backward products of each (dX = dY W, dW = dY^T X); each shape timed alone, the layer's limit being
+  its FLOPs over the sum of its shapes' times;
+- memory bandwidth: a large copy (bytes read + written per second), against which a decode step's
+  traffic (every weight read once per step, plus the KV cache) is set.
+Then the quickstart itself, `--steps` timed steps after `--warmup` (or the lines of an existing
+metrics.jsonl): generation and update in tokens/s and as a fraction of the limit. FLOPs are counted per
+token: 2N forward, 6N forward+backward, N the weights of the matmuls a token goes through (the head only
+on completion tokens, as grpo's chunked head), plus attention (4 x context x hidden per layer forward).
+The limit of a phase is max(its FLOPs / the measured matmul throughput, its bytes / the measured
+bandwidth): a fraction of 1.0 would be a phase that runs every matmul at the speed of the matmul alone.
+
+`--quick` times fewer repetitions (a smoke check). Print the CPU model and its flags; nothing here is a
+figure for another machine. Measure alone: anything else running divides the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from shared import REPO, Work, machine, prompts  # bench/shared.py (bench/ is the script's folder)
+
+MODEL = "smollm2-135m-instruct"
+FLAGS_SHOWN = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "fma")
+
+
+@dataclass
+class Shapes:
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    layers: int
+    vocab: int
+
+    @classmethod
+    def of(cls, model_dir: str) -> "Shapes":
+        c = json.loads((Path(model_dir) / "config.json").read_text())
+        return cls(c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
+                   c.get("num_key_value_heads", c["num_attention_heads"]), c["num_hidden_layers"], c["vocab_size"])
+
+    def projections(self) -> list[tuple[str, int, int]]:
+        """(name, in features, out features) of one decoder layer's matmuls."""
+        kv = self.hidden // self.heads * self.kv_heads
+        return [("q", self.hidden, self.hidden), ("k", self.hidden, kv), ("v", self.hidden, kv),
+                ("o", self.hidden, self.hidden), ("gate", self.hidden, self.intermediate),
+                ("up", self.hidden, self.intermediate), ("down", self.intermediate, self.hidden)]
+
+    @property
+    def body_weights(self) -> int:  # matmul weights a token goes through in the decoder layers
+        return self.layers * sum(i * o for _, i, o in self.projections())
+
+    @property
+    def head_weights(self) -> int:
+        return self.hidden * self.vocab
+
+
+def time_op(op, repeats: int) -> float:
+    """Median seconds of op() over `repeats` runs, after two warm-ups."""
+    for _ in range(2):
+        op()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        op()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, repeats: int) -> float:
+    """GFLOP/s of one layer's projections and the head at `rows` tokens, forward (and backward) products."""
+    flops, seconds = 0.0, 0.0
+    for _, fan_in, fan_out in [*shapes.projections(), ("head", shapes.hidden, shapes.vocab)]:
+        x = torch.randn(rows, fan_in, dtype=dtype)
+        w = torch.randn(fan_out, fan_in, dtype=dtype)
+        dy = torch.randn(rows, fan_out, dtype=dtype)
+        products = [lambda: F.linear(x, w)]
+        if backward:
+            products += [lambda: dy @ w, lambda: dy.t() @ x]  # dX [rows, in], dW [out, in]
+        for product in products:
+            seconds += time_op(product, repeats)
+            flops += 2.0 * rows * fan_in * fan_out
+    return flops / seconds / 1e9
+
+
+def bandwidth(repeats: int) -> float:
+    """GB/s of a 512 MiB copy, counting the bytes read and written."""
+    src = torch.ones(256 * 2**20, dtype=torch.float16)
+    dst = torch.empty_like(src)
+    seconds = time_op(lambda: dst.copy_(src), repeats)
+    return 2 * src.numel() * src.element_size() / seconds / 1e9
+
+
+def cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return " ".join(f for f in FLAGS_SHOWN if f in flags) or "none of " + ", ".join(FLAGS_SHOWN)
+
+
+def mean_prompt_tokens(model_dir: str) -> float:
+    """Of the quickstart's first 64 prompts, chat-templated as grpo renders them."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = prompts(Work(), 64)
+    return statistics.fmean(len(tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True,
+                                                              tokenize=True)) for r in rows)
+
+
+def quickstart_metrics(steps: int, warmup: int, work_dir: Path) -> list[dict]:
+    run_dir = work_dir / "quickstart"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    overrides = [f"train.steps={warmup + steps}", "eval.before_training=false", "eval.after_training=false",
+                 "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.save_final=false",
+                 "logging.tensorboard=false"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    with open(work_dir / "quickstart.log", "w") as log:
+        subprocess.run([sys.executable, "-m", "grpo", "train", "--config", "quickstart", "--run-dir", str(run_dir),
+                        *overrides], check=True, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()][warmup:]
+
+
+def phase_figures(lines: list[dict], shapes: Shapes, prompt_tokens: float, rows: int, dtype_bytes: int) -> dict:
+    """Per step, medians: generated tokens, generation and update seconds, their FLOPs and bytes."""
+    timed = [x for x in lines if "time/update_s" in x] or lines
+    tokens = statistics.median(x["perf/generated_tokens"] for x in timed)
+    generate_s = statistics.median(x["time/generate_s"] for x in timed)
+    update_s = statistics.median(x["time/update_s"] for x in timed) if "time/update_s" in timed[0] else float("nan")
+    per_sequence = tokens / rows
+    context = prompt_tokens + per_sequence / 2  # mean context a completion token attends to
+    attention = 4 * context * shapes.hidden * shapes.layers  # QK^T and AV, forward, per token
+    forward_per_token = 2 * (shapes.body_weights + shapes.head_weights) + attention
+    generate_flops = tokens * forward_per_token
+    # The update runs each distinct prompt once (8 per step) and every completion token; the head only on these.
+    prompts_per_step = rows / 8
+    update_tokens = tokens + prompts_per_step * prompt_tokens
+    update_flops = 3 * (update_tokens * (2 * shapes.body_weights + attention) + tokens * 2 * shapes.head_weights)
+    # A decode step reads every weight once for all its sequences, and each sequence's KV cache.
+    decode_steps = per_sequence
+    kv_per_token = 2 * shapes.layers * shapes.hidden // shapes.heads * shapes.kv_heads * dtype_bytes
+    generate_bytes = decode_steps * (shapes.body_weights + shapes.head_weights) * dtype_bytes \
+        + tokens * context * kv_per_token
+    return {"tokens": tokens, "generate_s": generate_s, "update_s": update_s, "generate_flops": generate_flops,
+            "update_flops": update_flops, "generate_bytes": generate_bytes, "update_tokens": update_tokens}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3, help="timed quickstart steps")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
+    parser.add_argument("--metrics", help="read this metrics.jsonl (all its lines) instead of running the quickstart")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke check, not a figure")
+    parser.add_argument("--work-dir", default=str(REPO / "bench_runs" / "roofline"))
+    parser.add_argument("--out", help="append a dated section with the machine and the tables to this file")
+    args = parser.parse_args()
+    from grpo.config import load_config
+    from grpo.policy.models import resolve_model_source
+
+    cfg = load_config("quickstart", [])
+    shapes = Shapes.of(resolve_model_source(MODEL))
+    rows = cfg.rollout.problems_per_step * cfg.rollout.samples_per_problem  # sequences decoded together
+    repeats = 3 if args.quick else 20
+    started = datetime.datetime.now(datetime.timezone.utc)
+    work_dir = Path(args.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+
+    if args.metrics:
+        lines = [json.loads(x) for x in Path(args.metrics).read_text().splitlines()]
+    else:
+        print("the quickstart's steps ...", flush=True)
+        lines = quickstart_metrics(args.steps, args.warmup, work_dir)
+    prompt_tokens = mean_prompt_tokens(resolve_model_source(MODEL))
+    figures = phase_figures(lines, shapes, prompt_tokens, rows, dtype_bytes=2)
+    update_rows = int(cfg.algo.micro_batch_size * (prompt_tokens / cfg.rollout.samples_per_problem
+                                                   + figures["tokens"] / rows))
+
+    print("the machine's limits at the model's shapes ...", flush=True)
+    limits = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        name = str(dtype).removeprefix("torch.")
+        limits[f"decode {name}"] = matmul_limit(shapes, rows, dtype, backward=False, repeats=repeats)
+        limits[f"update {name}"] = matmul_limit(shapes, update_rows, dtype, backward=True, repeats=repeats)
+    stream = bandwidth(repeats)
+
+    generate_limit_s = max(figures["generate_flops"] / (limits["decode bfloat16"] * 1e9),
+                           figures["generate_bytes"] / (stream * 1e9))
+    update_limit_s = figures["update_flops"] / (limits["update bfloat16"] * 1e9)
+    header = (f"Roofline of the quickstart, {started:%Y-%m-%d %H:%M} UTC, {machine()}; flags: {cpu_flags()}; "
+              f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+              + ("; --quick (not a figure)" if args.quick else ""))
+    out = [
+        "| limit at the model's shapes | value |", "|---|---:|",
+        *(f"| matmul, {k} ({rows if k.startswith('decode') else update_rows} rows) | {v:,.0f} GFLOP/s |"
+          for k, v in limits.items()),
+        f"| memory bandwidth (512 MiB copy) | {stream:,.1f} GB/s |",
+        "",
+        "| phase (bf16 weights) | per step | tokens/s | achieved | limit | fraction of the limit |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| generation ({figures['tokens']:.0f} tokens) | {figures['generate_s']:.2f} s "
+        f"| {figures['tokens'] / figures['generate_s']:.0f} "
+        f"| {figures['generate_flops'] / figures['generate_s'] / 1e9:,.0f} GFLOP/s "
+        f"| {generate_limit_s:.2f} s | {generate_limit_s / figures['generate_s']:.0%} |",
+        f"| update ({figures['update_tokens']:.0f} tokens through the body) | {figures['update_s']:.2f} s "
+        f"| {figures['tokens'] / figures['update_s']:.0f} "
+        f"| {figures['update_flops'] / figures['update_s'] / 1e9:,.0f} GFLOP/s "
+        f"| {update_limit_s:.2f} s | {update_limit_s / figures['update_s']:.0%} |",
+    ]
+    print("\n" + header + "\n\n" + "\n".join(out))
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n".join([f"## Roofline: {started:%Y-%m-%d %H:%M} UTC", "", header, "", *out, "",
+                               f"`python bench/roofline.py --steps {args.steps} --warmup {args.warmup}`", ""]) + "\n")
+        print(f"appended to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""The policy's implementation constants that `grpo plan` models, in a module without torch so the plan
+imports the very values the trainer runs with (and stays quick to import)."""
+
+# grpo.policy.head: tokens per chunk of the loss's fp32 temporaries ([256, 49152] fp32 is 48 MiB).
+HEAD_CHUNK_TOKENS = 256
+# grpo.policy.attention: the name eager attention without repeated keys and values is registered under ...
+GROUPED_EAGER = "grouped_eager"
+# ... and the models whose own eager attention is the plain one it replaces (no softcapping, sinks or
+# scaling of their own), by transformers' model_type.
+PLAIN_EAGER_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3"})

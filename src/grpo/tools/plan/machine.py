@@ -1,0 +1,150 @@
+"""What the memory model needs from outside the config: the model's architecture (its config.json, never its
+weights), the longest prompt (the task's data and the tokenizer's files), the device a run resolves to,
+and the memory available (/proc/meminfo, the cgroup, the GPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from grpo.config import RunConfig
+from grpo.errors import ConfigError
+from grpo.tools.plan.model import GIB, Architecture, Available, server_fraction
+
+# The offline preset's architecture (SmolLM2-135M-Instruct), so its plan needs no conversion of the GGUF.
+SMOLLM2_135M = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "tie_word_embeddings": True,
+                "dtype": "float32", "model_type": "llama"}
+
+
+def architecture(cfg: RunConfig, download: bool = True) -> Architecture:
+    """From the model's config alone: tiny's section, the offline preset's known sizes, a local directory's or a
+    hub model's config.json (the hub's cache, else one small download when `download`). No weights are read."""
+    name = cfg.model.name
+    if name == "tiny":
+        from grpo.policy.models import build_char_tokenizer
+
+        t = cfg.model.tiny
+        return Architecture(len(build_char_tokenizer()), t.hidden_size, t.intermediate_size, t.num_layers,
+                            t.num_heads, t.num_heads, t.hidden_size // t.num_heads, True, None)
+    from grpo.policy.models import OFFLINE_MODELS, cache_dir
+
+    if name in OFFLINE_MODELS:
+        path = cache_dir() / "models" / name / "config.json"
+        config = json.loads(path.read_text()) if path.is_file() else SMOLLM2_135M
+    elif Path(name).expanduser().is_dir():
+        path = Path(name).expanduser() / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"model.name={name} has no config.json; point it at a model directory")
+        config = json.loads(path.read_text())
+    else:
+        config = _hub_config(name, download)
+    try:
+        return Architecture.from_config_json(config, config.get("dtype") or config.get("torch_dtype") or "float32")
+    except KeyError as exc:
+        raise ConfigError(f"model.name={name}: its config.json has no {exc.args[0]}; grpo plan models "
+                          "Llama-style decoders") from None
+
+
+def _hub_config(name: str, download: bool) -> dict:
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json")
+    if isinstance(cached, str):
+        return json.loads(Path(cached).read_text())
+    if not download:
+        raise ConfigError(f"model.name={name}: its config.json is not in the local Hugging Face cache")
+    try:
+        return json.loads(Path(hf_hub_download(name, "config.json")).read_text())
+    except Exception as exc:  # hub errors come as many types; one line says which model and why
+        raise ConfigError(f"model.name={name}: cannot read its config.json ({type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
+
+
+def prompt_tokens(cfg: RunConfig) -> int:
+    """The longest of the first training prompts, in tokens: counted with the tokenizer where it is on disk
+    (tokenizer files only), else estimated at 3 characters a token."""
+    from grpo.tasks import build_task
+    from grpo.tasks.prompts import build_messages, encode_prompt
+
+    task = build_task(replace(cfg.task), splits=("train",))
+    count = min(64, task.num_train) if task.num_train is not None else 64
+    problems = [task.train_problem(i, cfg.train.seed) for i in range(count)]
+    tokenizer = _local_tokenizer(cfg)
+    if tokenizer is not None:
+        return max(len(encode_prompt(tokenizer, p, cfg.task)) for p in problems)
+    chars = max(sum(len(m["content"]) for m in build_messages(p, cfg.task)) for p in problems)
+    return math.ceil(chars / 3) + 40  # the chat template's own tokens
+
+
+def _local_tokenizer(cfg: RunConfig):
+    from grpo.policy.models import OFFLINE_MODELS, build_char_tokenizer, cache_dir
+
+    name = cfg.model.name
+    if name == "tiny":
+        return build_char_tokenizer()
+    path = cache_dir() / "models" / name if name in OFFLINE_MODELS else Path(name).expanduser()
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def device_kind(cfg: RunConfig) -> str:
+    """cpu or cuda, as the run would resolve model.device, without initialising CUDA when told cpu."""
+    if cfg.model.device == "cpu":
+        return "cpu"
+    if cfg.model.device.startswith("cuda"):
+        return "cuda"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def available_memory(cfg: RunConfig, device: str) -> Available:
+    """memory.limit_gib when set; else on CPU MemAvailable (and the cgroup's limit, when lower), on CUDA the
+    GPU's free memory, less what a server on the same GPU takes."""
+    if cfg.memory.limit_gib is not None:
+        return Available(cfg.memory.limit_gib * GIB, "memory.limit_gib")
+    if device == "cuda":
+        import torch
+
+        free, total = torch.cuda.mem_get_info()
+        if cfg.rollout.engine in ("vllm", "sglang") and not cfg.rollout.server.urls:
+            left = total * (1 - server_fraction(cfg))
+            return Available(min(free, left), f"what the server's memory fraction {server_fraction(cfg):g} "
+                                              f"leaves of {total / GIB:.1f} GiB")
+        return Available(free, "free GPU memory")
+    avail = _meminfo("MemAvailable")
+    source = "MemAvailable"
+    cgroup = _cgroup_room()
+    if cgroup is not None and cgroup < avail:
+        avail, source = cgroup, "the cgroup's memory.max less its usage"
+    return Available(avail, source)
+
+
+def _meminfo(key: str) -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    raise ConfigError(f"/proc/meminfo has no {key}: set memory.limit_gib to the memory this run may use")
+
+
+def _cgroup_room() -> float | None:
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+    except OSError:
+        return None
+    return None if limit == "max" else int(limit) - int(used)
+
+
+def gpu_total() -> float:
+    """The GPU's memory, in bytes."""
+    import torch
+
+    return torch.cuda.mem_get_info()[1]

@@ -1,0 +1,31 @@
+"""Reading the README and the docs pages as a user reads them: their code blocks and the commands in them."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+_BLOCK = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+
+
+def code_blocks(page: Path) -> list[tuple[str, str]]:
+    """-> (language, text) of every fenced block, in order."""
+    return [(m.group(1), m.group(2)) for m in _BLOCK.finditer(page.read_text())]
+
+
+def commands(block: str) -> list[str]:
+    """The shell commands of a block: continuation lines joined, comments and blank lines left out."""
+    joined = block.replace("\\\n", " ")
+    return [" ".join(line.split()) for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def config_reference() -> ModuleType:
+    """docs/hooks/config_reference.py, the mkdocs hook that renders the configuration page."""
+    spec = importlib.util.spec_from_file_location("config_reference", DOCS / "hooks" / "config_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

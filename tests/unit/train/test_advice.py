@@ -1,0 +1,46 @@
+"""Advice on a step that trained on nothing (grpo.train.advice): said once per reason, naming the cause
+and the knobs; silent on applied steps and on breakers (the guard speaks for those)."""
+
+import pytest
+
+from grpo.train.advice import SkipAdvice
+
+
+@pytest.fixture
+def alerts(monkeypatch):
+    said = []
+    monkeypatch.setattr("grpo.train.advice.alert", said.append)
+    return said
+
+
+def test_no_signal_names_why_and_the_remedies_once(alerts):
+    advice = SkipAdvice()
+    wrong = {"reward/mean": 0.0, "reward/max": 0.0, "response/truncated_frac": 0.0}
+    advice.after_step(1, False, "no learning signal", wrong)
+    advice.after_step(2, False, "no learning signal", wrong)
+    assert len(alerts) == 1
+    assert alerts[0].startswith("step 1: NO UPDATE: every answer was wrong")
+    assert "rollout.samples_per_problem" in alerts[0] and "rollout.filter_zero_variance=true" in alerts[0]
+    assert "rollout.max_new_tokens" not in alerts[0]
+
+
+def test_every_answer_right_and_cut_off_answers_are_told_apart(alerts):
+    SkipAdvice().after_step(4, False, "no learning signal",
+                            {"reward/mean": 1.0, "reward/max": 1.0, "response/truncated_frac": 0.5})
+    assert "every answer was right" in alerts[0]
+    assert "longer answers (rollout.max_new_tokens: 50% were cut off)" in alerts[0]
+    SkipAdvice().after_step(4, False, "no learning signal", {"reward/mean": 0.5, "reward/max": 1.0})
+    assert "in every group all answers got the same reward" in alerts[1]
+
+
+def test_no_trainable_groups_counts_the_failures(alerts):
+    SkipAdvice().after_step(7, False, "no trainable groups", {"rollout/failed": 6, "rollout/unscorable": 2})
+    assert alerts == [alerts[0]] and "(6 failed, 2 unscorable)" in alerts[0] and "grpo doctor" in alerts[0]
+
+
+def test_applied_steps_and_breakers_are_left_to_others(alerts):
+    advice = SkipAdvice()
+    advice.after_step(1, True, None, {})
+    advice.after_step(2, False, "breaker zero_reward tripped", {})
+    advice.after_step(3, False, None, {})
+    assert alerts == [] and advice.explained == set()
