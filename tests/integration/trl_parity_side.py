@@ -91,8 +91,7 @@ def main() -> None:
     for norm, args in spec["advantage_cases"].items():
         results["advantages"][norm] = trl_advantages(spec, batch, args)
     for case in spec["loss_cases"]:
-        batch_for_case = {**batch, "advantages": batch["advantages"]}
-        results["losses"][case["name"]] = trl_loss(spec, batch_for_case, case)
+        results["losses"][case["name"]] = trl_loss(spec, batch, case)
     torch.save(results, spec["out"])
 
 
