@@ -166,6 +166,10 @@ class ServerConfig:
                                          "tokens in fp32, mean in bf16/fp16); null: by dtype (see "
                                          "grpo.rollout.server.weights).")
     sync_retries: int = knob(1, "failed probes fixed by syncing again, before a restart is tried", check=at_least(0))
+    deterministic: bool = knob(False, "SGLang: start the server with --enable-deterministic-inference, so that a "
+                               "request's seed fixes its sample (SGLang ignores seeds otherwise; its CPU attention "
+                               "backends refuse the flag). grpo checks at each server's first start whether seeds "
+                               "are honoured and says so in events, `grpo health` and the doctor.")
     weights_dir: str | None = knob(None, "Where each sync writes the weights the server loads; null: /dev/shm "
                                    "(memory), else the run directory.")
 
@@ -210,6 +214,12 @@ class RolloutConfig:
                               "in the background while the trainer updates (grpo.rollout.queue); 0 generates each "
                               "step's batch with its own weights, in turn.",
                               check=at_least(0, zero_means="synchronous"))
+
+    def check_section(self, at: str) -> list[Rule]:
+        return [(not self.server.deterministic or self.engine == "sglang",
+                 f"{at}.server.deterministic is SGLang's --enable-deterministic-inference: set it only with "
+                 f"{at}.engine=sglang (vLLM has no such switch; grpo's health check says whether its samples are "
+                 "reproducible)", self.server.deterministic)]
 
 
 @dataclass

@@ -66,7 +66,10 @@ def test_every_step_syncs_and_verifies_the_weights_and_the_server_goes_with_the_
         assert line["rollout/sources"] == ["sglang-0#1"]
     status = json.loads((run_dir / "servers" / "status.json").read_text())
     assert status["servers"][0]["state"] == "stopped" and status["trainer_policy_version"] == 4
-    assert [e["kind"] for e in events(run_dir)][:3] == ["checkpoint", "server_start", "server_ready"]
+    assert [e["kind"] for e in events(run_dir)][:4] == ["checkpoint", "server_start", "server_seeds", "server_ready"]
+    # The stand-in honours a request's seed (torch.Generator per request): the check, made once, says so.
+    assert status["servers"][0]["seeds"]["reproducible"] is True
+    assert sum(e["kind"] == "server_seeds" for e in events(run_dir)) == 1
     assert_dead(status["servers"][0]["pid"])
     assert not loop.engine.model_dir.exists()  # the weights in /dev/shm are given back
 

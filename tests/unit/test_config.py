@@ -320,3 +320,10 @@ def test_a_tab_indented_file_and_a_run_directory_as_config_get_their_fix(tmp_pat
     (tmp_path / "run" / "config.yaml").write_text("train:\n  steps: 2\n")
     with pytest.raises(ConfigError, match=r"did you mean .*run/config\.yaml\?"):
         load_config(tmp_path / "run")
+
+
+def test_deterministic_inference_is_sglangs_switch_and_refused_elsewhere():
+    cfg = load_config("tiny", ["rollout.engine=sglang", "rollout.server.deterministic=true"])
+    assert cfg.rollout.server.deterministic is True
+    with pytest.raises(ConfigError, match=r"rollout.server.deterministic .* only with rollout.engine=sglang"):
+        load_config("tiny", ["rollout.engine=vllm", "rollout.server.deterministic=true"])

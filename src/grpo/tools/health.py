@@ -102,6 +102,7 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
                 f"{server.get('policy_version')}, {server.get('requests', 0)} requests answered"
                 + (" (restarting while the others serve)" if server.get("restarting_aside") else ""))
         out.append(line)
+        out.append(f"         {name}: {_seeds_line(server.get('seeds'))}")
         if not running:
             continue  # a finished or stopped run's servers are gone by design
         if server.get("state") in ("starting", "failed"):  # status.json follows every start and failure
@@ -131,6 +132,14 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
     for event in recent[-3:]:
         out.append(f"         failure: {event.get('message')}")
     return out
+
+
+def _seeds_line(seeds: dict | None) -> str:
+    """The seed check's verdict (grpo.rollout.server.seed_check), made at the server's first start."""
+    if not seeds:
+        return "seeds: not checked yet (the check runs once the server first answers)"
+    verdict = {True: "reproducible", False: "NOT reproducible", None: "undetermined"}[seeds.get("reproducible")]
+    return f"seeded samples {verdict}: {seeds.get('detail')}"
 
 
 def _resources(run_dir: Path, problems: list[str]) -> list[str]:

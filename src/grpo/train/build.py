@@ -104,7 +104,7 @@ def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Rank
     if ranks.distributed and not ranks.main:
         return RankedEngine(None, ranks)
     cancel = threading.Event() if ranks.distributed else signals.event
-    engine = ServerEngine(hooks.wrap_backend(make_backend(engine_name)), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
+    engine = ServerEngine(hooks.wrap_backend(make_backend(engine_name, policy.device.type)), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
                           dtype=cfg.model.dtype, seed=cfg.train.seed, record=record_server_event, cancel=cancel)
     return RankedEngine(engine, ranks) if ranks.distributed else engine
 

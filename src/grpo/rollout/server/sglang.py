@@ -1,10 +1,17 @@
 """SGLang through its native HTTP API: `/generate` with token ids and `return_logprob`,
 `/update_weights_from_disk`, `/flush_cache`.
 
-SGLang needs CUDA, so on CPU this backend is tested against a stand-in server that speaks the same
-API and really generates (tests/standins/sglang_server.py), not against SGLang itself. Its output
-log-probs are log_softmax(logits / T) over the whole vocabulary (not renormalised after top-p), and
-its prompt log-probs raw log_softmax: grpo recomputes old log-probs with the trainer by default.
+Facts this rests on (SGLang 0.5.23, measured on CPU; scripts/setup_sglang_env.sh builds the environment):
+- On CPU it runs as SGLang's CPU engine (SGLANG_USE_CPU_ENGINE=1, --device cpu) with its torch-native
+  attention; its CUDA kernel package is replaced by a small pure-torch module (scripts/sglang_cpu_shim).
+- Output log-probs are log_softmax(logits / T) over the whole vocabulary (not renormalised after
+  top-p), as `[logprob, id, None]` per token; prompt log-probs (max_new_tokens 0, logprob_start_len 0)
+  are raw log_softmax with None first. grpo recomputes old log-probs with the trainer by default.
+- `sampling_seed` is honoured only under --enable-deterministic-inference (rollout.server.deterministic),
+  which SGLang's CPU attention backends refuse: grpo's seed check (seed_check.py) says which holds.
+- `/update_weights_from_disk` with a bad path answers HTTP 400 and the server keeps serving.
+The fast test suite also runs this backend against a stand-in speaking the same API
+(tests/standins/sglang_server.py), which can be hung or made to answer garbage on demand.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from grpo.rollout.server.client import HttpClient, ServerError
 class SGLangBackend(Backend):
     name = "sglang"
 
+    def __init__(self, on_cpu: bool = True) -> None:
+        self.on_cpu = on_cpu
+
     def launch(self, cfg: ServerConfig, python: str, model_dir: Path, host: str, port: int, dtype: str,
                seed: int) -> LaunchSpec:
         argv = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--host", host,
@@ -27,7 +37,12 @@ class SGLangBackend(Backend):
                 "--max-running-requests", str(cfg.max_concurrent_requests)]
         if cfg.memory_fraction is not None:
             argv += ["--mem-fraction-static", str(cfg.memory_fraction)]
-        return LaunchSpec(argv)
+        if cfg.deterministic:
+            argv.append("--enable-deterministic-inference")
+        if not self.on_cpu:
+            return LaunchSpec(argv)
+        return LaunchSpec(argv + ["--device", "cpu", "--attention-backend", "torch_native"],
+                          {"SGLANG_USE_CPU_ENGINE": "1"})
 
     def identify(self, client: HttpClient) -> None:
         answer = client.request("GET", "/get_model_info", retries=0)

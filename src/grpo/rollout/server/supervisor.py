@@ -35,6 +35,7 @@ from grpo.rollout.server.client import HttpClient, ServerError
 from grpo.rollout.server.diagnosis import likely_cause, same_failure, server_error
 from grpo.rollout.server.launcher import Launch, LaunchFailed, LocalLauncher, ServerHandle, ServerLauncher
 from grpo.rollout.server.process import oom_kills
+from grpo.rollout.server.seed_check import SeedVerdict, check_seeds
 
 Record = Callable[..., None]  # record(kind, message, **evidence) into the run's event log
 
@@ -100,6 +101,7 @@ class Supervisor:
         self.budget = RestartBudget(cfg.max_restarts, cfg.restart_backoff_s)
         self.failures: list[dict[str, Any]] = []
         self.revision: int | None = None  # the policy weights verified on this incarnation
+        self.seeds: SeedVerdict | None = None  # checked once, at the first start
         self._lock = threading.RLock()
 
     @property
@@ -191,6 +193,8 @@ class Supervisor:
                     pid=self.process.pid if self.process else None, log=str(self.log_path), **placement)
         try:
             error = self._wait_ready(deadline)
+            if error is None and self.seeds is None:
+                error = self._check_seeds()
         except StartCancelled:
             if self.process is not None:
                 self.process.kill()  # a server half started holds nothing worth a graceful stop
@@ -230,6 +234,18 @@ class Supervisor:
                 last = str(exc)
             self._pause(min(time.monotonic() + 1.0, deadline))
         return f"not ready after {self.cfg.startup_timeout_s:g}s (last: {last})"
+
+    def _check_seeds(self) -> str | None:
+        """Whether this server honours a request's seed (grpo.rollout.server.seed_check): -> None, or
+        why the check could not be made (a failed start)."""
+        try:
+            self.seeds = self._interruptible(lambda: check_seeds(self.backend, self.client, self.health_ids,
+                                                                 self.cfg.health_timeout_s))
+        except ServerError as exc:
+            return f"the seed check failed: {exc}"
+        self.record("server_seeds", f"{self.name}: {self.seeds.detail}", server=self.name,
+                    incarnation=self.incarnation, reproducible=self.seeds.reproducible)
+        return None
 
     def _interruptible(self, call: Callable[[], Any]) -> Any:
         """`call` on the client's pool, given up (and its request cancelled) on a stop signal or the
@@ -344,6 +360,7 @@ class Supervisor:
             "state": self.state.value, "pid": self.process.pid if self.process else None,
             "incarnation": self.incarnation, "restarts": self.budget.used, "max_restarts": self.cfg.max_restarts,
             "failures": self.failures[-5:], "log": None if self.attached else str(self.log_path),
+            "seeds": self.seeds.as_dict() if self.seeds else None,
         }
 
 

@@ -39,8 +39,10 @@ class ScriptedBackend(Backend):
         if not self.healthy:
             raise ServerError("timeout", "no answer")
 
-    def generate(self, *args, **kwargs) -> Generation:
-        raise NotImplementedError
+    def generate(self, client, prompt_ids, params, seed, timeout_s=None) -> Generation:
+        """Only the seed check samples here: tokens drawn from the request's seed, as a server honouring it."""
+        tokens = [(seed >> (8 * i)) % 251 for i in range(params.max_new_tokens)]
+        return Generation(tokens, [0.0] * len(tokens), "length")
 
     def prompt_logprobs(self, client, token_ids):
         raise NotImplementedError
@@ -79,7 +81,8 @@ def test_ready_means_a_generation_answered_and_a_kill_is_seen_at_once(tmp_path):
     sup, events = supervisor(tmp_path, backend)
     assert sup.ensure_ready() is True
     assert sup.state == ServerState.READY and sup.incarnation == 1 and backend.health_calls >= 1
-    assert kinds(events) == ["server_start", "server_ready"]
+    assert kinds(events) == ["server_start", "server_seeds", "server_ready"]
+    assert sup.seeds.reproducible is True and sup.status()["seeds"]["reproducible"] is True
     assert sup.ensure_ready() is False  # already ready: nothing to do
 
     sup.process.send(signal.SIGKILL)  # from outside: an OOM killer, say
@@ -93,7 +96,7 @@ def test_ready_means_a_generation_answered_and_a_kill_is_seen_at_once(tmp_path):
 
     assert sup.ensure_ready() is True  # restarted
     assert sup.state == ServerState.READY and sup.incarnation == 2 and delays(events) == [0.05]
-    assert kinds(events)[-3:] == ["server_restart", "server_start", "server_ready"]
+    assert kinds(events)[-3:] == ["server_restart", "server_start", "server_ready"]  # seeds checked once
     sup.stop()
     assert sup.state == ServerState.STOPPED and sup.process.exited.is_set()
     assert kinds(events).count("server_failed") == 1  # stopping on purpose is not a failure

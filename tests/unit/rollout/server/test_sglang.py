@@ -1,0 +1,27 @@
+"""How grpo starts SGLang: its CPU engine on a CPU trainer, the deterministic switch passed through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo.config import ServerConfig
+from grpo.rollout.engines.server import make_backend
+
+
+def launch(device: str, **cfg):
+    return make_backend("sglang", device).launch(ServerConfig(**cfg), "py", Path("/m"), "127.0.0.1", 4321,
+                                                 "float32", 7)
+
+
+def test_a_cpu_trainer_starts_sglangs_cpu_engine_with_torch_native_attention():
+    spec = launch("cpu")
+    assert spec.argv[:3] == ["py", "-m", "sglang.launch_server"]
+    assert " --device cpu --attention-backend torch_native" in " ".join(spec.argv)
+    assert spec.env == {"SGLANG_USE_CPU_ENGINE": "1"}
+    assert "--enable-deterministic-inference" not in spec.argv
+
+
+def test_a_cuda_trainer_leaves_the_device_to_sglang_and_deterministic_passes_the_flag():
+    spec = launch("cuda", deterministic=True)
+    assert "--device" not in spec.argv and spec.env == {}
+    assert spec.argv[-1] == "--enable-deterministic-inference"
