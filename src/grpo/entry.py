@@ -25,7 +25,7 @@ from grpo.train.loop import TrainingLoop
 from grpo.tools.plan import device_kind, refusal
 from grpo.policy.models import resolve_device
 from grpo.tools.report import report_line
-from grpo.rundir.resume import resume_command
+from grpo.rundir.resume import record_launch, resume_command
 from grpo.rundir.run import RunDir
 
 
@@ -62,6 +62,8 @@ def open_run(cfg: RunConfig) -> OpenedRun:
     # torchrun, rank 0 holds it and writes the run directory.
     fresh = not Path(cfg.resolved_run_dir).exists()
     run_dir = RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
+    if ranks.main:
+        record_launch(run_dir.path, ranks.world)
     setup_console(run_dir.path if ranks.main else None, quiet=not ranks.main)
     return OpenedRun(cfg, ranks, run_dir, fresh, hooks)
 

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from grpo.cli import main
 from grpo.rundir.files import JsonlLog
+from grpo.rundir.resume import resume_command
 
 from .helpers import deterministic, metric_lines
 
@@ -122,7 +123,9 @@ def test_a_rank_killed_mid_step_is_restarted_by_the_launcher_and_the_run_ends_as
 def test_a_checkpoint_of_two_ranks_resumes_in_one_process_and_back(tmp_path, single):
     two_then_one = tmp_path / "a"
     assert torchrun(two_then_one, *STEPS, "train.steps=3").returncode == 0
+    assert resume_command(two_then_one, None).startswith("torchrun --nproc-per-node 2 -m grpo train --config")
     one_process(two_then_one, *STEPS)  # same directory: resumes from step 3, saved by 2 ranks
+    assert resume_command(two_then_one, None).startswith("grpo train --config")  # the newest start's way
     assert_same_weights(weights(single, 5), weights(two_then_one, 5))
 
     one_then_two = tmp_path / "b"

@@ -72,3 +72,5 @@ def test_ranks_lost_past_the_restart_budget_end_the_launch_with_status_1(tmp_pat
     assert result.returncode == 1
     assert "restarts are used up; the newest good checkpoint" in result.stdout + result.stderr
     assert [e["kind"] for e in JsonlLog(run_dir / "events.jsonl").read()[0]].count("rank_lost") == 1
+    # The doctor's resume command launches the run as it was launched: through Ray, with two ranks.
+    assert "resume with: grpo train --launcher ray --nproc 2 --config" in "\n".join(diagnose(run_dir))

@@ -28,6 +28,7 @@ from grpo.config import RunConfig, load_config, split_overrides
 from grpo.errors import ConfigError
 from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV, SERVER_GPUS_ENV, actor_loss_cause
 from grpo.rundir.events import EventLog
+from grpo.rundir.resume import LAUNCHER_ENV
 
 EXIT_GAVE_UP = 1  # the group kept losing ranks: as a crash, the newest good checkpoint resumes it
 # After a rank exits with an error by itself, how long the others may take to end theirs before they
@@ -143,8 +144,10 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
             ).remote() for rank in range(nproc)]
             addresses = ray.get([a.address.remote() for a in actors])
             master_addr, master_port, _ = addresses[0]
+            # LAUNCHER_ENV: the run directory records this launch, so a resume command says --launcher ray.
+            launched = {LAUNCHER_ENV: f"ray:{address or ''}"}
             runs = [a.train.remote(config, overrides, rank_environment(rank, nproc, master_addr, master_port, attempt,
-                                                                       server_bundles, gpus))
+                                                                       server_bundles, gpus) | launched)
                     for rank, a in enumerate(actors)]
             outcome = _watch(ray, runs)
             if isinstance(outcome, int):

@@ -1,18 +1,52 @@
 """How a stopped run is resumed: the command, and `STOPPED.json`, which says why the guard stopped the
-run and names that command."""
+run and names that command. A run started by several ranks resumes as it was launched: LAUNCH_FILE
+records how (torchrun's shape, or Ray's launcher and cluster), so the command given is one that works."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from pathlib import Path
 from typing import Any
 
-from grpo.rundir.files import atomic_write_json
+from grpo.rundir.files import atomic_write_json, read_json
+
+LAUNCH_FILE = "launch.json"
+LAUNCHER_ENV = "GRPO_LAUNCHER"  # set by `grpo train --launcher ray` for its ranks: {"launcher": "ray", ...}
+
+
+def record_launch(run_dir: Path, world: int) -> None:
+    """By rank 0 at every start: how this start was launched; a single process leaves no file."""
+    path = run_dir / LAUNCH_FILE
+    launch: dict[str, Any] | None = None
+    if os.environ.get(LAUNCHER_ENV):
+        launch = {"launcher": "ray", "nproc": world, "ray_address": os.environ[LAUNCHER_ENV].partition(":")[2] or None}
+    elif world > 1:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        launch = {"launcher": "torchrun", "nproc_per_node": per_node, "nnodes": max(1, world // per_node),
+                  "rendezvous": f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"}
+    if launch is not None:
+        atomic_write_json(path, launch)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _launch_prefix(run_dir: Path) -> list[str]:
+    launch, _ = read_json(run_dir / LAUNCH_FILE)
+    if not isinstance(launch, dict):
+        return ["grpo", "train"]
+    if launch.get("launcher") == "ray":
+        address = ["--ray-address", str(launch["ray_address"])] if launch.get("ray_address") else []
+        return ["grpo", "train", "--launcher", "ray", "--nproc", str(launch.get("nproc", 1)), *address]
+    nodes = int(launch.get("nnodes", 1))
+    multi = ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", str(launch.get("rendezvous"))]
+    return ["torchrun", *(multi if nodes > 1 else []), "--nproc-per-node", str(launch.get("nproc_per_node", 1)),
+            "-m", "grpo", "train"]
 
 
 def resume_command(run_dir: Path, checkpoint: Path | None) -> str:
-    parts = ["grpo", "train", "--config", str(run_dir / "config.yaml")]
+    parts = [*_launch_prefix(run_dir), "--config", str(run_dir / "config.yaml")]
     if checkpoint is not None:
         parts.append(f"resume_from={checkpoint}")
     return shlex.join(parts)
