@@ -412,6 +412,8 @@ class FaultsConfig:
     hang_server_at_steps: list[int] = knob(factory=list, help="SIGSTOP, found by a request timeout")
     kill_server_actor_at_steps: list[int] = knob(factory=list, help="under `--launcher ray`: SIGKILL the first "
                                                  "server's Ray actor mid-rollout (its server goes with it)")
+    kill_server_in_sync_at_steps: list[int] = knob(factory=list, help="SIGKILL the first server as the weight "
+                                                   "sync after the step's update asks it to reload")
     skip_weight_sync_at_steps: list[int] = knob(factory=list, help="the probe must catch it")
     stale_head_sync_at_steps: list[int] = knob(factory=list, help="vLLM's stock reload_weights")
     no_cache_reset_at_steps: list[int] = knob(factory=list, help="generation reads stale KV")

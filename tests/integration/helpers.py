@@ -122,3 +122,23 @@ def start_attached_standin(tmp_path: Path, name: str) -> tuple[subprocess.Popen,
     assert url, log_path.read_text()
     return proc, url
 
+
+
+def assert_killed_in_the_sync_after_step_2(run_dir: Path, name: str) -> None:
+    """A run of 3+ steps with testing.faults.kill_server_in_sync_at_steps=[2]: the server SIGKILLed as the sync
+    after step 2's update asked it to reload; restarted, loaded with step 2's weights and probed before step 3
+    generated; nothing of the dead incarnation trained on after it died."""
+    from grpo.rundir.files import JsonlLog
+
+    events = JsonlLog(run_dir / "events.jsonl").read()[0]
+    (injected,) = [e for e in events if e["kind"] == "fault_injected"]
+    assert injected["step"] == 2 and injected["evidence"]["incarnation"] == 1
+    (failed,) = [e for e in events if e["kind"] == "server_failed"]
+    assert failed["evidence"]["exit"] == "killed by SIGKILL" and failed["evidence"]["incarnation"] == 1
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert lines[1]["rollout/sources"] == lines[2]["rollout/sources"] == [f"{name}#1"]  # generated before the kill
+    assert all(line["rollout/sources"] == [f"{name}#2"] for step, line in lines.items() if step > 2)
+    assert all(line["update/applied"] == 1 for line in lines.values())
+    # Step 2's sync ended verified on the restarted server, and so did every sync after it.
+    assert all(line["sync/probe_diff"] <= line["sync/tolerance"] for line in lines.values())
+    assert lines[2]["policy/version"] == 2 and sorted(lines) == list(range(1, len(lines) + 1))

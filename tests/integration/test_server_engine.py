@@ -25,8 +25,8 @@ from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
 
-from .helpers import (ServerKilledDuringEvaluations, disturb_each_evaluation, make_loop, metric_lines,
-                      start_attached_standin)
+from .helpers import (ServerKilledDuringEvaluations, assert_killed_in_the_sync_after_step_2, disturb_each_evaluation,
+                      make_loop, metric_lines, start_attached_standin)
 
 STANDIN = Path(__file__).resolve().parents[1] / "standins" / "sglang_server.py"
 STANDIN_COMMAND = f"{{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} --dtype {{dtype}} --seed {{seed}}"
@@ -94,6 +94,12 @@ def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_i
     doctor = "\n".join(diagnose(run_dir))  # the doctor's server section tells the same story
     assert "SERVERS  sglang-0: 2 start(s) (incarnations 1-2)" in doctor and "1 failure(s), 1 restart(s)" in doctor
     assert "step 2: sglang-0#1 failed: the server process killed by SIGKILL" in doctor
+
+
+def test_sigkill_during_a_weight_sync_restarts_the_server_on_the_new_weights_before_it_serves(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=3", "testing.faults.kill_server_in_sync_at_steps=[2]")
+    assert_killed_in_the_sync_after_step_2(run_dir, "sglang-0")
 
 
 def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):

@@ -9,7 +9,7 @@ REWARD = ("zero_reward", "reward_raises")  # the reward functions replaced for t
 # A server's failures in the step's first generation (servers[0], as its requests go out) ...
 SERVER_ROLLOUT = ("kill_server", "kill_server_actor", "hang_server", "garbage_server")
 # ... and in the next weight sync (the reload, the cache reset)
-SERVER_SYNC = ("skip_weight_sync", "stale_head_sync", "no_cache_reset")
+SERVER_SYNC = ("kill_server_in_sync", "skip_weight_sync", "stale_head_sync", "no_cache_reset")
 SERVER = SERVER_ROLLOUT + SERVER_SYNC
 UPDATE = ("nan_loss",)
 AT_STEPS = GENERATION + REWARD + SERVER + UPDATE

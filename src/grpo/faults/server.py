@@ -5,8 +5,8 @@ A step's failures are armed as its collection begins. Those of the rollout (`SER
 the window of the step's first generation: kill (SIGKILL) or hang (SIGSTOP) the first server's process,
 or kill its Ray actor, as the first request to it goes out; or answer every request with garbage.
 Whatever did not fire in that window is disarmed with it. Those of the sync (`SERVER_SYNC`) fire at
-the next reload: skipped, done by the server's stock reload (a stale tied head), or not followed by a
-cache reset. Each fault is recorded as a `fault_injected` event.
+the next reload: the first server killed as its reload goes out, the reload skipped, done by the
+server's stock reload (a stale tied head), or not followed by a cache reset. Each fault is recorded as a `fault_injected` event.
 """
 
 from __future__ import annotations
@@ -106,6 +106,12 @@ class ServerFaults(Backend):
                 self._record(name, f"sent {signal.Signals(sig).name} to {first.name} mid-rollout", **where)
 
     def reload_weights(self, client: HttpClient, model_dir: Path, mode: str) -> None:
+        first = self.engine.servers[0] if self.engine is not None else None
+        if first is not None and first.process is not None and client is first.client and \
+                self._take("kill_server_in_sync"):
+            first.process.send(signal.SIGKILL)
+            self._record("kill_server_in_sync", f"sent SIGKILL to {first.name} as its weight reload went out",
+                         server=first.name, incarnation=first.incarnation)
         if mode == ReloadMode.FULL:
             for name, instead in (("skip_weight_sync", ReloadMode.SKIP), ("stale_head_sync", ReloadMode.STOCK)):
                 if self._take(name):
