@@ -153,7 +153,8 @@ class ServerConfig:
     memory_fraction: float | None = knob(None, "the accelerator memory fraction the server may take (vLLM "
                                          "--gpu-memory-utilization, SGLang --mem-fraction-static), a knob to tune "
                                          "after an OOM; null leaves the server's default", check=within("(0, 1]"))
-    kv_cache_gib: float | None = knob(None, "the server's KV cache in GiB (vLLM-CPU VLLM_CPU_KVCACHE_SPACE), a knob to "
+    kv_cache_gib: float | None = knob(None, "the server's KV cache in GiB (vLLM-CPU VLLM_CPU_KVCACHE_SPACE, SGLang "
+                                      "--max-total-tokens from the model's shape), a knob to "
                                       "tune after an OOM; null leaves the server's default")
     max_concurrent_requests: int = knob(64, "requests in flight per server (and the server's batch limit)",
                                         check=at_least(1))

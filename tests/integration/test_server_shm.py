@@ -1,10 +1,12 @@
 """A killed server's own shared memory (vLLM's psm_* segments and sem.mp-* files in /dev/shm) is
 removed by its reaper, for the incarnation that made it only: the stand-in server holds such files
-(--shared-memory), a real process maps them, and it is killed as production kills servers."""
+(--shared-memory), a real process maps them, and it is killed as production kills servers. A named
+semaphore that no process maps (SGLang's processes leave such) goes too; one a live process maps stays."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import select
 import signal
@@ -65,6 +67,10 @@ def test_a_killed_servers_shared_memory_is_removed_and_no_other(tmp_path):
         first = status(run_dir)
         wait_until(proc, lambda: len(server_shm(first["pid"])) == 2)
         made = server_shm(first["pid"])
+        live = multiprocessing.get_context("spawn").Semaphore()  # named, mapped by this process: in use
+        live_file = SHM / f"sem.{live._semlock.name.lstrip('/')}"
+        unmapped = SHM / f"sem.mp-grpotest{os.getpid()}"  # closed without an unlink: no process can use it
+        unmapped.write_bytes(b"\0" * 32)
         server_process = next(int(p) for p in filter(str.isdigit, os.listdir("/proc"))
                               if os.getsid(int(p)) == first["pid"] and int(p) != first["pid"]
                               and b"--shared-memory" in Path(f"/proc/{p}/cmdline").read_bytes())
@@ -72,6 +78,7 @@ def test_a_killed_servers_shared_memory_is_removed_and_no_other(tmp_path):
         wait_until(proc, lambda: status(run_dir).get("incarnation", 0) > first["incarnation"]
                    and status(run_dir).get("state") == "ready")
         assert not [n for n in made if (SHM / n).exists()], made
+        assert not unmapped.exists() and live_file.exists()
         second = status(run_dir)
         wait_until(proc, lambda: len(server_shm(second["pid"])) == 2)
         made = server_shm(second["pid"])
@@ -87,3 +94,4 @@ def test_a_killed_servers_shared_memory_is_removed_and_no_other(tmp_path):
     finally:
         proc.kill()
         bystander.unlink(missing_ok=True)
+        unmapped.unlink(missing_ok=True)

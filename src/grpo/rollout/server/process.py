@@ -17,6 +17,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
+from grpo.rollout.server.reaper import session_members
+
 REAPER = Path(__file__).with_name("reaper.py")
 
 
@@ -81,23 +83,40 @@ class ServerProcess:
             except ProcessLookupError:
                 pass
 
+    def _signal_server(self, sig: int) -> None:
+        """`sig` to every process of the server's session but the reaper, which then ends what is left,
+        removes the shared memory they left and exits as the server did. (A signal to the whole group
+        would take the reaper with it, and leave that memory behind.)"""
+        if self.proc is None:
+            return
+        server = [pid for pid in session_members(self.proc.pid) if pid != self.proc.pid]
+        if not server:  # the reaper has not started the server yet: nothing to clean, it goes too
+            self._signal_group(sig)
+        for pid in server:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
     def kill(self) -> None:
-        """SIGKILL the whole group and wait for it; the exit counts as expected."""
+        """SIGKILL the server and wait for its reaper; the exit counts as expected."""
         self.expected_exit = True
-        self._signal_group(signal.SIGKILL)
-        self.exited.wait(30)
+        self._signal_server(signal.SIGKILL)
+        if not self.exited.wait(15):  # the reaper itself stuck: the whole group, as a last resort
+            self._signal_group(signal.SIGKILL)
+            self.exited.wait(30)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after `grace_s`; the exit counts as expected."""
         self.expected_exit = True
-        self._signal_group(signal.SIGTERM)
+        self._signal_group(signal.SIGTERM)  # the reaper ignores it and outlives the server
         if not self.exited.wait(grace_s):
-            self._signal_group(signal.SIGKILL)
-            self.exited.wait(30)
+            self.kill()
 
     def send(self, sig: int) -> None:
-        """A signal from outside grpo's own control (fault injection): its exit is unexpected."""
-        self._signal_group(sig)
+        """A signal from outside grpo's own control (fault injection, as the OOM killer or a crash would
+        reach the server's processes): its exit is unexpected."""
+        self._signal_server(sig)
 
     def output(self, limit: int = 4 * 2**20) -> list[str]:
         """What the server wrote since this start (its last `limit` bytes)."""

@@ -9,10 +9,14 @@ ends the whole session when either
 - the trainer is gone, by any signal, SIGKILL included: it polls its parent, which changes when the
   trainer dies, and then also removes the trainer's weight copy in /dev/shm (--remove-when-orphaned).
 Either way it then removes the shared memory the server's processes made and a kill left behind
-(vLLM's psm_* segments and sem.mp-* files): the /dev/shm files that a process of this session had
-mapped or open while it polled and that were created after the server started, once no process
-outside the session maps them. Files of other servers, and any made and lost between two polls, are
-left alone.
+(vLLM's psm_* segments and sem.mp-* files, SGLang's sglang_loads_* slots and sgl_shm_* segments):
+the files directly in /dev/shm that a process of this session had mapped or open while it polled and
+that were created after the server started, once no process outside the session maps them; and the
+named semaphores (sem.mp-*) created since the server started that no process maps: a semaphore works
+only while mapped, and the resource tracker of a killed server never unlinks its own. Files are told
+apart by inode (a live semaphore is mapped under the temporary name glibc made it with).
+Files of other servers, and any other file made and lost between two polls, are left alone.
+The server gets a temporary directory of its own (TMPDIR), removed with it.
 Then it exits as the server did (the same status, or killed by the same signal), so the trainer's
 diagnosis reads the server's exit, not this process's.
 
@@ -29,41 +33,44 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.25
 SHM = "/dev/shm"
-SHM_PREFIXES = ("psm_", "sem.mp-")
 
 
-def shm_in_use(pids: list[int]) -> set[str]:
-    """The vLLM-style /dev/shm files these processes have mapped or open."""
+def shm_in_use(pids: list[int]) -> set[int]:
+    """The inodes of the files in /dev/shm that these processes have mapped or open. By inode, not by
+    name: glibc makes a named semaphore under a temporary name, maps it, links it as sem.mp-* and
+    unlinks the temporary one, so a live semaphore is mapped as '/dev/shm/sem.XXXXXX (deleted)'."""
     found = set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/maps") as f:
-                paths = [line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and SHM in line]
-            paths += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-        except OSError:
+                found |= {int(line.split()[4]) for line in f if f" {SHM}/" in line}
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(SHM + "/"):
+                    found.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+        except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
-        for path in paths:
-            name = path[len(SHM) + 1:] if path.startswith(SHM + "/") else ""
-            if name.startswith(SHM_PREFIXES) and "/" not in name:
-                found.add(name.removesuffix(" (deleted)"))
     return found
 
 
-def reclaim_shm(names: set[str], since: float) -> list[str]:
-    """Remove the files of `names` made after `since` that no live process maps any more."""
+def reclaim_shm(held: set[int], since: float) -> list[str]:
+    """Remove the files directly in /dev/shm made after `since` that no live process maps or holds now, and
+    that the server's processes held (inodes `held`) or are named semaphores (sem.mp-*)."""
     still_used = shm_in_use([int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()])
     removed = []
-    for name in sorted(names - still_used):
-        path = os.path.join(SHM, name)
+    for entry in sorted(os.scandir(SHM), key=lambda e: e.name):
         try:
-            if os.stat(path).st_ctime >= since:
-                os.unlink(path)
-                removed.append(name)
+            info = entry.stat(follow_symlinks=False)
+            ours = info.st_ino in held or entry.name.startswith("sem.mp-")
+            if entry.is_file(follow_symlinks=False) and ours and info.st_ino not in still_used and \
+                    info.st_ctime >= since:
+                os.unlink(entry.path)
+                removed.append(entry.name)
         except OSError:
             pass  # already gone
     return removed
@@ -122,7 +129,9 @@ def main(argv: list[str]) -> int:
     except (OSError, AttributeError):
         pass  # no subreaper: orphans go to pid 1, and end_session still finds them by session
     started = time.time() - 1  # ctime has a coarser clock: a file made as the server starts still counts
-    server = subprocess.Popen(command)
+    # A temporary directory of the server's own, removed with it: SGLang leaves its ZMQ sockets there.
+    tmp = tempfile.mkdtemp(prefix=f"grpo-server-{os.getpid()}-")
+    server = subprocess.Popen(command, env={**os.environ, "TMPDIR": tmp})
     # The trainer stops the server with SIGTERM to the whole group: the server shuts down on its own,
     # and this process outlives it to end the rest. (A Python handler, not SIG_IGN: that is inherited.)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -140,6 +149,7 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             pass
     end_session()
+    shutil.rmtree(tmp, ignore_errors=True)
     removed = reclaim_shm(shm, started)
     if removed:
         print(f"grpo reaper: removed the server's shared memory left in {SHM}: {' '.join(removed)}", flush=True)

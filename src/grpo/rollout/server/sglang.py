@@ -16,6 +16,7 @@ The fast test suite also runs this backend against a stand-in speaking the same 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from grpo.config import ServerConfig
@@ -37,12 +38,16 @@ class SGLangBackend(Backend):
                 "--max-running-requests", str(cfg.max_concurrent_requests)]
         if cfg.memory_fraction is not None:
             argv += ["--mem-fraction-static", str(cfg.memory_fraction)]
+        if cfg.kv_cache_gib is not None:
+            argv += ["--max-total-tokens", str(kv_cache_tokens(model_dir, dtype, cfg.kv_cache_gib))]
         if cfg.deterministic:
             argv.append("--enable-deterministic-inference")
+        # grpo gives it local paths only; online, a bad path would be looked up as a hub name.
+        env = {"HF_HUB_OFFLINE": "1"}
         if not self.on_cpu:
-            return LaunchSpec(argv)
+            return LaunchSpec(argv, env)
         return LaunchSpec(argv + ["--device", "cpu", "--attention-backend", "torch_native"],
-                          {"SGLANG_USE_CPU_ENGINE": "1"})
+                          env | {"SGLANG_USE_CPU_ENGINE": "1"})
 
     def identify(self, client: HttpClient) -> None:
         answer = client.request("GET", "/get_model_info", retries=0)
@@ -95,3 +100,14 @@ class SGLangBackend(Backend):
 
     def reset_cache(self, client: HttpClient) -> None:
         client.request("POST", "/flush_cache", retries=0)
+
+
+def kv_cache_tokens(model_dir: Path, dtype: str, gib: float) -> int:
+    """SGLang sizes its KV cache in tokens (--max-total-tokens): how many `gib` holds for this model, a
+    key and a value per layer and KV head."""
+    config = json.loads((model_dir / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    per_token = 2 * config["num_hidden_layers"] * config.get("num_key_value_heads", heads) * head_dim * (
+        4 if dtype == "float32" else 2)
+    return max(1, int(gib * 2**30 // per_token))

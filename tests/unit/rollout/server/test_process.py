@@ -87,3 +87,24 @@ def test_oom_kills_are_read_from_the_kernel_log_where_it_is_readable():
     readable = subprocess.run(["dmesg"], capture_output=True).returncode == 0
     kills = oom_kills(time.time() + 3600)  # none can have happened after now
     assert kills == [] if readable else kills is None  # [] (read, none) is not None (could not read)
+
+
+# A server that leaves files in its temporary directory, as SGLang leaves its ZMQ sockets.
+LITTERING_SERVER = textwrap.dedent("""
+    import os, tempfile, time
+    tempfile.mkstemp()
+    print("tmp", os.environ["TMPDIR"], flush=True)
+    time.sleep(300)
+""")
+
+
+def test_grpos_own_kill_leaves_the_reaper_to_end_the_server_and_remove_its_temporary_directory(tmp_path):
+    exits = []
+    process = ServerProcess([sys.executable, "-c", LITTERING_SERVER], {}, tmp_path / "s.log", exits.append)
+    process.start()
+    wait_until(lambda: "tmp " in (tmp_path / "s.log").read_text(), 10, "the server's temporary file made")
+    tmp = Path((tmp_path / "s.log").read_text().split("tmp ")[1].split()[0])
+    assert tmp.name.startswith(f"grpo-server-{process.pid}-") and any(tmp.iterdir())
+    process.kill()  # the server's processes, not the reaper: it outlives them to clean up
+    assert process.exited.is_set() and process.describe_exit() == "killed by SIGKILL"
+    assert not tmp.exists() and exits == []  # grpo's own kill is not reported as a failure

@@ -1,0 +1,243 @@
+"""Whole runs against a real SGLang server on CPU (marked `sglang`; CI builds its environment with
+scripts/setup_sglang_env.sh and runs them): a run whose every sync is verified and whose seed check is
+reported, the server SIGKILLed mid-rollout, during a weight sync and during both evaluations, no process
+or shared memory left after the server or the trainer is SIGKILLed, two servers with one killed,
+asynchronous rollouts with the server killed while the next batch is made, and a server a user started
+by hand, attached. `long` (not in CI): the quickstart's model and work, learning, with the server killed.
+
+SGLang 0.5.23 runs here as its CPU engine (torch-native attention, its kernel package replaced by
+scripts/sglang_cpu_shim); the tiny model loads in about 25 s on 2 cores. The same scenarios against the
+stand-in speaking SGLang's API (tests/standins/sglang_server.py) run in the default suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo.config import TinyModelConfig, load_config
+from grpo.hooks import StepHooks
+from grpo.policy.models import build_char_tokenizer, build_tiny_model
+from grpo.rundir.files import JsonlLog
+from grpo.tools.doctor import diagnose
+from grpo.tools.health import check as health_check
+from grpo.train.loop import TrainingLoop
+
+from tests.processes import session
+from tests.waiting import wait_until
+
+from .helpers import assert_killed_in_the_sync_after_step_2, disturb_each_evaluation, make_loop, metric_lines
+
+REPO = Path(__file__).resolve().parents[2]
+SGLANG_PYTHON = Path(os.environ.get("GRPO_SGLANG_PYTHON", REPO / ".venv-sglang/bin/python"))
+
+pytestmark = [
+    pytest.mark.sglang,
+    pytest.mark.skipif(not SGLANG_PYTHON.is_file(), reason=f"no SGLang environment at {SGLANG_PYTHON} "
+                       "(scripts/setup_sglang_env.sh builds it)"),
+]
+
+SGLANG = ["rollout.engine=sglang", f"rollout.server.python={SGLANG_PYTHON}", "rollout.server.kv_cache_gib=0.25",
+          "rollout.server.restart_backoff_s=0.5"]
+SHM = Path("/dev/shm")
+
+
+def of_kind(run_dir: Path, kind: str) -> list[dict]:
+    return [e for e in JsonlLog(run_dir / "events.jsonl").read()[0] if e["kind"] == kind]
+
+
+def run(run_dir: Path, *overrides: str, hooks: tuple[StepHooks, ...] = ()) -> TrainingLoop:
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", *SGLANG, *overrides]), *hooks)
+    loop.train()
+    return loop
+
+
+def shm_names() -> set[str]:
+    return {p.name for p in SHM.iterdir()}
+
+
+def test_every_sync_is_verified_the_seed_check_is_reported_and_nothing_is_left(tmp_path):
+    run_dir = tmp_path / "r"
+    shm_before = shm_names()
+    loop = run(run_dir, "train.steps=3")
+    lines = metric_lines(run_dir)
+    assert [line["policy/version"] for line in lines] == [1, 2, 3]
+    for line in lines:
+        assert line["sync/probe_diff"] <= line["sync/tolerance"] == 2e-3  # fp32: SGLang's log-probs are HF's
+        assert line["rollout/sources"] == ["sglang-0#1"] and line["update/applied"] == 1
+    status = json.loads((run_dir / "servers" / "status.json").read_text())
+    (server,) = status["servers"]
+    # SGLang ignores a request's seed unless started with --enable-deterministic-inference, which its
+    # CPU attention backends refuse: the check finds it, and every report says so.
+    assert server["seeds"]["reproducible"] is False and "not reproducible" in server["seeds"]["detail"]
+    (seeds,) = of_kind(run_dir, "server_seeds")
+    assert seeds["evidence"]["reproducible"] is False
+    out, _ = health_check(run_dir)
+    assert "sglang-0: seeded samples NOT reproducible: the same seeded request twice gave different tokens" in \
+        "\n".join(out)
+    assert "seeded samples NOT reproducible" in "\n".join(diagnose(run_dir))
+    wait_until(lambda: not session(server["pid"]), 10, "the server's processes gone with the run")
+    assert not loop.engine.model_dir.exists()
+    assert shm_names() <= shm_before, shm_names() - shm_before
+
+
+def test_killed_mid_rollout_the_server_is_restarted_verified_and_its_dead_samples_never_trained(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=3", "testing.faults.kill_server_at_steps=[2]")
+    (failed,) = of_kind(run_dir, "server_failed")
+    assert failed["evidence"]["exit"] == "killed by SIGKILL" and failed["step"] == 2
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert sorted(lines) == [1, 2, 3]
+    assert lines[2]["rollout/failed"] > 0 and lines[2]["rollout/retries"] > 0
+    assert lines[1]["rollout/sources"] == ["sglang-0#1"]
+    assert lines[2]["rollout/sources"] == lines[3]["rollout/sources"] == ["sglang-0#2"]
+    assert all(line["sync/probe_diff"] <= line["sync/tolerance"] for line in lines.values())
+
+
+def test_killed_during_a_weight_sync_the_server_serves_again_only_on_the_new_weights(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=3", "testing.faults.kill_server_in_sync_at_steps=[2]")
+    assert_killed_in_the_sync_after_step_2(run_dir, "sglang-0")
+
+
+def test_killed_during_both_evaluations_no_answer_changes_and_no_zero_is_recorded(tmp_path, monkeypatch):
+    hooks, compared = disturb_each_evaluation(monkeypatch)
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=1", "eval.before_training=true", "eval.after_training=true", hooks=(hooks,))
+    assert len(compared) == 2
+    for answers, clean_answers, result, clean in compared:
+        # Greedy answers do not depend on the seed: the retried ones equal a clean evaluation's.
+        assert [a["completion"] for a in answers] == [a["completion"] for a in clean_answers]
+        # An answer still failed after its retries would have stopped the evaluation: none was scored as wrong.
+        assert result["accuracy"] == clean["accuracy"] and result["retried"] > 0 == clean["retried"]
+    assert [f["evidence"]["exit"] for f in of_kind(run_dir, "server_failed")] == ["killed by SIGKILL"] * 2
+    assert [(e["label"], e["accuracy"]) for e in JsonlLog(run_dir / "eval.jsonl").read()[0]] == [
+        ("before", compared[0][3]["accuracy"]), ("after", compared[1][3]["accuracy"])]
+
+
+def trainer(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}", *SGLANG,
+                             "train.steps=1000", "eval.before_training=false", "eval.after_training=false",
+                             *overrides], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def started(run_dir: Path, kind: str, incarnation: int) -> dict | None:
+    if not (run_dir / "events.jsonl").is_file():
+        return None
+    return next((e for e in of_kind(run_dir, kind) if e["evidence"].get("incarnation") == incarnation), None)
+
+
+def test_no_server_process_or_shared_memory_outlives_a_sigkill_of_the_server_or_of_the_trainer(tmp_path):
+    run_dir = tmp_path / "r"
+    shm_before = shm_names()
+    proc = trainer(run_dir)
+    try:
+        wait_until(lambda: started(run_dir, "server_ready", 1), 300, "the first server ready")
+        sid = started(run_dir, "server_start", 1)["evidence"]["pid"]  # the reaper: its session is the server's
+        members = session(sid)
+        assert len(members) >= 4, members  # the reaper, SGLang's HTTP server, its scheduler and detokenizer
+        server = int((run_dir / "servers" / "sglang-0.log").read_text().split(f"grpo reaper {sid}: server pid ")[1]
+                     .split(",")[0])
+        os.kill(server, signal.SIGKILL)  # the HTTP server only: its scheduler and detokenizer are orphaned
+        wait_until(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
+        wait_until(lambda: started(run_dir, "server_ready", 2), 300, "the restarted server ready")
+        (failed,) = of_kind(run_dir, "server_failed")
+        assert failed["evidence"]["exit"] == "killed by SIGKILL"
+        sid = started(run_dir, "server_start", 2)["evidence"]["pid"]
+        members = session(sid)
+        assert len(members) >= 4, members
+        proc.kill()  # the trainer, by SIGKILL: nothing of it runs after this
+        proc.wait()
+        wait_until(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
+        wait_until(lambda: shm_names() <= shm_before, 10, "no shared memory left in /dev/shm")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_one_of_two_servers_killed_only_its_samples_are_retried_and_it_rejoins_verified(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=4", "rollout.server.replicas=2", "testing.faults.kill_server_at_steps=[2]")
+    (failed,) = of_kind(run_dir, "server_failed")
+    assert failed["evidence"]["server"] == "sglang-0" and failed["evidence"]["exit"] == "killed by SIGKILL"
+    starts = [(e["evidence"]["server"], e["evidence"]["incarnation"]) for e in of_kind(run_dir, "server_start")]
+    assert sorted(starts) == [("sglang-0", 1), ("sglang-0", 2), ("sglang-1", 1)]  # sglang-1 never restarted
+    rejoined = [e for e in of_kind(run_dir, "weight_sync_verified")
+                if (e["evidence"]["server"], e["evidence"]["incarnation"]) == ("sglang-0", 2)]
+    assert rejoined and rejoined[0]["evidence"]["probe_diff"] <= rejoined[0]["evidence"]["tolerance"]
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert sorted(lines) == [1, 2, 3, 4] and all(line["update/applied"] == 1 for line in lines.values())
+    assert lines[1]["rollout/sources"] == ["sglang-0#1", "sglang-1#1"]
+    assert 0 < lines[2]["rollout/failed"] <= 8 and lines[2]["rollout/retries"] == lines[2]["rollout/failed"]
+    assert "sglang-0#1" not in lines[2]["rollout/sources"] and "sglang-1#1" in lines[2]["rollout/sources"]
+    assert all("sglang-0#1" not in lines[s]["rollout/sources"] for s in (2, 3, 4))
+    assert lines[4]["rollout/sources"] == ["sglang-0#2", "sglang-1#1"]  # back, verified, serving again
+
+
+def test_asynchronous_rollouts_a_server_killed_while_the_next_batch_is_made_loses_no_step(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=4", "rollout.max_staleness=1", "testing.faults.kill_server_at_steps=[3]")
+    (injected,) = of_kind(run_dir, "fault_injected")
+    assert injected["step"] == 2  # step 3's batch is generated during step 2, from the weights after step 1
+    (failed,) = of_kind(run_dir, "server_failed")
+    assert failed["evidence"]["exit"] == "killed by SIGKILL" and failed["evidence"]["incarnation"] == 1
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert sorted(lines) == [1, 2, 3, 4] and all(line["update/applied"] == 1 for line in lines.values())
+    assert lines[1]["rollout/sources"] == lines[2]["rollout/sources"] == ["sglang-0#1"]
+    assert lines[3]["rollout/failed"] > 0 and lines[3]["rollout/sources"] == ["sglang-0#2"]
+    assert lines[4]["rollout/sources"] == ["sglang-0#2"]
+    assert max(line["rollout/staleness_max"] for line in lines.values()) <= 1
+    for line in lines.values():
+        assert line["sync/probe_diff"] <= line["sync/tolerance"]
+
+
+def start_by_hand(tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """SGLang as a user starts it, on a tiny model of grpo's: -> (the process, its URL) once it generates."""
+    model_dir = tmp_path / "served"
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(0)
+    build_tiny_model(TinyModelConfig(), tokenizer, torch.float32).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    port = 30000 + os.getpid() % 20000
+    log = (tmp_path / "sglang.log").open("w")
+    proc = subprocess.Popen([str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(model_dir),
+                             "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--attention-backend",
+                             "torch_native", "--dtype", "float32", "--max-total-tokens", "4096"],
+                            env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def generates() -> bool:
+        assert proc.poll() is None, (tmp_path / "sglang.log").read_text()[-3000:]
+        try:
+            return subprocess.run(["curl", "-sf", "-m", "5", f"{url}/health_generate"]).returncode == 0
+        except OSError:
+            return False
+
+    wait_until(generates, 300, "SGLang started by hand answering /health_generate")
+    return proc, url
+
+
+def test_a_server_started_by_hand_is_attached_synced_and_verified_and_never_restarted(tmp_path):
+    proc, url = start_by_hand(tmp_path)
+    try:
+        run_dir = tmp_path / "r"
+        run(run_dir, "train.steps=2", f"rollout.server.urls=[{url}]")
+        lines = metric_lines(run_dir)
+        assert [line["rollout/sources"] for line in lines] == [["sglang-0#1"], ["sglang-0#1"]]
+        assert all(line["sync/probe_diff"] <= line["sync/tolerance"] for line in lines)
+        (start,) = of_kind(run_dir, "server_start")
+        assert start["message"].endswith("(attached)") and start["evidence"]["pid"] is None
+        assert proc.poll() is None  # grpo watched it, never owned it: it serves on after the run
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
