@@ -18,10 +18,11 @@
 # `sgl_kernel` (scripts/sglang_cpu_shim/sgl_kernel; no CPU build of SGLang's kernel package is on PyPI)
 # copied into site-packages -> check the imports -> start a real server on grpo's tiny test model, check
 # one /generate against transformers, stop it (scripts/check_sglang_server.py).
-# About 90 s and 2.3 GB on this 2-core machine with a warm pip cache; the server check ~40 s more.
+# About 90 s and 2.3 GB on this 2-core machine, plus 25-40 s for the server check (130 s in all, the
+# same with an empty pip cache); an idempotent re-run ~10 s.
 #
 # Idempotent: when ENV_DIR already imports sglang at the pinned version, with the shim as in this repo and
-# a patched torchvision, and passed the server check, it exits at once.
+# a patched torchvision, and passed the server check, it exits after that import check (~10 s).
 #
 # Overrides (environment): PYTHON (interpreter used to create the venv, default python3),
 # SGLANG_VERSION (default 0.5.23), TORCH_VERSION (default 2.13.0), SKIP_SERVER_CHECK=1 (install and
@@ -43,7 +44,7 @@ VERIFIED="$ENV_DIR/.sglang-server-checked"
 
 # What sglang 0.5.23 imports when it starts a server for a text model on CPU (found by importing the
 # server's modules and starting it, one missing module at a time), pinned where sglang pins them.
-# jsonschema, dill and loguru (for compressed-tensors) are imported but not in sglang's metadata.
+# sglang imports jsonschema and dill without declaring them; loguru is compressed-tensors' (--no-deps below).
 DEPS=(
     "transformers==5.19.0" "tokenizers==0.23.2" "sentencepiece==0.2.1" "openai==2.8.0" "soundfile==0.13.1"
     fastapi "uvicorn>=0.51" uvloop python-multipart orjson msgspec "pyzmq>=25.1.2" setproctitle psutil
