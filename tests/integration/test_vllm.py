@@ -4,7 +4,9 @@ head, without a sync, and without a prefix-cache reset, a server that dies on ev
 cannot start for lack of memory, one killed during both evaluations, SIGTERM during a start, and no
 process of a server left after its API server or the trainer is SIGKILLed.
 
-Each vLLM start takes 1-2 minutes and 3.5 GB on 2 cores: run these one file or one test at a time.
+Each vLLM start takes 1-2 minutes and 3.5 GB on 2 cores: run these one file or one test at a time. The
+evaluations' case is also marked `long` (out of CI, whose budget it would pass): tests/integration/test_sglang.py
+runs it in CI against a real SGLang server, and test_server_engine.py against the stand-in.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ def test_sigterm_during_a_server_start_exits_4_within_5_seconds(tmp_path):
             proc.wait()
 
 
+@pytest.mark.long  # three vLLM starts; CI kills a real SGLang server during both evaluations instead
 def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, monkeypatch):
     """Each evaluation's server is SIGKILLed as its requests go out: the failed answers are retried on a
     restarted, verified server, never scored; the answers equal a clean evaluation's of the same weights."""
