@@ -265,3 +265,16 @@ def test_a_server_started_by_hand_is_attached_synced_and_verified_and_never_rest
         proc.wait()
         for name in shm_names() - before:  # SGLang's own, of a server grpo does not own: the test's to remove
             (SHM / name).unlink(missing_ok=True)
+
+
+@LONG
+def test_the_quickstart_on_sglang_learns_through_a_server_killed_mid_run(tmp_path):
+    """bench/server_killed.py: the quickstart's model and work (25 steps) on SGLang, SIGKILLed at step 12.
+    About 20 minutes on 2 cores."""
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "server_killed.py"), "--kill-step", "12",
+                             "--python", str(SGLANG_PYTHON), "--work-dir", str(tmp_path)],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]  # nothing dead trained on
+    assert "samples of sglang-0#1 trained on after its death: 0" in result.stdout
+    summary = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    assert summary["after"]["accuracy"] >= summary["before"]["accuracy"] + 0.2  # seen: +40 to +60 points
