@@ -33,9 +33,11 @@ class SGLangBackend(Backend):
 
     def launch(self, cfg: ServerConfig, python: str, model_dir: Path, host: str, port: int, dtype: str,
                seed: int) -> LaunchSpec:
+        # --sleep-on-idle: SGLang's scheduler otherwise spins a core at 100% between requests, which on a
+        # machine it shares with the trainer (always, on a CPU) is a core taken from every update.
         argv = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--host", host,
                 "--port", str(port), "--dtype", dtype, "--random-seed", str(seed),
-                "--max-running-requests", str(cfg.max_concurrent_requests)]
+                "--max-running-requests", str(cfg.max_concurrent_requests), "--sleep-on-idle"]
         if cfg.memory_fraction is not None:
             argv += ["--mem-fraction-static", str(cfg.memory_fraction)]
         if cfg.kv_cache_gib is not None:

@@ -17,6 +17,7 @@ def test_a_cpu_trainer_starts_sglangs_cpu_engine_with_torch_native_attention():
     spec = launch("cpu")
     assert spec.argv[:3] == ["py", "-m", "sglang.launch_server"]
     assert " --device cpu --attention-backend torch_native" in " ".join(spec.argv)
+    assert "--sleep-on-idle" in spec.argv  # its scheduler would spin a core the trainer needs
     assert spec.env == {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1"}
     assert "--enable-deterministic-inference" not in spec.argv
 
