@@ -11,6 +11,7 @@ from .test_vllm import VLLM, VLLM_PYTHON
 
 pytestmark = [
     pytest.mark.vllm,
+    pytest.mark.long,  # two vLLM starts; the same diagnosis on the SGLang stand-in runs in the default suite
     pytest.mark.skipif(not VLLM_PYTHON.is_file(), reason=f"no vLLM environment at {VLLM_PYTHON} "
                        "(scripts/setup_vllm_env.sh builds it)"),
 ]

@@ -34,7 +34,8 @@ def one_server(tmp_path_factory) -> Path:
     return run_dir
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
+# one rank (nproc=1) is long: two ranks make the same servers and the same comparison, in CI
+@pytest.mark.parametrize("nproc", [pytest.param(1, marks=pytest.mark.long), 2])
 def test_two_servers_as_ray_actors_end_with_the_parameters_of_one_server_in_one_process(tmp_path, one_server, nproc):
     run_dir = tmp_path / "r"
     result = ray_launch(run_dir, *FLEET, "train.steps=3", nproc=nproc)

@@ -248,6 +248,7 @@ def start_by_hand(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
+@LONG  # CI's budget: the stand-in's attach tests (test_server_fleet.py) run in the default suite
 def test_a_server_started_by_hand_is_attached_synced_and_verified_and_never_restarted(tmp_path):
     before = shm_names()
     proc, url = start_by_hand(tmp_path)

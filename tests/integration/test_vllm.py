@@ -117,6 +117,7 @@ def test_a_server_that_dies_on_every_start_stops_the_run_with_its_cause(tmp_path
     assert (run_dir / "checkpoints" / "step_000000" / "meta.json").is_file()
 
 
+@pytest.mark.long  # two vLLM starts to their memory check: out of CI's 30 minutes
 def test_a_start_that_fails_for_memory_is_tried_twice_and_names_the_knob(tmp_path):
     """vLLM-CPU reserves memory_fraction of all host memory: 0.99 is more than is ever available."""
     run_dir = tmp_path / "r"
