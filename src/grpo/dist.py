@@ -2,17 +2,18 @@
 needs. Every guard decision is made on values all ranks agree on, so these are the only places
 where ranks exchange anything besides FSDP's own all-gathers and reduce-scatters.
 
-Without a group (one process) every collective is the identity.
+Without a group (one process) every collective is the identity, and torch is not imported: the tools
+that read a run directory (grpo doctor, watch, health) start in a fraction of a second.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
@@ -33,25 +34,30 @@ class Ranks:
         return self.world > 1
 
     def sum(self, values: list[float]) -> list[float]:
-        return self._reduce(values, dist.ReduceOp.SUM)
+        return self._reduce(values, "SUM")
 
     def max(self, values: list[float]) -> list[float]:
-        return self._reduce(values, dist.ReduceOp.MAX)
+        return self._reduce(values, "MAX")
 
     def any(self, flag: bool) -> bool:
         return bool(self.max([float(flag)])[0])
 
-    def _reduce(self, values: list[float], op) -> list[float]:
+    def _reduce(self, values: list[float], op: str) -> list[float]:
         if not self.distributed:
             return list(values)
+        import torch
+        import torch.distributed as dist
+
         tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, op=op)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
         return tensor.tolist()
 
     def gather(self, obj: T) -> list[T]:
         """Every rank's `obj`, in rank order, on every rank."""
         if not self.distributed:
             return [obj]
+        import torch.distributed as dist
+
         out: list[Any] = [None] * self.world
         dist.all_gather_object(out, obj)
         return out
@@ -60,12 +66,16 @@ class Ranks:
         """Rank 0's `obj` on every rank."""
         if not self.distributed:
             return obj
+        import torch.distributed as dist
+
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def barrier(self) -> None:
         if self.distributed:
+            import torch.distributed as dist
+
             dist.barrier()
 
 
@@ -77,6 +87,8 @@ def from_environment(device: torch.device) -> Ranks:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return SINGLE
+    import torch.distributed as dist
+
     if not dist.is_initialized():
         rank = int(os.environ["RANK"])
         # The launcher's store outlives a restarted group; keys of the group that died would point

@@ -8,6 +8,8 @@ TYPE_CHECKING, still ties the two packages together. Nodes are grpo's direct chi
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import grpo
@@ -108,3 +110,12 @@ def test_no_production_module_imports_the_faults_package():
     """Fault injection is installed at the seams (grpo.hooks) by grpo.entry; nothing else reaches it."""
     importers = sorted(node for node, targets in package_graph().items() if "faults" in targets)
     assert importers == ["entry"], importers
+
+
+def test_the_tools_that_read_a_run_import_no_torch():
+    """grpo doctor, watch and health read files: without torch they answer at once (torch alone takes
+    seconds to import), and `grpo watch --pid` has the trainer's pid checked before a short run ends."""
+    code = ("import sys, grpo.cli, grpo.tools.doctor, grpo.tools.watch, grpo.tools.health; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'safetensors')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

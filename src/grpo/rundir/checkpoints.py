@@ -15,6 +15,9 @@ cut the lines of steps it will replay). A checkpoint whose files do not match it
 invalid: it is moved to `invalid/` with the reason, and the newest valid one is used instead.
 Deletion renames to `.trash-*` first, so a kill mid-delete never leaves a half-deleted checkpoint, and
 a replacement moves the old copy to `.replaced-*` until the new one is in place.
+
+torch, numpy and safetensors are imported where they are used: the tools that only read a run directory
+(grpo doctor, watch, health) start without them.
 """
 
 from __future__ import annotations
@@ -28,16 +31,15 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
-import torch
-from safetensors.torch import load_file
+from typing import TYPE_CHECKING, Any, Callable
 
 from grpo.config import CheckpointConfig
 from grpo.dist import SINGLE, Ranks
 from grpo.rundir.files import fsync_dir
 from grpo.errors import DiskError, is_disk_error
+
+if TYPE_CHECKING:
+    import torch
 
 STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"
@@ -72,6 +74,9 @@ class CheckpointInfo:
 
 def capture_rng() -> dict[str, Any]:
     """The global random streams (sampling has its own per-sample seeds: grpo.rollout.seeds)."""
+    import numpy as np
+    import torch
+
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -83,6 +88,9 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -151,6 +159,8 @@ class CheckpointStore:
             write(tmp)
             ranks.barrier()  # every rank's shards are on disk
             if ranks.main:
+                import torch
+
                 torch.save(state, tmp / STATE_FILE)
                 files = {
                     str(p.relative_to(tmp)): {"size": p.stat().st_size, "crc32": file_crc32(p)}
@@ -234,6 +244,8 @@ class CheckpointStore:
                 raise CheckpointInvalid(info.path, f"{name} fails its checksum (corrupt)")
 
     def load_state(self, info: CheckpointInfo) -> dict[str, Any]:
+        import torch
+
         try:
             return torch.load(info.path / STATE_FILE, weights_only=False)
         except Exception as exc:  # a file that matched its checksum but still does not load
@@ -318,6 +330,8 @@ class CheckpointStore:
 
 def load_weights(model_dir: Path, model: torch.nn.Module) -> None:
     """Load a model directory's safetensors into `model`, which must have the same architecture."""
+    from safetensors.torch import load_file
+
     model_dir = Path(model_dir)
     weights: dict[str, torch.Tensor] = {}
     for file in sorted(model_dir.glob("*.safetensors")):
