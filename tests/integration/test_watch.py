@@ -19,6 +19,7 @@ import pytest
 
 from grpo.cli import main
 from grpo.tools.doctor.timeline import STREAK
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).with_name("watch_writer.py")
@@ -62,6 +63,12 @@ def writer(fmt: str, root: Path, times: Path, *flags: str) -> subprocess.Popen:
                              str(PERIOD), "--die-at", str(DIE_AT), *flags], env=ENV)
 
 
+def start_when_watched(watch: Watch, go: Path) -> None:
+    """Let a writer started with --start-after GO begin once the watch has looked and found no run yet."""
+    wait_until(lambda: "waiting for" in watch.text, 60, "the watch's first look at a run not yet begun")
+    go.touch()
+
+
 def written_at(times: Path, step: int) -> float:
     return next(r["t"] for r in map(json.loads, times.read_text().splitlines()) if r["step"] == step)
 
@@ -86,14 +93,14 @@ CASES = {
 def test_the_problem_is_reported_within_two_polls_and_the_trainer_stopped(tmp_path, fmt):
     target, flags, cause, checkpoint = CASES[fmt]
     root, times = tmp_path / "run", tmp_path / "times.jsonl"
-    trainer = writer(fmt, root, times, "--delay", str(2 * INTERVAL), *flags)
+    trainer = writer(fmt, root, times, "--start-after", str(tmp_path / "go"), *flags)
     try:
         watch = Watch(root / target, "--pid", str(trainer.pid))  # before the run has written anything
+        start_when_watched(watch, tmp_path / "go")
         assert watch.wait() == 1, watch.text + watch.process.stderr.read()
         trainer.wait(timeout=30)
     finally:
         stop(trainer)
-    assert "waiting for" in watch.text  # the files did not exist yet
     assert f"DIAGNOSIS problem: {cause} from step {DIE_AT}" in watch.text, watch.text
     late = watch.when("DIAGNOSIS problem") - written_at(times, TRIGGER)
     assert late <= 2 * INTERVAL, f"reported {late:.2f} s after step {TRIGGER}'s line"
@@ -102,7 +109,7 @@ def test_the_problem_is_reported_within_two_polls_and_the_trainer_stopped(tmp_pa
     assert trainer.returncode == -signal.SIGTERM
 
 
-# Depends on the watch's first poll coming before the writer rotates or truncates (the writer's --delay):
+# Depends on the watch's second poll coming before the writer rotates or truncates:
 # on a loaded machine steps written before a rotation the watch never saw are lost (1-2 of 6 cases seen on
 # 2 shared cores). Out of the default suite and CI until the watch reads a rotated file's unseen head.
 @pytest.mark.timing
@@ -112,10 +119,11 @@ def test_rotation_truncation_and_torn_lines_change_nothing(tmp_path, fmt, mode):
     target, flags, cause, _ = CASES[fmt]
     root, times = tmp_path / "run", tmp_path / "times.jsonl"
     # the watch is up before the log is rotated: lines moved away before it started are not its to see
-    trainer = writer(fmt, root, times, "--delay", str(2 * INTERVAL), *flags,
+    trainer = writer(fmt, root, times, "--start-after", str(tmp_path / "go"), *flags,
                      *([mode, "4"] if mode != "--torn" else [mode]))
     try:
         watch = Watch(root / target, "--pid", str(trainer.pid))
+        start_when_watched(watch, tmp_path / "go")
         assert watch.wait() == 1, watch.text + watch.process.stderr.read()
     finally:
         stop(trainer)
@@ -129,9 +137,10 @@ def test_rotation_truncation_and_torn_lines_change_nothing(tmp_path, fmt, mode):
 
 def test_a_healthy_run_that_ends_is_exit_0(tmp_path):
     root, times = tmp_path / "run", tmp_path / "times.jsonl"
-    trainer = writer("verl", root, times, "--die-at", "100", "--steps", "8")
+    trainer = writer("verl", root, times, "--die-at", "100", "--steps", "8", "--start-after", str(tmp_path / "go"))
     watch = Watch(root / "train.log", "--pid", str(trainer.pid))
     try:
+        start_when_watched(watch, tmp_path / "go")  # the trainer is alive when the watch is given its pid
         assert watch.wait() == 0, watch.text + watch.process.stderr.read()
     finally:
         stop(trainer)

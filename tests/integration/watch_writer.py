@@ -5,7 +5,7 @@ line was completed goes to --times (one JSON line per step), for the test to mea
 spoke.
 
     python tests/integration/watch_writer.py FORMAT RUN_DIR --times FILE [--period S] [--die-at N]
-        [--steps N] [--rotate-at N] [--truncate-at N] [--torn] [--server-death] [--save-every N] [--delay S]
+        [--steps N] [--rotate-at N] [--truncate-at N] [--torn] [--server-death] [--save-every N] [--start-after FILE]
 
 --rotate-at N: before step N, the log is renamed to LOG.1 and a new one begun (logrotate's create);
 --truncate-at N: the log is copied to LOG.1 and truncated in place (logrotate's copytruncate);
@@ -40,9 +40,10 @@ def main() -> None:
     parser.add_argument("--torn", action="store_true")
     parser.add_argument("--server-death", action="store_true")
     parser.add_argument("--save-every", type=int, default=3)
-    parser.add_argument("--delay", type=float, default=0.0, help="seconds before anything is written")
+    parser.add_argument("--start-after", type=Path, help="write nothing until this file exists")
     args = parser.parse_args()
-    time.sleep(args.delay)  # the trainer is still starting: its files do not exist yet
+    while args.start_after is not None and not args.start_after.exists():
+        time.sleep(0.05)  # the trainer is still starting: its files do not exist yet
     args.root.mkdir(parents=True, exist_ok=True)
     if args.format == "grpo":
         RunLock(args.root).acquire()  # a live grpo run holds its directory; the kernel drops it when killed
