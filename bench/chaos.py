@@ -9,8 +9,12 @@ every step's metrics line present exactly once and equal to the reference's, the
 largest difference from the reference's, no sample from a dead server incarnation trained on, no
 process or /dev/shm file left over; and prints the table of faults, recoveries and time lost.
 
-    python bench/chaos.py [--setup embedded|stale2|server|two-servers] [--faults 10] [--seed 0]
-                          [--config tiny] [--steps 30] [--out bench_runs/chaos] [--set KEY=VALUE ...]
+    python bench/chaos.py [--setup embedded|stale2|server|two-servers|sglang|vllm] [--faults 10] [--seed 0]
+                          [--config tiny] [--steps 30] [--out bench_runs/chaos] [--server-python PY]
+                          [--set KEY=VALUE ...]
+
+`server` and `two-servers` use the SGLang stand-in (tests/standins), which honours seeds; `sglang` and
+`vllm` start the real servers from their environments (scripts/setup_sglang_env.sh, setup_vllm_env.sh).
 
 Exit status 0 when every check holds. The tmpfs (for the full disk) needs root; without it the disk
 fault is left out and the table says so.
@@ -33,21 +37,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standins" / "sglang_server.py"
-SERVER = ["rollout.engine=sglang", "rollout.server.restart_backoff_s=0.2", "rollout.server.health_timeout_s=3",
-          "rollout.server.max_restarts=1000",
-          f"rollout.server.command={{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} "
-          "--dtype {dtype} --seed {seed}"]
+STANDIN_SERVER = [
+    "rollout.engine=sglang", "rollout.server.restart_backoff_s=0.2", "rollout.server.health_timeout_s=3",
+    "rollout.server.max_restarts=1000",
+    f"rollout.server.command={{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} "
+    "--dtype {dtype} --seed {seed}"]
+# A real server's one-token health probe waits behind a batch being decoded on the same two cores: its
+# timeout is longer than the stand-in's, and a SIGSTOP lasts twice it.
+REAL_SERVER = ["rollout.server.restart_backoff_s=0.2", "rollout.server.health_timeout_s=20",
+               "rollout.server.max_restarts=1000", "rollout.server.kv_cache_gib=1"]
 SETUPS = {
     "embedded": [],
     "stale2": ["rollout.max_staleness=2"],
-    "server": SERVER,
-    "two-servers": [*SERVER, "rollout.server.replicas=2"],
+    "server": STANDIN_SERVER,
+    "two-servers": [*STANDIN_SERVER, "rollout.server.replicas=2"],
+    "sglang": ["rollout.engine=sglang", *REAL_SERVER],
+    "vllm": ["rollout.engine=vllm", *REAL_SERVER],
 }
+REAL_SERVER_PYTHON = {"sglang": ROOT / ".venv-sglang" / "bin" / "python", "vllm": ROOT / ".venv-vllm" / "bin" / "python"}
+SERVER_SETUPS = ("server", "two-servers", "sglang", "vllm")
 TRAINER_FAULTS = ["sigkill_trainer", "sigterm_trainer", "full_disk", "torn_checkpoint"]
 SERVER_FAULTS = ["sigkill_server", "sigstop_server"]
 NOISY = ("time", "time/", "perf/", "memory/", "rollout/sources", "sync/seconds")
 SHM_NAMES = ("grpo-", "psm_", "sem.mp-")
-HEALTH_TIMEOUT_S = 3.0
 
 
 @dataclass
@@ -69,6 +81,7 @@ class Chaos:
     delay_s: tuple[float, float]
     disk: Path | None
     logs: Path
+    stop_s: float = 0.0  # how long a SIGSTOPped server stays stopped: twice its health timeout
     started: float = field(default_factory=time.monotonic)
     faults: list[Fault] = field(default_factory=list)
     launches: int = 0
@@ -143,12 +156,12 @@ class Chaos:
                 fault.note = f"pid {pid}"
             else:
                 _signal_group(pid, signal.SIGSTOP)
-                end = time.monotonic() + 2 * HEALTH_TIMEOUT_S
+                end = time.monotonic() + self.stop_s
                 while time.monotonic() < end and proc.poll() is None:
                     self._note_progress()
                     time.sleep(0.05)
                 _signal_group(pid, signal.SIGCONT)
-                fault.note = f"pid {pid} stopped {2 * HEALTH_TIMEOUT_S:g}s"
+                fault.note = f"pid {pid} stopped {self.stop_s:g}s"
         self.faults.append(fault)
 
     def _fill_disk(self, proc: subprocess.Popen) -> str:
@@ -226,6 +239,14 @@ def dead_incarnations_trained_on(run_dir: Path, lines: list[dict]) -> list[str]:
                    if s in died and line["time"] - line.get("time/step_s", 0.0) > died[s]})
 
 
+def ignores_seeds(run_dir: Path) -> bool:
+    """Whether a server of this run said, at its seed check, that the same seeded request gave other tokens."""
+    events = run_dir / "events.jsonl"
+    return events.is_file() and any(
+        e["kind"] == "server_seeds" and e.get("evidence", {}).get("reproducible") is False
+        for e in map(json.loads, events.read_text().splitlines()))
+
+
 def leftovers(run_dir: Path, shm_before: set[str]) -> list[str]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -273,8 +294,20 @@ def main() -> int:
                                                          "reference's training time per fault")
     parser.add_argument("--disk", default="256m", help="the chaos run's tmpfs (for the full-disk fault)")
     parser.add_argument("--out", default="bench_runs/chaos")
+    parser.add_argument("--server-python", help="the real server's environment (--setup sglang|vllm); default: "
+                                                    ".venv-sglang or .venv-vllm")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    setup = list(SETUPS[args.setup])
+    if args.setup in REAL_SERVER_PYTHON:
+        python = Path(args.server_python or REAL_SERVER_PYTHON[args.setup])
+        if not python.is_file():
+            raise SystemExit(f"{python} does not exist: build it with scripts/setup_{args.setup}_env.sh")
+        setup.append(f"rollout.server.python={python}")
+    health_timeout_s = 0.0  # the last override of it wins, as in grpo's own command line
+    for override in [*setup, *args.set]:
+        if override.startswith("rollout.server.health_timeout_s="):
+            health_timeout_s = float(override.split("=", 1)[1])
 
     out = Path(args.out).resolve() / args.setup
     if out.exists():
@@ -282,7 +315,7 @@ def main() -> int:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    overrides = [*SETUPS[args.setup], f"train.steps={args.steps}", "checkpoint.every_steps=1", "checkpoint.keep_last=2",
+    overrides = [*setup, f"train.steps={args.steps}", "checkpoint.every_steps=1", "checkpoint.keep_last=2",
                  "logging.progress=false", *args.set]
     base = [sys.executable, "-m", "grpo", "train", "--config", args.config]
 
@@ -298,7 +331,7 @@ def main() -> int:
 
     disk = mount_tmpfs(out / "disk", args.disk)
     run_dir = (disk or out / "chaos") / "r"
-    kinds = TRAINER_FAULTS + (SERVER_FAULTS if "server" in args.setup else [])
+    kinds = TRAINER_FAULTS + (SERVER_FAULTS if args.setup in SERVER_SETUPS else [])
     if disk is None:
         kinds.remove("full_disk")
     if args.delay == "auto":
@@ -309,7 +342,7 @@ def main() -> int:
     else:
         low, high = (float(x) for x in args.delay.split(","))
     chaos = Chaos(run_dir, [*base, f"run_dir={run_dir}", *overrides], random.Random(args.seed), kinds, args.faults,
-                  (low, high), disk, out)
+                  (low, high), disk, out, stop_s=2 * health_timeout_s)
     code = chaos.run()
     chaos_s = time.monotonic() - chaos.started
 
@@ -322,16 +355,18 @@ def main() -> int:
         problems.append(f"metrics steps are not 1..{args.steps} exactly once: {steps}")
     # A server killed or hung mid-batch fails samples, and their retries draw from new seeds (the
     # attempt is part of a sample's seed): from then on the run is a different, valid one. Exactness
-    # is required up to the first server fault that struck, and to the end without one.
+    # is required up to the first server fault that struck, and to the end without one. A server that
+    # ignores seeds (its seed check says so) makes every run a different one: only the invariants hold.
     struck = [f.step for f in chaos.faults if f.kind in SERVER_FAULTS and f.note.startswith("pid")]
-    exact_until = min(struck, default=args.steps)
+    unseeded = ignores_seeds(reference)
+    exact_until = 0 if unseeded else min(struck, default=args.steps)
     differing = [(a["step"], k) for a, b in zip(ref_lines, lines) for k in deterministic(a)
                  if a["step"] <= exact_until and deterministic(a).get(k) != deterministic(b).get(k)]
     if differing:
         problems.append(f"{len(differing)} metric values differ from the reference's, first at step "
                         f"{differing[0][0]}: {differing[0][1]}")
     largest = weights_difference(reference, run_dir, args.steps) if code == 0 else float("nan")
-    if largest != 0.0 and not struck:
+    if largest != 0.0 and not struck and not unseeded:
         problems.append(f"final weights differ from the reference's by up to {largest:g}")
     dead = dead_incarnations_trained_on(run_dir, lines) if lines else []
     if dead:
@@ -347,14 +382,14 @@ def main() -> int:
     print(f"recovered {recovered}/{len(chaos.faults)}; wall {chaos_s:.0f}s vs the reference's {reference_s:.0f}s "
           f"(lost {chaos_s - reference_s:.0f}s); steps lost {args.steps - len(set(steps))}, duplicated "
           f"{len(steps) - len(set(steps))}; compared exactly through step {exact_until}"
-          f"{' (the first server fault)' if struck else ''}: metric values differing {len(differing)}; final weights' largest "
+          f"{' (the server ignores seeds)' if unseeded else ' (the first server fault)' if struck else ''}: metric values differing {len(differing)}; final weights' largest "
           f"difference {largest:g}; dead-incarnation samples trained on {len(dead)}; leftovers {len(left)}")
     for f in chaos.faults:
         print(f"  {f.at:7.1f}s  step {f.step:3d}  {f.kind:<16} recovered "
               f"{'after %.1fs' % f.recovered_s if f.recovered_s is not None else 'not seen'}  {f.note}")
     (out / "result.json").write_text(json.dumps({
         "setup": args.setup, "faults": [f.__dict__ for f in chaos.faults], "exits": chaos.exits,
-        "problems": problems, "largest_weight_difference": largest, "exact_until": exact_until, "chaos_s": chaos_s, "reference_s": reference_s,
+        "problems": problems, "largest_weight_difference": largest, "exact_until": exact_until, "server_ignores_seeds": unseeded, "chaos_s": chaos_s, "reference_s": reference_s,
     }, indent=2))
     if disk is not None:
         shutil.copytree(run_dir, out / "chaos" / "r", ignore=shutil.ignore_patterns("checkpoints"))
