@@ -31,8 +31,8 @@ CONFIGS = {
     "bf16": ["actor.fp32_master_weights=false"],
     "checkpointing": ["model.gradient_checkpointing=true"],
 }
-COMMON = ["rollout.temperature=1.0", "actor.lr=1e-5", "eval.before_training=false", "eval.after_training=false",
-          "eval.every_steps=0", "checkpoint.every_steps=0", "checkpoint.every_minutes=0",
+COMMON = ["model.dtype=bfloat16", "rollout.temperature=1.0", "actor.lr=1e-5", "eval.before_training=false",
+          "eval.after_training=false", "eval.every_steps=0", "checkpoint.every_steps=0", "checkpoint.every_minutes=0",
           "checkpoint.save_final=false", "logging.tensorboard=false", "memory.check=false"]
 
 

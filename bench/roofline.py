@@ -134,7 +134,8 @@ def mean_prompt_tokens(model_dir: str) -> float:
 def quickstart_metrics(steps: int, warmup: int, work_dir: Path) -> list[dict]:
     run_dir = work_dir / "quickstart"
     shutil.rmtree(run_dir, ignore_errors=True)
-    overrides = [f"train.steps={warmup + steps}", "eval.before_training=false", "eval.after_training=false",
+    overrides = ["model.dtype=bfloat16", f"train.steps={warmup + steps}", "eval.before_training=false",
+                 "eval.after_training=false",
                  "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.save_final=false",
                  "logging.tensorboard=false"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}

@@ -86,7 +86,7 @@ def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Re
         f"rollout.problems_per_step={work.problems_per_step}", f"rollout.samples_per_problem={work.samples_per_problem}",
         f"rollout.max_new_tokens={work.max_new_tokens}", f"rollout.temperature={work.temperature}",
         f"actor.lr={work.lr}", "actor.schedule=constant", "actor.warmup_steps=0", "actor.max_grad_norm=1.0",
-        f"actor.fp32_master_weights={str(master).lower()}", "algo.kl_coef=0",
+        "model.dtype=bfloat16", f"actor.fp32_master_weights={str(master).lower()}", "algo.kl_coef=0",
         f"algo.micro_batch_size={work.micro_batch_size}", f"train.steps={warmup + steps}", f"train.seed={work.seed}",
         "eval.before_training=false", "eval.after_training=false", "eval.every_steps=0",
         "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.save_final=false",

@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"sets it, else {DEFAULT_EVAL_TOKENS})")
     ev.add_argument("--batch-size", type=int, default=None, help="rows per generation batch (default: "
                                                                    "eval.batch_size)")
-    ev.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                    help="default: model.dtype (bfloat16)")
+    ev.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                    help="default: model.dtype (auto: bfloat16 on a GPU or a CPU with AMX, else float32)")
     ev.add_argument("--device", default=None, help="default: model.device (auto)")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--config", help="config whose task section (prompt, data path, arith knobs) to use")

@@ -66,10 +66,10 @@ class ModelConfig:
 
     name: str = knob("smollm2-135m-instruct", "A hub name, a local model directory, a short name "
                      "(`smollm2-135m-instruct`) or `tiny`.")
-    dtype: Literal["float32", "bfloat16", "float16"] = knob("bfloat16", help=(
-        "the weights' precision (fp32 AdamW master copies). On a CPU without AMX, bf16 matrix products run slower "
-        "than fp32 ones: float32 made the quickstart's steps 1.3x faster on a 2-core Xeon without AMX "
-        "(bench/RESULTS.md), for twice the weights' memory"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = knob("auto", help=(
+        "the weights' precision (fp32 AdamW master copies under bf16/fp16). auto: bfloat16 on a GPU and on a CPU "
+        "with AMX, float32 on any other CPU, where bf16 matrix products are converted or emulated: 1.3x slower "
+        "than fp32 on a Xeon without AMX, about 100x on an AVX2-only AMD EPYC (grpo.precision, bench/RESULTS.md)"
     ))
     device: str = knob("auto", "auto | cpu | cuda | cuda:N")
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = knob("auto", help=(

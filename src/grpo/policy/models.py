@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from grpo.config import ModelConfig, TinyModelConfig
 from grpo.policy.attention import use_grouped_eager
 from grpo.errors import ConfigError
+from grpo.precision import concrete_dtype
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def cache_dir() -> Path:
 
 
 def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
-    dtype = DTYPES[cfg.dtype]
+    dtype = DTYPES[concrete_dtype(cfg.dtype, device.type)]
     attn = cfg.attn_implementation
     if attn == "auto":
         attn = "eager" if device.type == "cpu" else "sdpa"

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, replace
 
 from grpo.config import RunConfig
+from grpo.precision import with_concrete_dtype
 from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PLAIN_EAGER_MODELS
 
 GIB = 2**30
@@ -146,6 +147,7 @@ class Plan:
 
 def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int, costs: Costs = COSTS) -> Plan:
     """The run's peak memory by phase: a pure function of the config, the architecture and the prompt length."""
+    cfg = with_concrete_dtype(cfg, device)
     m, r, a = cfg.model, cfg.rollout, cfg.algo
     w = BYTES[m.dtype]
     lora = m.lora.rank > 0
@@ -292,6 +294,7 @@ def server_fraction(cfg: RunConfig) -> float:
 def suggestion(cfg: RunConfig, plan: Plan, room: float, device: str, gpu_total: float | None = None) -> str:
     """The knob to change, and to what, so that the peak fits in `room` bytes; `gpu_total`, the GPU's memory,
     sizes a same-GPU server's memory fraction (on CUDA)."""
+    cfg = with_concrete_dtype(cfg, device)
     r, a = cfg.rollout, cfg.algo
     peak = plan.peak
     options: list[str] = []

@@ -14,6 +14,7 @@ from grpo.tools.plan import GIB, SMOLLM2_135M, Architecture, architecture, plan_
 from grpo.tools.plan.model import attention_for
 
 SMOL = Architecture.from_config_json(SMOLLM2_135M, "float32")
+BF16 = ["model.dtype=bfloat16"]  # the model of bf16 weights with fp32 masters, whatever auto picks on this CPU
 
 
 def phases(cfg, arch=SMOL, prompt_len=51):
@@ -32,20 +33,20 @@ def test_smollm2_preset_is_135m_parameters():
     ("rollout.generation_batch_size=16", "generation"),
 ])
 def test_each_memory_knob_lowers_its_phase(override, lower):
-    base = load_config("quickstart")
-    changed = load_config("quickstart", [override])
+    base = load_config("quickstart", BF16)
+    changed = load_config("quickstart", [*BF16, override])
     assert phases(changed)[lower] < phases(base)[lower]
 
 
 def test_fp32_master_weights_cost_what_they_should():
-    with_master = phases(load_config("quickstart"))["update"]
-    without = phases(load_config("quickstart", ["actor.fp32_master_weights=false"]))["update"]
+    with_master = phases(load_config("quickstart", BF16))["update"]
+    without = phases(load_config("quickstart", [*BF16, "actor.fp32_master_weights=false"]))["update"]
     # fp32 master weights (4 bytes), fp32 instead of bf16 AdamW moments (2 x 2) and fp32 gradients (2)
     assert with_master - without == pytest.approx(SMOL.params * (4 + 4 + 2), rel=1e-9)
 
 
 def test_the_suggested_micro_batch_size_fits_the_room_it_was_asked_for():
-    cfg = load_config("quickstart")
+    cfg = load_config("quickstart", BF16)
     plan = plan_memory(cfg, "cpu", SMOL, 51)
     room = plan.peak_bytes - 0.3 * GIB
     line = suggestion(cfg, plan, room, "cpu")
@@ -58,15 +59,15 @@ def test_the_suggested_micro_batch_size_fits_the_room_it_was_asked_for():
 
 
 def test_a_same_gpu_server_is_named_in_the_plan():
-    cfg = load_config("quickstart", ["rollout.engine=vllm", "rollout.server.memory_fraction=0.6"])
+    cfg = load_config("quickstart", [*BF16, "rollout.engine=vllm", "rollout.server.memory_fraction=0.6"])
     plan = plan_memory(cfg, "cuda", SMOL, 51)
     assert plan.server_note is not None and "60%" in plan.server_note
     assert "KV cache" not in [c.name for p in plan.phases for c in p.components]  # the server generates
 
 
 def test_grouped_eager_attention_keeps_keys_and_values_once_per_key_value_head():
-    grouped = phases(load_config("quickstart", []))
-    eager = phases(load_config("quickstart", ["model.attn_implementation=eager"]))
+    grouped = phases(load_config("quickstart", BF16))
+    eager = phases(load_config("quickstart", [*BF16, "model.attn_implementation=eager"]))
     assert grouped["update"] < eager["update"]  # SmolLM2: 3 key-value heads for 9 query heads
     assert grouped["load"] == eager["load"]
 
@@ -76,7 +77,7 @@ def test_the_plan_models_the_constants_the_policy_runs_with():
     assert attention.NAME == GROUPED_EAGER and attention.PLAIN_EAGER_MODELS is PLAIN_EAGER_MODELS
     # One more token than a chunk: the logits component grows by that token's model-dtype logits only, not by
     # another token of fp32 chunk temporaries.
-    cfg = load_config("quickstart", ["rollout.problems_per_step=1", "rollout.samples_per_problem=2",
+    cfg = load_config("quickstart", [*BF16, "rollout.problems_per_step=1", "rollout.samples_per_problem=2",
                                      "model.lora.rank=4"])
     logits = {}
     for tokens in (HEAD_CHUNK_TOKENS // 2, HEAD_CHUNK_TOKENS // 2 + 1):
@@ -110,11 +111,11 @@ def test_a_long_answer_budget_is_refused_naming_the_budget_that_fits():
 
     from grpo.tools.plan import refusal
 
-    cfg = load_config("quickstart", ["rollout.max_new_tokens=100000", "memory.limit_gib=16"])
+    cfg = load_config("quickstart", [*BF16, "rollout.max_new_tokens=100000", "memory.limit_gib=16"])
     line = refusal(cfg, "cpu")
     assert line is not None and "no knob" not in line, line
     budget = int(re.search(r"rollout\.max_new_tokens=(\d+) \(from 100000\)", line).group(1))
-    fitted = load_config("quickstart", [f"rollout.max_new_tokens={budget}", "memory.limit_gib=16"])
+    fitted = load_config("quickstart", [*BF16, f"rollout.max_new_tokens={budget}", "memory.limit_gib=16"])
     assert refusal(fitted, "cpu") is None
-    assert refusal(load_config("quickstart", [f"rollout.max_new_tokens={budget + 1}", "memory.limit_gib=16"]),
+    assert refusal(load_config("quickstart", [*BF16, f"rollout.max_new_tokens={budget + 1}", "memory.limit_gib=16"]),
                    "cpu") is not None
