@@ -120,6 +120,7 @@ def test_a_server_killed_mid_rollout_with_batches_queued_fails_only_its_own_samp
 
 
 @pytest.mark.vllm
+@pytest.mark.long  # a vLLM start and a restart (145 s in CI): the stand-in's case above runs in the default suite
 def test_a_vllm_server_sigkilled_mid_rollout_with_batches_queued(tmp_path):
     from .test_vllm import VLLM, VLLM_PYTHON
 

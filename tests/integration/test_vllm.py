@@ -5,8 +5,9 @@ cannot start for lack of memory, one killed during both evaluations, SIGTERM dur
 process of a server left after its API server or the trainer is SIGKILLed.
 
 Each vLLM start takes 1-2 minutes and 3.5 GB on 2 cores: run these one file or one test at a time. The
-evaluations' case is also marked `long` (out of CI, whose budget it would pass): tests/integration/test_sglang.py
-runs it in CI against a real SGLang server, and test_server_engine.py against the stand-in.
+evaluations' case and the kill-and-hang one are also marked `long` (out of CI, whose budget they would
+pass): tests/integration/test_sglang.py runs both kinds of kill in CI against a real SGLang server, and
+test_server_engine.py kills and hangs the stand-in in the default suite.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def run(run_dir: Path, *overrides: str, hooks: tuple[StepHooks, ...] = ()) -> Tr
     return loop
 
 
+@pytest.mark.long  # two vLLM restarts, 164 s on an AVX2 AMD EPYC: CI kills a real SGLang server mid-rollout instead
 def test_killed_then_hung_mid_rollout_each_is_restarted_verified_and_never_trained_on(tmp_path):
     run_dir = tmp_path / "r"
     run(run_dir, "train.steps=5", "testing.faults.kill_server_at_steps=[2]", "testing.faults.hang_server_at_steps=[4]",
