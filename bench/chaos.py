@@ -54,7 +54,8 @@ SETUPS = {
     "sglang": ["rollout.engine=sglang", *REAL_SERVER],
     "vllm": ["rollout.engine=vllm", *REAL_SERVER],
 }
-REAL_SERVER_PYTHON = {"sglang": ROOT / ".venv-sglang" / "bin" / "python", "vllm": ROOT / ".venv-vllm" / "bin" / "python"}
+REAL_SERVER_PYTHON = {"sglang": ROOT / ".venv-sglang" / "bin" / "python",
+                      "vllm": ROOT / ".venv-vllm" / "bin" / "python"}
 SERVER_SETUPS = ("server", "two-servers", "sglang", "vllm")
 TRAINER_FAULTS = ["sigkill_trainer", "sigterm_trainer", "full_disk", "torn_checkpoint"]
 SERVER_FAULTS = ["sigkill_server", "sigstop_server"]
