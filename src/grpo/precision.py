@@ -4,8 +4,9 @@ bfloat16 on a GPU and on a CPU with AMX, whose matrix units take bf16 natively; 
 CPU. Without AMX, torch converts or emulates bf16 products: on a 2-core Xeon with AVX512-BF16 (no AMX)
 float32 made the quickstart's step 1.3x faster, and on an AMD EPYC with AVX2 only a bf16 product of the
 quickstart's shapes ran at 1.1-1.2 GFLOP/s against fp32's 82-123, 70-100x slower (bench/RESULTS.md).
-The run's config keeps `auto`, so the same command resumes on another machine with that machine's precision (the optimizer's
-fp32 master weights carry over either way); each start says which one it chose.
+The run's config keeps `auto`, so the same command resumes on another machine in that machine's
+precision: the training state holds fp32 weights and AdamW moments either way (a bf16 run's checkpoint
+resumes in float32). Each start says which precision it chose.
 """
 
 from __future__ import annotations
