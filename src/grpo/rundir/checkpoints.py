@@ -12,7 +12,8 @@ A checkpoint is written under `.tmp-step_NNNNNN`, fsynced, and renamed into plac
 leaves a torn `step_NNNNNN`. Its `meta.json`, written last, holds a manifest (every file's size and
 CRC32), whether the run was healthy, and the sizes of the run's logs at that moment (so a resume can
 cut the lines of steps it will replay). A checkpoint whose files do not match its manifest is
-invalid: it is moved to `invalid/` with the reason, and the newest valid one is used instead.
+invalid: it is moved to `invalid/` with the reason (the newest such one is kept there), and the newest
+valid one is used instead.
 Deletion renames to `.trash-*` first, so a kill mid-delete never leaves a half-deleted checkpoint, and
 a replacement moves the old copy to `.replaced-*` until the new one is in place.
 
@@ -282,11 +283,15 @@ class CheckpointStore:
     # --- removing ---------------------------------------------------------------------------
 
     def quarantine(self, path: Path, reason: str) -> Path:
-        """Move an invalid checkpoint to `invalid/`, with the reason beside it; nothing is deleted."""
+        """Move an invalid checkpoint to `invalid/`, with the reason beside it. Only the newest is kept
+        there: a run whose checkpoints are torn again and again (killed mid-write) would otherwise fill
+        its disk with them and never save again (bench/chaos.py found it)."""
         target = self.root / "invalid" / f"{path.name}-{int(time.time() * 1000)}"
         if not self.writes:
             return target
         target.parent.mkdir(exist_ok=True)
+        for older in sorted(target.parent.iterdir()):
+            self._delete(older)
         os.rename(path, target)
         (target / "INVALID.txt").write_text(reason + "\n")
         fsync_dir(self.root)

@@ -203,6 +203,18 @@ def test_recover_removes_unfinished_writes_and_moves_invalid_checkpoints_aside(t
     assert any("unfinished" in n for n in notes) and any("invalid" in n for n in notes)
 
 
+def test_only_the_newest_invalid_checkpoint_is_kept_so_torn_ones_never_fill_the_disk(tmp_path, model, tokenizer):
+    mgr = manager(tmp_path, keep_last=5)
+    mgr.save(1, writer(model, tokenizer), {}, healthy=True, score=None)
+    for step in (2, 3):  # torn, found at a start, torn again at the next save of that step
+        torn = mgr.save(step, writer(model, tokenizer), {}, healthy=True, score=None)
+        tear(torn.path / STATE_FILE, "truncate")
+        mgr.recover()
+    quarantined = [p.name for p in (mgr.root / "invalid").iterdir()]
+    assert len(quarantined) == 1 and quarantined[0].startswith("step_000003-")
+    assert on_disk(mgr) == ["invalid", "step_000001"]
+
+
 def test_recover_undoes_a_replacement_cut_short(tmp_path, model, tokenizer):
     mgr = manager(tmp_path, keep_last=5)
     info = mgr.save(2, writer(model, tokenizer), {"version": 1}, healthy=True, score=None)
