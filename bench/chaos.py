@@ -89,8 +89,11 @@ class Chaos:
     exits: list[int] = field(default_factory=list)
 
     def run(self) -> int:
-        """Until the run finishes (exit 0) or ends in a way no scheduler retries (crash, refusal)."""
+        """Until the run finishes (exit 0) or ends in a way no scheduler retries (crash, refusal). Each fault
+        ends at most one launch: many more launches than faults is a run that cannot go on (exit 1)."""
         while True:
+            if self.launches > self.faults_wanted + 10:
+                return 1
             self.launches += 1
             with open(self.logs / f"trainer-{self.launches}.log", "w") as log:
                 proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
