@@ -19,10 +19,10 @@ from grpo.config import RunConfig
 AUTO = "auto"
 
 
-def cpu_has_amx() -> bool:
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether this CPU advertises AMX's bf16 tiles (Linux's `amx_bf16` flag)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = cpuinfo.read_text()
     except OSError:
         return False
     return any(line.startswith("flags") and "amx_bf16" in line.split() for line in text.splitlines())

@@ -1,7 +1,5 @@
 """model.dtype=auto: the precision the device multiplies fastest; an explicit dtype is never overridden."""
 
-from pathlib import Path
-
 import pytest
 
 from grpo import precision
@@ -27,6 +25,13 @@ def test_an_explicit_dtype_is_kept_on_every_device(monkeypatch, dtype):
     assert precision.with_concrete_dtype(cfg, "cpu") is cfg
 
 
-def test_amx_is_read_from_this_cpus_flags():
-    flags = next(line.split() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-    assert precision.cpu_has_amx() == ("amx_bf16" in flags)
+@pytest.mark.parametrize("flags, amx", [
+    ("fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),  # Sapphire Rapids
+    ("fpu avx2 avx512f avx512_bf16 avx512_vnni", False),  # a Xeon whose hypervisor hides AMX
+    ("fpu sse4_2 avx2 fma", False),  # an AVX2-only EPYC
+])
+def test_amx_is_read_from_the_cpus_flags(tmp_path, flags, amx):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: X\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert precision.cpu_has_amx(cpuinfo) is amx
+    assert precision.cpu_has_amx(tmp_path / "missing") is False
