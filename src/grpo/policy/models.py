@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from grpo.config import ModelConfig, TinyModelConfig
+from grpo.policy import unpad
 from grpo.policy.attention import use_grouped_eager
 from grpo.errors import ConfigError
 from grpo.precision import concrete_dtype
@@ -68,6 +69,7 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
             raise ConfigError(f"model.name={cfg.name} could not be loaded: {first}") from None
     if cfg.attn_implementation == "auto" and device.type == "cpu":
         use_grouped_eager(model)
+    unpad.install(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -16,6 +16,7 @@ from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
 from grpo.policy.optim import MasterWeightAdamW
+from grpo.policy.unpad import needed_only
 
 
 @dataclass
@@ -122,10 +123,11 @@ def _completion_outputs(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
     attention_mask = torch.cat([mb.prompt_mask[mb.prompt_index], mb.completion_mask.long()], dim=1)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last T+1 positions are needed: the head never runs over the prompt.
-    return forward(
-        completion_len + 1, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-        use_cache=False,
-    )[:, :-1]
+    with needed_only(forward.model, attention_mask.bool()):
+        return forward(
+            completion_len + 1, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            use_cache=False,
+        )[:, :-1]
 
 
 def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
@@ -146,10 +148,12 @@ def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torc
     attention_mask = torch.cat([mb.prompt_mask[mb.prompt_index], mb.completion_mask[:, :-1].long()], dim=1)
     start = mb.prompt_mask.sum(-1)[mb.prompt_index]  # [b] first position after each prompt
     positions = start[:, None] + torch.arange(completion_len - 1, device=fed.device)  # [b, T-1]
-    rest = forward(
-        completion_len - 1, input_ids=fed, attention_mask=attention_mask, position_ids=positions,
-        past_key_values=cache, use_cache=True,
-    )  # [b, T-1, V|H]
+    # Right padding: a fed token's output and keys are read only where the token after it is real.
+    with needed_only(forward.model, mb.completion_mask[:, 1:].bool()):
+        rest = forward(
+            completion_len - 1, input_ids=fed, attention_mask=attention_mask, position_ids=positions,
+            past_key_values=cache, use_cache=True,
+        )  # [b, T-1, V|H]
     return torch.cat([first, rest], dim=1)
 
 
