@@ -18,8 +18,8 @@ the quickstart's model.
 TRL (--trl-seeds; empty to skip): GRPOTrainer through bench/trl_runner.py in TRL's environment, on the
 quickstart's prompts in grpo's order, model, reward (the last \\boxed{} or number against the gold), 8 x 8
 samples, 40 new tokens, temperature 0.7, lr 2e-5 constant, no KL, DAPO's token-level loss (grpo's
-`token_mean`), group-scaled rewards, micro-batch 32, 25 steps, fp32 weights under bf16 autocast (grpo keeps
-fp32 master weights of bf16 weights). Its saved model, and grpo's final model of the same seed, are scored
+`token_mean`), group-scaled rewards, micro-batch 32, 25 steps, in the precision grpo's `model.dtype=auto` picks on the machine: fp32 weights
+under bf16 autocast where bf16 is native (grpo: bf16 weights, fp32 master weights), plain fp32 elsewhere. Its saved model, and grpo's final model of the same seed, are scored
 by `grpo eval --config quickstart` (greedy, the quickstart's 128 held-out problems).
 
 A gain is "beyond noise" here when the difference of two settings' mean gains exceeds twice its standard
@@ -90,6 +90,7 @@ def trl_run(seed: int, trl_python: str, work_dir: Path, overrides: list[str]) ->
     train.steps); -> its saved model directory."""
     from grpo.config import load_config
     from grpo.policy.models import resolve_model_source
+    from grpo.precision import concrete_dtype
 
     save_dir = work_dir / f"trl-seed{seed}" / "model"
     if (save_dir / "config.json").is_file():
@@ -100,7 +101,10 @@ def trl_run(seed: int, trl_python: str, work_dir: Path, overrides: list[str]) ->
                 max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature, lr=cfg.actor.lr,
                 micro_batch_size=cfg.algo.micro_batch_size, seed=seed)
     steps = cfg.train.steps
-    spec = {**work.__dict__, "steps": steps, "precision": "fp32_autocast",
+    # TRL in the precision grpo's model.dtype=auto picks here: fp32 weights under bf16 autocast where bf16 is
+    # native (grpo: bf16 weights, fp32 master weights), plain fp32 where it is not (grpo: float32).
+    precision = "fp32_autocast" if concrete_dtype(cfg.model.dtype, "cpu") == "bfloat16" else "fp32"
+    spec = {**work.__dict__, "steps": steps, "precision": precision,
             "model_dir": resolve_model_source(cfg.model.name), "prompts": prompts(work, steps * work.problems_per_step),
             "save_dir": str(save_dir)}
     save_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,11 @@
 """How far the quickstart's generation and update are from what this machine can do, measured in one run.
 
-    PYTHONPATH=src python bench/roofline.py [--steps 3] [--warmup 1] [--metrics RUN_DIR/metrics.jsonl]
-                                            [--quick] [--out bench/RESULTS.md]
+    PYTHONPATH=src python bench/roofline.py [--steps 3] [--warmup 1] [--dtype auto|bfloat16|float32]
+                                            [--metrics RUN_DIR/metrics.jsonl] [--quick] [--out bench/RESULTS.md]
 
 First the machine's own limits at the model's shapes (SmolLM2-135M-Instruct, the quickstart's model):
-- matmul throughput (GFLOP/s), bf16 and fp32, for one decoder layer's projections (q, k, v, o, gate, up,
+- matmul throughput (GFLOP/s) in the run's precision (`--dtype`; `auto` is what the quickstart picks on
+  this machine: bf16 with AMX, fp32 without), for one decoder layer's projections (q, k, v, o, gate, up,
   down) and the output head, at the decode batch (the step's 8 x 8 = 64 sequences, one token each) and at
   the update's micro-batch (32 rows of prompt + completion tokens), forward and (for the update) the two
   backward products of each (dX = dY W, dW = dY^T X); each shape timed alone, the layer's limit being
@@ -131,10 +132,10 @@ def mean_prompt_tokens(model_dir: str) -> float:
                                                               tokenize=True)) for r in rows)
 
 
-def quickstart_metrics(steps: int, warmup: int, work_dir: Path) -> list[dict]:
+def quickstart_metrics(steps: int, warmup: int, dtype: str, work_dir: Path) -> list[dict]:
     run_dir = work_dir / "quickstart"
     shutil.rmtree(run_dir, ignore_errors=True)
-    overrides = ["model.dtype=bfloat16", f"train.steps={warmup + steps}", "eval.before_training=false",
+    overrides = [f"model.dtype={dtype}", f"train.steps={warmup + steps}", "eval.before_training=false",
                  "eval.after_training=false",
                  "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.save_final=false",
                  "logging.tensorboard=false"]
@@ -174,14 +175,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed quickstart steps")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     parser.add_argument("--metrics", help="read this metrics.jsonl (all its lines) instead of running the quickstart")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"),
+                        help="the quickstart's model.dtype, and the precision whose limits are measured; a bf16 "
+                             "product on a CPU without bf16 instructions is ~100x slower than fp32's: measuring "
+                             "it there takes an hour")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke check, not a figure")
     parser.add_argument("--work-dir", default=str(REPO / "bench_runs" / "roofline"))
     parser.add_argument("--out", help="append a dated section with the machine and the tables to this file")
     args = parser.parse_args()
     from grpo.config import load_config
     from grpo.policy.models import resolve_model_source
+    from grpo.precision import concrete_dtype
 
     cfg = load_config("quickstart", [])
+    dtype_name = concrete_dtype(args.dtype, "cpu")
+    dtype = getattr(torch, dtype_name)
     shapes = Shapes.of(resolve_model_source(MODEL))
     rows = cfg.rollout.problems_per_step * cfg.rollout.samples_per_problem  # sequences decoded together
     repeats = 3 if args.quick else 20
@@ -193,23 +201,20 @@ def main() -> None:
         lines = [json.loads(x) for x in Path(args.metrics).read_text().splitlines()]
     else:
         print("the quickstart's steps ...", flush=True)
-        lines = quickstart_metrics(args.steps, args.warmup, work_dir)
+        lines = quickstart_metrics(args.steps, args.warmup, dtype_name, work_dir)
     prompt_tokens = mean_prompt_tokens(resolve_model_source(MODEL))
-    figures = phase_figures(lines, shapes, prompt_tokens, rows, dtype_bytes=2)
+    figures = phase_figures(lines, shapes, prompt_tokens, rows, dtype_bytes=dtype.itemsize)
     update_rows = int(cfg.algo.micro_batch_size * (prompt_tokens / cfg.rollout.samples_per_problem
                                                    + figures["tokens"] / rows))
 
     print("the machine's limits at the model's shapes ...", flush=True)
-    limits = {}
-    for dtype in (torch.bfloat16, torch.float32):
-        name = str(dtype).removeprefix("torch.")
-        limits[f"decode {name}"] = matmul_limit(shapes, rows, dtype, backward=False, repeats=repeats)
-        limits[f"update {name}"] = matmul_limit(shapes, update_rows, dtype, backward=True, repeats=repeats)
+    limits = {f"decode {dtype_name}": matmul_limit(shapes, rows, dtype, backward=False, repeats=repeats),
+              f"update {dtype_name}": matmul_limit(shapes, update_rows, dtype, backward=True, repeats=repeats)}
     stream = bandwidth(repeats)
 
-    generate_limit_s = max(figures["generate_flops"] / (limits["decode bfloat16"] * 1e9),
+    generate_limit_s = max(figures["generate_flops"] / (limits[f"decode {dtype_name}"] * 1e9),
                            figures["generate_bytes"] / (stream * 1e9))
-    update_limit_s = figures["update_flops"] / (limits["update bfloat16"] * 1e9)
+    update_limit_s = figures["update_flops"] / (limits[f"update {dtype_name}"] * 1e9)
     header = (f"Roofline of the quickstart, {started:%Y-%m-%d %H:%M} UTC, {machine()}; flags: {cpu_flags()}; "
               f"torch {torch.__version__}, {torch.get_num_threads()} threads"
               + ("; --quick (not a figure)" if args.quick else ""))
@@ -219,7 +224,7 @@ def main() -> None:
           for k, v in limits.items()),
         f"| memory bandwidth (512 MiB copy) | {stream:,.1f} GB/s |",
         "",
-        "| phase (bf16 weights) | per step | tokens/s | achieved | limit | fraction of the limit |",
+        f"| phase ({dtype_name} weights, model.dtype={args.dtype}) | per step | tokens/s | achieved | limit | fraction of the limit |",
         "|---|---:|---:|---:|---:|---:|",
         f"| generation ({figures['tokens']:.0f} tokens) | {figures['generate_s']:.2f} s "
         f"| {figures['tokens'] / figures['generate_s']:.0f} "
@@ -234,7 +239,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "a") as f:
             f.write("\n".join([f"## Roofline: {started:%Y-%m-%d %H:%M} UTC", "", header, "", *out, "",
-                               f"`python bench/roofline.py --steps {args.steps} --warmup {args.warmup}`", ""]) + "\n")
+                               f"`python bench/roofline.py --steps {args.steps} --warmup {args.warmup} --dtype {args.dtype}`", ""]) + "\n")
         print(f"appended to {args.out}")
 
 

@@ -11,6 +11,9 @@ checkpointing, micro-batches of 8 and of 32 rows (--micro-batch; each size on bo
 as fast as it goes, so that is the fair ratio. Pairings:
   fp32: grpo bf16 weights with fp32 master weights and AdamW state  vs  TRL fp32 weights under bf16 autocast
   bf16: grpo bf16 weights without master weights                    vs  TRL pure bf16 weights (no autocast)
+  float32: grpo float32 (what model.dtype=auto runs on a CPU without AMX)  vs  TRL float32, no autocast
+On a CPU without bf16 instructions (AVX2 only) bf16 products are ~100x slower than fp32 ones on both sides:
+there only the float32 pairing finishes in reasonable time, and it is what either side would run.
 Each configuration runs in its own process (its peak RSS is its own), for --warmup untimed steps and then
 --steps timed ones. TRL runs in its own environment (scripts/setup_trl_env.sh builds .venv-trl) through
 bench/trl_runner.py, offline, on the Hugging Face directory grpo's loader makes of the packaged GGUF.
@@ -40,7 +43,13 @@ from shared import REPO, Work, machine, prompts  # bench/shared.py (bench/ is th
 
 MODEL = "smollm2-135m-instruct"
 PAIRINGS = {"fp32": ("fp32 master weights", "fp32 weights + bf16 autocast"),
-            "bf16": ("pure bf16 (no master weights)", "pure bf16 weights")}
+            "bf16": ("pure bf16 (no master weights)", "pure bf16 weights"),
+            "float32": ("float32 (auto without AMX)", "float32 weights, no autocast")}
+# grpo's overrides and TRL's precision per pairing.
+GRPO_PRECISION = {"fp32": ["model.dtype=bfloat16", "actor.fp32_master_weights=true"],
+                  "bf16": ["model.dtype=bfloat16", "actor.fp32_master_weights=false"],
+                  "float32": ["model.dtype=float32"]}
+TRL_PRECISION = {"fp32": "fp32_autocast", "bf16": "bf16", "float32": "fp32"}
 
 
 @dataclass
@@ -78,15 +87,15 @@ def run_child(command: list[str], log: Path, env: dict[str, str]) -> tuple[int, 
     return usage.ru_maxrss * 1024, time.time() - started
 
 
-def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Result:
-    run_dir = out / f"grpo-{'master' if master else 'bf16'}-mb{work.micro_batch_size}"
+def run_grpo(work: Work, pairing: str, steps: int, warmup: int, out: Path) -> Result:
+    run_dir = out / f"grpo-{pairing}-mb{work.micro_batch_size}"
     shutil.rmtree(run_dir, ignore_errors=True)
     overrides = [
-        f"model.name={MODEL}", "model.dtype=bfloat16", "model.gradient_checkpointing=false",
+        f"model.name={MODEL}", *GRPO_PRECISION[pairing], "model.gradient_checkpointing=false",
         f"rollout.problems_per_step={work.problems_per_step}", f"rollout.samples_per_problem={work.samples_per_problem}",
         f"rollout.max_new_tokens={work.max_new_tokens}", f"rollout.temperature={work.temperature}",
         f"actor.lr={work.lr}", "actor.schedule=constant", "actor.warmup_steps=0", "actor.max_grad_norm=1.0",
-        "model.dtype=bfloat16", f"actor.fp32_master_weights={str(master).lower()}", "algo.kl_coef=0",
+        "algo.kl_coef=0",
         f"algo.micro_batch_size={work.micro_batch_size}", f"train.steps={warmup + steps}", f"train.seed={work.seed}",
         "eval.before_training=false", "eval.after_training=false", "eval.every_steps=0",
         "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.save_final=false",
@@ -105,7 +114,7 @@ def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Re
         raise SystemExit(f"{run_dir}: no timed step updated the policy; run more --steps")
     phase_peaks = [v for line in lines for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib")]
     return Result(
-        label=f"grpo, {PAIRINGS['fp32' if master else 'bf16'][0]}",
+        label=f"grpo, {PAIRINGS[pairing][0]}",
         step_s=statistics.median(x["time/step_s"] for x in timed),
         generate_s=statistics.median(x["time/generate_s"] for x in timed),
         update_s=statistics.median(x["time/update_s"] for x in timed),
@@ -115,10 +124,10 @@ def run_grpo(work: Work, master: bool, steps: int, warmup: int, out: Path) -> Re
     )
 
 
-def run_trl(work: Work, pure_bf16: bool, steps: int, warmup: int, out: Path, trl_python: str,
+def run_trl(work: Work, pairing: str, steps: int, warmup: int, out: Path, trl_python: str,
             model_dir: str, rows: list[dict]) -> Result:
-    name = f"trl-{'bf16' if pure_bf16 else 'fp32-autocast'}-mb{work.micro_batch_size}"
-    spec = {**work.__dict__, "steps": warmup + steps, "precision": "bf16" if pure_bf16 else "fp32_autocast",
+    name = f"trl-{TRL_PRECISION[pairing]}-mb{work.micro_batch_size}"
+    spec = {**work.__dict__, "steps": warmup + steps, "precision": TRL_PRECISION[pairing],
             "model_dir": model_dir, "prompts": rows}
     spec_path = out / f"{name}.json"
     spec_path.write_text(json.dumps(spec))
@@ -131,7 +140,7 @@ def run_trl(work: Work, pure_bf16: bool, steps: int, warmup: int, out: Path, trl
     if len(timed) != steps:
         raise SystemExit(f"{log}: {len(report['steps'])} steps reported, expected {warmup + steps}")
     return Result(
-        label=f"TRL, {PAIRINGS['bf16' if pure_bf16 else 'fp32'][1]} ({report['attn_implementation']} attention)",
+        label=f"TRL, {PAIRINGS[pairing][1]} ({report['attn_implementation']} attention)",
         step_s=statistics.median(x["step_s"] for x in timed),
         generate_s=statistics.median(x["generate_s"] for x in timed),
         update_s=statistics.median(x["update_s"] for x in timed),
@@ -160,7 +169,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
-    parser.add_argument("--pairings", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    parser.add_argument("--pairings", default=default_pairings(),
+                        help="comma-separated: fp32, bf16, float32 (default: all three on a CPU with bf16 "
+                             "instructions, float32 alone on one without)")
     parser.add_argument("--micro-batch", default="8,32", help="comma-separated rows per forward/backward, each run "
                                                                "on both sides (grpo algo.micro_batch_size; TRL "
                                                                "per_device_train_batch_size); each divides 64")
@@ -191,11 +202,10 @@ def main() -> None:
         work = Work(micro_batch_size=size)
         rows = prompts(work, (args.warmup + args.steps) * work.problems_per_step)
         for name in pairings:
-            pure = name == "bf16"
             print(f"[{name}, micro-batch {size}] grpo ...", flush=True)
-            grpo = run_grpo(work, master=not pure, steps=args.steps, warmup=args.warmup, out=out)
+            grpo = run_grpo(work, name, steps=args.steps, warmup=args.warmup, out=out)
             print(f"[{name}, micro-batch {size}] TRL ...", flush=True)
-            trl = run_trl(work, pure, args.steps, args.warmup, out, args.trl_python, model_dir, rows)
+            trl = run_trl(work, name, args.steps, args.warmup, out, args.trl_python, model_dir, rows)
             by_size.setdefault(size, []).append((name, grpo, trl))
     lines = []
     for size, pairs in by_size.items():
@@ -216,6 +226,15 @@ def main() -> None:
         with open(path, "a") as f:
             f.write(prefix + "\n".join(section) + "\n")
         print(f"appended to {path}")
+
+
+def default_pairings() -> str:
+    try:
+        flags = next((line.split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "fp32,bf16,float32" if {"avx512_bf16", "amx_bf16"} & set(flags) else "float32"
 
 
 def best_lines(by_size: dict[int, list[tuple[str, Result, Result]]]) -> list[str]:

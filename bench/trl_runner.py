@@ -3,7 +3,8 @@
     .venv-trl/bin/python bench/trl_runner.py SPEC.json
 
 Runs in TRL's own environment (scripts/setup_trl_env.sh), never imports grpo. SPEC holds the model directory,
-the weights' precision (`fp32_autocast`: fp32 weights, bf16 autocast; `bf16`: pure bf16 weights), the sizes,
+the weights' precision (`fp32_autocast`: fp32 weights, bf16 autocast; `bf16`: pure bf16 weights; `fp32`: fp32
+weights without autocast, TRL at its best on a CPU without bf16 instructions), the sizes,
 and the prompts with their gold answers, in the order grpo trains on them. The last stdout line is a JSON
 object with per-step wall time, generation and update seconds and tokens, and the process's peak RSS. With
 `save_dir` in SPEC the trained model and its tokenizer are saved there (bench/learning.py evaluates them).
@@ -111,6 +112,8 @@ def main() -> None:
     threads = spec.get("threads")
     if threads:
         torch.set_num_threads(threads)
+    if spec["precision"] not in ("fp32_autocast", "bf16", "fp32"):
+        raise SystemExit(f"precision {spec['precision']!r}: give fp32_autocast, bf16 or fp32")
     pure_bf16 = spec["precision"] == "bf16"
     tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
     model = AutoModelForCausalLM.from_pretrained(spec["model_dir"],
@@ -121,8 +124,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="trl-bench-") as out:
         args = GRPOConfig(
             output_dir=out, max_steps=spec["steps"], seed=spec["seed"], use_cpu=True,
-            # fp32 weights under bf16 autocast, or bf16 weights without autocast (AdamW state in bf16 too)
-            bf16=not pure_bf16, fp16=False,
+            # fp32 weights under bf16 autocast, or bf16 (AdamW state in bf16 too) or fp32 weights without it
+            bf16=spec["precision"] == "fp32_autocast", fp16=False,
             learning_rate=spec["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
             max_grad_norm=1.0, beta=0.0, num_iterations=1, loss_type="dapo", scale_rewards="group",
             num_generations=spec["samples_per_problem"], generation_batch_size=completions,
