@@ -7,10 +7,11 @@ from contextlib import nullcontext
 from typing import Callable, ContextManager
 
 import torch
-from transformers import DynamicCache, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.kv_cache import preallocated_cache
 
 
 def sample_next(
@@ -147,7 +148,7 @@ class EmbeddedEngine(RolloutEngine):
             attention_mask[i, prompt_len - len(prompt) :] = 1
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]
-        cache = DynamicCache()
+        cache = preallocated_cache(prompt_len + params.max_new_tokens)
         eos = torch.tensor(sorted(self.eos_ids), device=device)
 
         out_tokens: list[list[int]] = [[] for _ in range(batch)]

@@ -1,0 +1,50 @@
+"""The preallocated KV cache: the same keys, values and samples as transformers' DynamicCache, rows
+dropped and repeated as the engine does, and a full cache refused."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from grpo.rollout.engines import SamplingParams
+from grpo.rollout.engines import embedded
+from grpo.rollout.engines.kv_cache import preallocated_cache
+
+from tests.unit.rollout.engines.test_embedded import make_engine, prompts_for
+
+
+def test_updates_and_row_selection_match_the_dynamic_cache():
+    torch.manual_seed(0)
+    ours, theirs = preallocated_cache(10), DynamicCache()
+    steps = [torch.randn(2, 3, 4, 5), torch.randn(2, 3, 1, 5)]  # prefill of 2 prompts, then one token
+    for layer in (0, 1):
+        for cache in (ours, theirs):
+            cache.update(steps[0] + layer, -steps[0], layer)
+    for cache in (ours, theirs):
+        cache.batch_select_indices(torch.tensor([0, 0, 1, 1]))  # each prompt continued twice
+    for cache in (ours, theirs):
+        for layer in (0, 1):
+            cache.update(torch.randn(4, 3, 1, 5).fill_(layer), torch.zeros(4, 3, 1, 5), layer)
+        cache.batch_select_indices(torch.tensor([1, 3]))  # two rows finished
+    assert ours.get_seq_length() == theirs.get_seq_length() == 5
+    for mine, reference in zip(ours.layers, theirs.layers):
+        torch.testing.assert_close(mine.keys, reference.keys, atol=0, rtol=0)
+        torch.testing.assert_close(mine.values, reference.values, atol=0, rtol=0)
+
+
+def test_a_full_cache_is_refused():
+    cache = preallocated_cache(4)
+    cache.update(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2), 0)
+    with pytest.raises(ValueError, match="cannot take position 5"):
+        cache.update(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), 0)
+
+
+def test_the_engine_samples_what_it_sampled_with_the_dynamic_cache(monkeypatch):
+    engine, tok = make_engine()
+    prompts = prompts_for(tok, ["1+1=", "what is 23+45? ", "7"]) * 3
+    params = SamplingParams(max_new_tokens=16, temperature=1.0)
+    ours = engine.generate(prompts, params, list(range(len(prompts))))
+    monkeypatch.setattr(embedded, "preallocated_cache", lambda capacity: DynamicCache())
+    theirs = engine.generate(prompts, params, list(range(len(prompts))))
+    assert [c.token_ids for c in ours] == [c.token_ids for c in theirs]
+    assert [c.logprobs for c in ours] == [c.logprobs for c in theirs]
+    assert len({len(c.token_ids) for c in ours}) > 1  # rows finished at different steps and were dropped
