@@ -22,6 +22,7 @@ from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, EXIT_SIGINT, Confi
                          RunStopped, exit_status, one_line)
 from grpo.hooks import StepHooks
 from grpo.train.loop import TrainingLoop
+from grpo.train.expected_gain import quickstart_expectation
 from grpo.tools.plan import device_kind, refusal
 from grpo.policy.models import resolve_device
 from grpo.tools.report import report_line
@@ -127,4 +128,7 @@ def _say_result(cfg: RunConfig, summary: dict) -> None:
         say(f"\nheld-out greedy accuracy on {after['n']} problems: "
             f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
             f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
+        expectation = quickstart_expectation(cfg)
+        if expectation:
+            say(expectation)
     say(f"run directory: {cfg.resolved_run_dir}")
