@@ -128,8 +128,10 @@ def mean_prompt_tokens(model_dir: str) -> float:
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     rows = prompts(Work(), 64)
-    return statistics.fmean(len(tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True,
-                                                              tokenize=True)) for r in rows)
+    # As grpo.tasks.prompts.encode_prompt does: the template's text, then its tokens. (transformers 5's
+    # tokenize=True returns a BatchEncoding, whose len() is its 2 keys: the prompts counted as 2 tokens.)
+    texts = [tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False) for r in rows]
+    return statistics.fmean(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
 
 
 def quickstart_metrics(steps: int, warmup: int, dtype: str, work_dir: Path) -> list[dict]:

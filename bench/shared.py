@@ -39,11 +39,17 @@ def prompts(work: Work, count: int) -> list[dict]:
 
 
 def machine() -> str:
-    model = platform.processor() or "unknown CPU"
+    """The CPU as lscpu names it, with its family and model (a hypervisor may hide the marketing name) and
+    its widest vector and matrix extensions, which decide the fp32 and bf16 rates."""
+    fields = {"Model name": platform.processor() or "unknown CPU"}
     try:
         for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
     except (OSError, subprocess.CalledProcessError):
         pass
-    return f"{model}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
+    flags = set(fields.get("Flags", "").split())
+    widest = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags][:2]
+    family = f" (family {fields['CPU family']} model {fields['Model']}; {', '.join(widest) or 'no AVX2'})" \
+        if "CPU family" in fields and "Model" in fields else ""
+    return f"{fields['Model name']}{family}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
