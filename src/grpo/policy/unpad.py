@@ -1,11 +1,11 @@
-"""The update's MLPs on the positions that matter, not on padding.
+"""The update's per-token layers on the positions that matter, not on padding.
 
 A micro-batch's completions are right-padded to its longest. At the quickstart's lengths (about 20 of
 at most 40 new tokens, a group's samples from 10 to 40) a third or more of the positions the update
 computes are padding. A decoder layer's MLP is three quarters of its matmul FLOPs and works token by
 token, so during the update it runs on the needed positions alone: their hidden states are gathered
-before it and its output is scattered back, zeros where nothing reads the result. Attention keeps
-the padded layout it needs. Hooks rather than wrapper modules: parameter names, which checkpoints,
+before it and its output is scattered back, zeros where nothing reads the result; so do attention's
+linear projections (q, k, v, o). Attention itself keeps the padded layout it needs. Hooks rather than wrapper modules: parameter names, which checkpoints,
 weight syncs and LoRA's targets use, do not change.
 
 Outside `RealTokens.only(...)` (generation, evaluation) the hooks pass everything through.
@@ -23,7 +23,7 @@ ATTRIBUTE = "_grpo_real_tokens"
 
 
 class RealTokens(threading.local):
-    """Which positions of the forward in progress are needed; the MLP hooks read it. Per thread: a
+    """Which positions of the forward in progress are needed; the hooks read it. Per thread: a
     rollout generating ahead on another thread never sees the update's positions."""
 
     shape: torch.Size | None = None  # [b, T] of the hidden states the index refers to
@@ -74,14 +74,7 @@ def install(model: torch.nn.Module) -> RealTokens | None:
     return real
 
 
-def needed_only(model: torch.nn.Module, needed: torch.Tensor) -> contextlib.AbstractContextManager:
-    """`RealTokens.only(needed)` for the model's hooks; nothing where it has none (a model built elsewhere).
-    Not under gradient checkpointing: its recomputation runs after the context is left."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the model
-    real = getattr(base, ATTRIBUTE, None)
-    checkpointing = getattr(base, "is_activation_checkpointing", None)
-    if checkpointing is None:  # transformers < 5
-        checkpointing = getattr(base, "is_gradient_checkpointing", False)
-    if real is None or checkpointing:
-        return contextlib.nullcontext()
-    return real.only(needed)
+def real_tokens(model: torch.nn.Module) -> RealTokens | None:
+    """The model's hooks (None where it has none: a model built elsewhere). PEFT wraps the model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base, ATTRIBUTE, None)

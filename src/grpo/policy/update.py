@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,7 +17,7 @@ from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
 from grpo.policy.optim import MasterWeightAdamW
-from grpo.policy.unpad import needed_only
+from grpo.policy.unpad import RealTokens, real_tokens
 
 
 @dataclass
@@ -91,8 +92,12 @@ class _Forward:
     [b, keep, V] or, when the output layer is split off (see `_split_head`), the final hidden
     states [b, keep, H]: the head is then applied a chunk at a time (grpo.policy.head)."""
 
-    def __init__(self, model: torch.nn.Module, decoder: torch.nn.Module | None) -> None:
-        self.model, self.decoder = model, decoder
+    def __init__(self, model: torch.nn.Module, decoder: torch.nn.Module | None, real: RealTokens | None) -> None:
+        self.model, self.decoder, self.real = model, decoder, real
+
+    def needed_only(self, needed: torch.Tensor) -> contextlib.AbstractContextManager:
+        """Within: the per-token layers run where `needed` [b, T] is true (grpo.policy.unpad), when they can."""
+        return self.real.only(needed) if self.real is not None else contextlib.nullcontext()
 
     def __call__(self, keep: int, **inputs) -> torch.Tensor:
         if self.decoder is not None:
@@ -123,7 +128,7 @@ def _completion_outputs(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
     attention_mask = torch.cat([mb.prompt_mask[mb.prompt_index], mb.completion_mask.long()], dim=1)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last T+1 positions are needed: the head never runs over the prompt.
-    with needed_only(forward.model, attention_mask.bool()):
+    with forward.needed_only(attention_mask.bool()):
         return forward(
             completion_len + 1, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             use_cache=False,
@@ -149,7 +154,7 @@ def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torc
     start = mb.prompt_mask.sum(-1)[mb.prompt_index]  # [b] first position after each prompt
     positions = start[:, None] + torch.arange(completion_len - 1, device=fed.device)  # [b, T-1]
     # Right padding: a fed token's output and keys are read only where the token after it is real.
-    with needed_only(forward.model, mb.completion_mask[:, 1:].bool()):
+    with forward.needed_only(mb.completion_mask[:, 1:].bool()):
         rest = forward(
             completion_len - 1, input_ids=fed, attention_mask=attention_mask, position_ids=positions,
             past_key_values=cache, use_cache=True,
@@ -167,7 +172,8 @@ def completion_logprobs(
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     shared = share_prompt and len(mb.prompt_ids) < len(mb.completion_ids) and not checkpointing
     split = _split_head(model)
-    forward = _Forward(model, split[0] if split else None)
+    # Not under checkpointing either: its recomputation runs after the forward's context is left.
+    forward = _Forward(model, split[0] if split else None, None if checkpointing else real_tokens(model))
     outputs = (_completion_outputs_shared_prompt if shared else _completion_outputs)(forward, mb)  # [b, T, V|H]
     if split is None:
         return _logprobs_from_logits(outputs, mb.completion_ids, temperature, with_entropy)

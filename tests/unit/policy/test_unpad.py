@@ -71,7 +71,10 @@ def test_a_copied_model_has_its_own_positions_and_loading_installs_them():
 
 
 def test_gradient_checkpointing_turns_it_off():
-    model, _ = load_model_and_tokenizer(ModelConfig(name="tiny", dtype="float32", gradient_checkpointing=True),
-                                        torch.device("cpu"))
-    with unpad.needed_only(model, torch.ones(2, 3, dtype=torch.bool)):
-        assert getattr(model, unpad.ATTRIBUTE).index is None
+    model, tok = load_model_and_tokenizer(ModelConfig(name="tiny", dtype="float32", gradient_checkpointing=True),
+                                          torch.device("cpu"))
+    seen = []
+    model.model.layers[0].mlp.register_forward_hook(lambda m, args, out: seen.append(args[0].dim()))
+    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    completion_logprobs(model, mb, temperature=1.0)
+    assert seen and all(dim == 3 for dim in seen)  # never gathered to [N, H]
