@@ -3,7 +3,10 @@
 # version of the package the env is for, failing when it does not import.
 
 # ensure_venv CHECK WANT NAME: exit 0 when ENV_DIR already has NAME at WANT, else create or reuse ENV_DIR
-# and set PIP and Q (pip's quiet flag; VERBOSE=1 shows pip's per-package lines).
+# and set PIP, INSTALL (pip install without compiling every module to bytecode: that is two thirds of
+# installing torch's CPU time, and CI builds three of these environments beside the default suite, whose
+# tests it slows; the modules a run imports are compiled on their first import) and Q (pip's quiet flag;
+# VERBOSE=1 shows pip's per-package lines).
 ensure_venv() {
     local check="$1" want="$2" name="$3" have
     if [[ -x "$ENV_DIR/bin/python" ]]; then
@@ -17,6 +20,7 @@ ensure_venv() {
         "$PYTHON" -m venv "$ENV_DIR"
     fi
     PIP=("$ENV_DIR/bin/python" -m pip --disable-pip-version-check)
+    INSTALL=("${PIP[@]}" install --no-compile)
     Q=(--quiet)
     [[ "${VERBOSE:-0}" == 1 ]] && Q=()
     say "upgrading pip"
@@ -25,7 +29,7 @@ ensure_venv() {
 
 install_cpu_torch() {
     say "installing torch==$TORCH_VERSION (CPU build)"
-    "${PIP[@]}" install "${Q[@]}" "torch==$TORCH_VERSION"
+    "${INSTALL[@]}" "${Q[@]}" "torch==$TORCH_VERSION"
     if ! "$ENV_DIR/bin/python" -W ignore -c "import torch, sys; sys.exit(0 if '+cpu' in torch.__version__ else 1)"; then
         say "WARNING: installed torch is $("$ENV_DIR/bin/python" -W ignore -c 'import torch; print(torch.__version__)'), not a +cpu build;"
         say "         point pip at a find-links dir or index that has torch==$TORCH_VERSION+cpu"

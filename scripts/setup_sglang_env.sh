@@ -101,9 +101,9 @@ trap 'rm -f "$constraints"' EXIT
 echo "torch==$TORCH_VERSION" >"$constraints"
 
 say "installing sglang's CPU dependencies (${#DEPS[@]} packages and theirs, torch held at $TORCH_VERSION)"
-"${PIP[@]}" install "${Q[@]}" --constraint "$constraints" "${DEPS[@]}"
+"${INSTALL[@]}" "${Q[@]}" --constraint "$constraints" "${DEPS[@]}"
 say "installing ${NO_DEPS[*]} without their dependencies"
-"${PIP[@]}" install "${Q[@]}" --no-deps "${NO_DEPS[@]}"
+"${INSTALL[@]}" "${Q[@]}" --no-deps "${NO_DEPS[@]}"
 
 say "patching torchvision to import beside the CPU torch"
 "$ENV_DIR/bin/python" "$SHIM_DIR/patch_torchvision.py"

@@ -44,7 +44,7 @@ ensure_venv check_trl "$TRL_VERSION" trl
 install_cpu_torch
 
 say "installing trl==$TRL_VERSION, transformers==$TRANSFORMERS_VERSION"
-"${PIP[@]}" install "${Q[@]}" "trl==$TRL_VERSION" "transformers==$TRANSFORMERS_VERSION" "torch==$TORCH_VERSION"
+"${INSTALL[@]}" "${Q[@]}" "trl==$TRL_VERSION" "transformers==$TRANSFORMERS_VERSION" "torch==$TORCH_VERSION"
 
 verify_installed check_trl "$TRL_VERSION" trl "from trl import GRPOTrainer"
 versions="$("$ENV_DIR/bin/python" -W ignore -c 'import torch, transformers; print(f"torch {torch.__version__}, transformers {transformers.__version__}")')"

