@@ -15,3 +15,13 @@ def tiny_overrides(tmp_path):
         return [f"run_dir={run_dir or tmp_path / 'run'}", *extra]
 
     return make
+
+
+def pytest_configure(config):
+    # Under xdist each of the two workers gets one intra-op thread (and so do the processes its tests
+    # start): two workers of two threads each on two cores spin against each other.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
