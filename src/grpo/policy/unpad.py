@@ -5,8 +5,8 @@ at most 40 new tokens, a group's samples from 10 to 40) a third or more of the p
 computes are padding. A decoder layer's MLP is three quarters of its matmul FLOPs and works token by
 token, so during the update it runs on the needed positions alone: their hidden states are gathered
 before it and its output is scattered back, zeros where nothing reads the result; so do attention's
-linear projections (q, k, v, o). Attention itself keeps the padded layout it needs. Hooks rather than wrapper modules: parameter names, which checkpoints,
-weight syncs and LoRA's targets use, do not change.
+linear projections (q, k, v, o). Attention itself keeps the padded layout it needs. Hooks rather than
+wrapper modules: parameter names, which checkpoints, weight syncs and LoRA's targets use, do not change.
 
 Outside `RealTokens.only(...)` (generation, evaluation) the hooks pass everything through.
 """

@@ -18,7 +18,3 @@ def test_other_work_gets_nothing():
     assert quickstart_expectation(load_config("quickstart", ["rollout.max_staleness=2"])) is None
     assert quickstart_expectation(load_config("tiny", [])) is None
 
-
-def test_the_figures_are_a_measured_spread():
-    assert expected_gain.QUICKSTART_SEEDS >= 2 and expected_gain.QUICKSTART_GAIN_SD > 0
-    assert expected_gain.QUICKSTART_MACHINE
