@@ -1,5 +1,6 @@
 """Whole runs with LoRA: reward rises, a crash resumes exactly from adapter checkpoints, and a server
-engine serves the merged weights, verified by the probe after every update."""
+engine serves the merged weights, verified by the probe after every update (a real vLLM server's case is
+marked `long`)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,8 @@ VLLM_PYTHON = Path(os.environ.get("GRPO_VLLM_PYTHON", Path(__file__).resolve().p
 
 
 @pytest.mark.vllm
+@pytest.mark.long  # a vLLM start and three syncs (74 s): the stand-in serves the merged weights in the
+# default suite (above), and CI syncs and verifies a real vLLM server in test_vllm.py
 @pytest.mark.skipif(not VLLM_PYTHON.is_file(), reason=f"no vLLM environment at {VLLM_PYTHON} "
                     "(scripts/setup_vllm_env.sh builds it)")
 def test_vllm_serves_the_merged_weights_and_their_fingerprint_matches(tmp_path):

@@ -2,7 +2,7 @@
 stand-in): each in a Ray actor in its own bundle, the run ending with one process's parameters on one
 server; a server's actor SIGKILLed mid-rollout, recorded, restarted in its bundle and verified before
 it serves again; and a lost rank 0 taking its server actors and their processes with it (marked
-`distributed`; needs `pip install 'grpo[ray]'`)."""
+`distributed`, this last one also `long`; needs `pip install 'grpo[ray]'`)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,8 @@ def test_a_killed_server_actor_is_recorded_restarted_in_its_bundle_and_verified_
     assert "1 server actor(s) lost" in recovery
 
 
+@pytest.mark.long  # two groups of two servers (49 s): CI restarts a lost rank's group in test_ray.py and a
+# lost server actor above
 def test_a_lost_rank_takes_its_server_actors_and_their_processes_with_it_and_the_new_group_starts_them_again(tmp_path):
     run_dir = tmp_path / "r"
     result = ray_launch(run_dir, *FLEET, "train.steps=4", "checkpoint.every_steps=2",

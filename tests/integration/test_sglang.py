@@ -2,8 +2,9 @@
 scripts/setup_sglang_env.sh and runs them): the server SIGKILLed mid-rollout, during a weight sync and
 during both evaluations, every sync verified and the seed check reported; no process, /dev/shm file or
 temporary directory left after the server or the trainer is SIGKILLed; a server a user started by
-hand, attached. Also marked `long` (minutes of server starts; by hand, not in CI): two servers with one
-killed, and asynchronous rollouts with the server killed while the next batch is made. The quickstart's
+hand, attached. Also marked `long` (minutes of server starts; by hand, not in CI): the kills during
+both evaluations, two servers with one killed, attaching, and asynchronous rollouts with the server
+killed while the next batch is made. The quickstart's
 model and work on SGLang, the server killed mid-run: bench/server_killed.py.
 
 SGLang 0.5.23 runs here as its CPU engine (torch-native attention, its kernel package replaced by
@@ -114,6 +115,7 @@ def test_killed_mid_rollout_and_in_a_sync_each_restart_is_verified_and_no_dead_s
     assert not loop.engine.model_dir.exists()
 
 
+@LONG  # three starts (102 s): the stand-in is killed during both evaluations in the default suite
 def test_killed_during_both_evaluations_no_answer_changes_and_no_zero_is_recorded(tmp_path, monkeypatch):
     hooks, compared = disturb_each_evaluation(monkeypatch)
     run_dir = tmp_path / "r"

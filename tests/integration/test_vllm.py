@@ -6,7 +6,8 @@ process of a server left after its API server or the trainer is SIGKILLed.
 
 Each vLLM start takes 1-2 minutes and 3.5 GB on 2 cores: run these one file or one test at a time. The
 evaluations' case and the kill-and-hang one are also marked `long` (out of CI, whose budget they would
-pass): tests/integration/test_sglang.py runs both kinds of kill in CI against a real SGLang server, and
+pass), and so is the process-tree case (CI ends a real SGLang server's tree in test_sglang.py):
+tests/integration/test_sglang.py kills a real SGLang server mid-rollout and in a sync in CI, and
 test_server_engine.py kills and hangs the stand-in in the default suite.
 """
 
@@ -147,6 +148,7 @@ def started(run_dir: Path, kind: str, incarnation: int) -> dict | None:
     return next((e for e in of_kind(run_dir, kind) if e["evidence"].get("incarnation") == incarnation), None)
 
 
+@pytest.mark.long  # two vLLM starts (85 s): CI ends a real SGLang server's process tree the same way
 def test_no_server_process_outlives_a_sigkill_of_its_api_server_or_of_the_trainer(tmp_path):
     run_dir = tmp_path / "r"
     proc = trainer(run_dir)
