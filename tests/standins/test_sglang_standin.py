@@ -17,10 +17,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-try:
-    from grpo.policy.models import build_char_tokenizer, build_tiny_model
-except ImportError:  # the package layout before the restructuring
-    from grpo.models import build_char_tokenizer, build_tiny_model
+from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.config import TinyModelConfig
 from tests.waiting import wait_until
 
