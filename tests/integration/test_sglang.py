@@ -4,8 +4,8 @@ during both evaluations, every sync verified and the seed check reported; no pro
 temporary directory left after the server or the trainer is SIGKILLed; a server a user started by
 hand, attached. Also marked `long` (minutes of server starts; by hand, not in CI): the kills during
 both evaluations, two servers with one killed, attaching, and asynchronous rollouts with the server
-killed while the next batch is made. The quickstart's
-model and work on SGLang, the server killed mid-run: bench/server_killed.py.
+killed while the next batch is made. The quickstart's model and work on SGLang, the server killed
+mid-run: bench/server_killed.py.
 
 SGLang 0.5.23 runs here as its CPU engine (torch-native attention, its kernel package replaced by
 scripts/sglang_cpu_shim); the tiny model loads in about 25 s on 2 cores. The same scenarios against the
