@@ -9,7 +9,8 @@ First the machine's own limits at the model's shapes (SmolLM2-135M-Instruct, the
   down) and the output head, at the decode batch (the step's 8 x 8 = 64 sequences, one token each) and at
   the update's micro-batch (32 rows of prompt + completion tokens), forward and (for the update) the two
   backward products of each (dX = dY W, dW = dY^T X); each shape timed alone, the layer's limit being
-  its FLOPs over the sum of its shapes' times;
+  its FLOPs over the sum of its shapes' times; the head's logits in the form grpo computes them here
+  (vocabulary blocks on an AVX2 CPU in fp32, bench/head.py);
 - memory bandwidth: a large copy (bytes read + written per second), against which a decode step's
   traffic (every weight read once per step, plus the KV cache) is set.
 Then the quickstart itself, `--steps` timed steps after `--warmup` (or the lines of an existing
@@ -91,12 +92,15 @@ def time_op(op, repeats: int) -> float:
 
 def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, repeats: int) -> float:
     """GFLOP/s of one layer's projections and the head at `rows` tokens, forward (and backward) products."""
+    from grpo.policy.head import output_logits
+
     flops, seconds = 0.0, 0.0
-    for _, fan_in, fan_out in [*shapes.projections(), ("head", shapes.hidden, shapes.vocab)]:
+    for name, fan_in, fan_out in [*shapes.projections(), ("head", shapes.hidden, shapes.vocab)]:
         x = torch.randn(rows, fan_in, dtype=dtype)
         w = torch.randn(fan_out, fan_in, dtype=dtype)
         dy = torch.randn(rows, fan_out, dtype=dtype)
-        products = [lambda: F.linear(x, w)]
+        # The head's logits in the form grpo computes them on this machine (grpo.policy.head.blocked_product).
+        products = [lambda: output_logits(x, w) if name == "head" else F.linear(x, w)]
         if backward:
             products += [lambda: dy @ w, lambda: dy.t() @ x]  # dX [rows, in], dW [out, in]
         for product in products:

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache
 
 from grpo.progress import tick
-from grpo.policy.head import chosen_token_logprobs
+from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
@@ -89,7 +88,7 @@ def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.devic
 
 class _Forward:
     """One forward pass of the model that yields, for the last `keep` positions, either the logits
-    [b, keep, V] or, when the output layer is split off (see `_split_head`), the final hidden
+    [b, keep, V] or, when the output layer is split off (see `grpo.policy.head.split_head`), the final hidden
     states [b, keep, H]: the head is then applied a chunk at a time (grpo.policy.head)."""
 
     def __init__(self, model: torch.nn.Module, decoder: torch.nn.Module | None, real: RealTokens | None) -> None:
@@ -103,22 +102,6 @@ class _Forward:
         if self.decoder is not None:
             return self.decoder(**inputs).last_hidden_state[:, -keep:]
         return self.model(**inputs, logits_to_keep=keep).logits
-
-
-def _split_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] | None:
-    """The decoder body and the output embedding's weight, where the logits are plainly
-    hidden @ weight.T; None where they are not, or the weight is not whole here (FSDP shards it
-    with the root module, and only the root's forward gathers it)."""
-    if isinstance(model, FSDPModule):
-        return None
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the model
-    config = base.config
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
-        return None
-    head = base.get_output_embeddings()
-    if type(head) is not torch.nn.Linear or head.bias is not None:  # an adapted or biased head: as it is
-        return None
-    return base.get_decoder(), head.weight
 
 
 def _completion_outputs(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
@@ -171,7 +154,7 @@ def completion_logprobs(
     if checkpointing is None:  # transformers < 5
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     shared = share_prompt and len(mb.prompt_ids) < len(mb.completion_ids) and not checkpointing
-    split = _split_head(model)
+    split = split_head(model)
     # Not under checkpointing either: its recomputation runs after the forward's context is left.
     forward = _Forward(model, split[0] if split else None, None if checkpointing else real_tokens(model))
     outputs = (_completion_outputs_shared_prompt if shared else _completion_outputs)(forward, mb)  # [b, T, V|H]

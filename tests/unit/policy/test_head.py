@@ -37,6 +37,28 @@ def test_values_and_gradients_equal_autograd_through_the_full_logits(monkeypatch
     assert not torch.equal(chunked_grads[0], torch.zeros_like(chunked_grads[0]))
 
 
+@pytest.mark.parametrize("blocked", [True, False])
+def test_the_output_product_in_vocabulary_blocks_equals_the_plain_one(monkeypatch, blocked):
+    monkeypatch.setattr(head, "_cpu_is_avx2_only", lambda: blocked)
+    monkeypatch.setattr(head, "VOCAB_BLOCK", 4)  # 11 rows: blocks of 4, 4 and 3
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(6, 5), torch.randn(11, 5)
+    assert head.blocked_product(weight) is blocked
+    torch.testing.assert_close(head.output_logits(hidden, weight), hidden @ weight.t())
+    out = torch.full((8, 11), float("nan"))
+    head.output_logits(hidden, weight, out=out[1:7])  # rows of a larger buffer, as the chunked head writes them
+    torch.testing.assert_close(out[1:7], hidden @ weight.t())
+    assert out[0].isnan().all() and out[7].isnan().all()
+
+
+def test_the_blocked_product_is_a_rule_of_the_cpu_and_fp32_only(monkeypatch):
+    monkeypatch.setattr(head, "_cpu_is_avx2_only", lambda: True)
+    assert head.blocked_product(torch.zeros(2, 2))
+    assert not head.blocked_product(torch.zeros(2, 2, dtype=torch.bfloat16))  # bf16 runs oneDNN's kernels
+    monkeypatch.setattr(head, "_cpu_is_avx2_only", lambda: False)
+    assert not head.blocked_product(torch.zeros(2, 2))
+
+
 def test_no_entropy_asked_none_given():
     hidden, weight = torch.randn(4, 3), torch.randn(6, 3)
     _, entropy = head.chosen_token_logprobs(hidden, weight, torch.tensor([0, 1, 2, 5]), 1.0, with_entropy=False)
@@ -48,12 +70,12 @@ def test_policy_logprobs_through_the_split_head_equal_the_models_own_logits(monk
     torch.manual_seed(0)
     tok = build_char_tokenizer()
     model = build_tiny_model(TinyModelConfig(), tok, torch.float32)
-    assert update._split_head(model) is not None  # a plain Llama head: the chunked path is taken
+    assert head.split_head(model) is not None  # a plain Llama head: the chunked path is taken
     mb = update.collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
     results = {}
     for split in (True, False):
         if not split:
-            monkeypatch.setattr(update, "_split_head", lambda _model: None)
+            monkeypatch.setattr(update, "split_head", lambda _model: None)
         model.zero_grad()
         logprobs, entropy = update.completion_logprobs(model, mb, 0.7, with_entropy=True, share_prompt=shared)
         weights = torch.linspace(-1, 1, logprobs.numel()).view_as(logprobs)  # [b, T] an uneven upstream gradient
@@ -64,3 +86,11 @@ def test_policy_logprobs_through_the_split_head_equal_the_models_own_logits(monk
     torch.testing.assert_close(results[True][1], results[False][1], atol=1e-5, rtol=1e-5)
     for name, grad in results[False][2].items():
         torch.testing.assert_close(results[True][2][name], grad, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attribute", head.SCALED_HEAD_ATTRIBUTES)
+def test_a_head_its_model_scales_or_caps_is_never_split_off(attribute):
+    tok = build_char_tokenizer()
+    model = build_tiny_model(TinyModelConfig(), tok, torch.float32)
+    setattr(model.config, attribute, 2.0)
+    assert head.split_head(model) is None  # the model's own forward applies what a split head would skip

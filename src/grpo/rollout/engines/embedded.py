@@ -9,6 +9,7 @@ from typing import Callable, ContextManager
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from grpo.policy.head import output_logits, split_head
 from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 from grpo.rollout.engines.kv_cache import preallocated_cache
@@ -150,15 +151,24 @@ class EmbeddedEngine(RolloutEngine):
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]
         cache = preallocated_cache(prompt_len + params.max_new_tokens)
         eos = torch.tensor(sorted(self.eos_ids), device=device)
+        split = split_head(self.model)
+
+        def next_logits(**inputs: torch.Tensor) -> torch.Tensor:
+            """-> fp32 logits [rows, V] after each row's last position; the output product through
+            `output_logits` where the head can be split off the body (its faster form on some CPUs)."""
+            if split is None:
+                outputs = self.model(**inputs, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                return outputs.logits[:, -1].float()
+            decoder, weight = split
+            hidden = decoder(**inputs, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]  # [rows, H]
+            return output_logits(hidden, weight).float()
 
         out_tokens: list[list[int]] = [[] for _ in range(batch)]
         out_logprobs: list[list[float]] = [[] for _ in range(batch)]
         stopped = [False] * batch
         active = torch.arange(batch, device=device)  # [A] original row of each live row
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        ).logits[:, -1].float()[prompt_index]  # [A, V]
+        logits = next_logits(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)  # [U, V]
+        logits = logits[prompt_index]  # [A, V]
         if len(unique) < batch:
             cache.batch_select_indices(prompt_index)
         attention_mask, position_ids = attention_mask[prompt_index], position_ids[prompt_index]  # [A, P]
@@ -183,8 +193,5 @@ class EmbeddedEngine(RolloutEngine):
                 active, tokens, attention_mask, next_pos = active[keep], tokens[keep], attention_mask[keep], next_pos[keep]
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=-1)
             next_pos = next_pos + 1
-            logits = self.model(
-                input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_pos[:, None],
-                past_key_values=cache, use_cache=True,
-            ).logits[:, -1].float()
+            logits = next_logits(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_pos[:, None])
         return out_tokens, out_logprobs, stopped

@@ -32,7 +32,13 @@ def test_greedy_is_independent_of_batching_and_padding():
     assert all(len(c.token_ids) == len(c.logprobs) for c in together)
 
 
-def test_sampled_logprobs_match_a_training_forward_pass():
+@pytest.mark.parametrize("blocked_head", [False, True])
+def test_sampled_logprobs_match_a_training_forward_pass(monkeypatch, blocked_head):
+    import grpo.policy.head as head
+
+    # Both forms of the output product, in generation and in the update (grpo.policy.head.blocked_product).
+    monkeypatch.setattr(head, "_cpu_is_avx2_only", lambda: blocked_head)
+    monkeypatch.setattr(head, "VOCAB_BLOCK", 7)  # several blocks of the tiny vocabulary, the last one short
     engine, tok = make_engine()
     # Repeated prompts (a group's samples) are prefilled once and continued from the shared cache.
     prompts = prompts_for(tok, ["abc", "hello world", "abc", "9+9=", "abc"])
@@ -121,10 +127,11 @@ def test_a_draw_is_the_first_token_whose_cumulative_probability_reaches_its_unif
 
 
 def raising_forward(model, exc: BaseException):
+    """Raise from the decoder body, which every forward runs (the engine may apply the head itself)."""
     def hook(module, args, kwargs):
         raise exc
 
-    return model.register_forward_pre_hook(hook, with_kwargs=True)
+    return model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
 
 
 @pytest.mark.parametrize("exc", [torch.OutOfMemoryError("CUDA out of memory (simulated)"),
