@@ -8,9 +8,10 @@ First the machine's own limits at the model's shapes (SmolLM2-135M-Instruct, the
   this machine: bf16 with AMX, fp32 without), for one decoder layer's projections (q, k, v, o, gate, up,
   down) and the output head, at the decode batch (the step's 8 x 8 = 64 sequences, one token each) and at
   the update's micro-batch (32 rows of prompt + completion tokens), forward and (for the update) the two
-  backward products of each (dX = dY W, dW = dY^T X); each shape timed alone, the layer's limit being
-  its FLOPs over the sum of its shapes' times; the head's logits in the form grpo computes them here
-  (vocabulary blocks on an AVX2 CPU in fp32, bench/head.py);
+  backward products of each (dX = dY W, dW = dY^T X); each shape timed alone, the limit being a token's
+  FLOPs over the time of its products, each layer's projections counted once per layer and the head once
+  (until 2026-11-26 the layer's were counted once, so the head, 8x one layer's FLOPs, set the limit); the
+  head's logits in the form grpo computes them here (vocabulary blocks on an AVX2 CPU in fp32, bench/head.py);
 - memory bandwidth: a large copy (bytes read + written per second), against which a decode step's
   traffic (every weight read once per step, plus the KV cache) is set.
 Then the quickstart itself, `--steps` timed steps after `--warmup` (or the lines of an existing
@@ -91,11 +92,13 @@ def time_op(op, repeats: int) -> float:
 
 
 def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, repeats: int) -> float:
-    """GFLOP/s of one layer's projections and the head at `rows` tokens, forward (and backward) products."""
+    """GFLOP/s of the model's products at `rows` tokens, forward (and backward): every layer's projections
+    (one layer's timed, counted `layers` times) and the head."""
     from grpo.policy.head import output_logits
 
     flops, seconds = 0.0, 0.0
     for name, fan_in, fan_out in [*shapes.projections(), ("head", shapes.hidden, shapes.vocab)]:
+        count = 1 if name == "head" else shapes.layers
         x = torch.randn(rows, fan_in, dtype=dtype)
         w = torch.randn(fan_out, fan_in, dtype=dtype)
         dy = torch.randn(rows, fan_out, dtype=dtype)
@@ -104,8 +107,8 @@ def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, 
         if backward:
             products += [lambda: dy @ w, lambda: dy.t() @ x]  # dX [rows, in], dW [out, in]
         for product in products:
-            seconds += time_op(product, repeats)
-            flops += 2.0 * rows * fan_in * fan_out
+            seconds += count * time_op(product, repeats)
+            flops += count * 2.0 * rows * fan_in * fan_out
     return flops / seconds / 1e9
 
 
