@@ -33,7 +33,10 @@ from .test_run_directory import assert_same_run
 pytestmark = pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")
 
 STEP = 2  # the step whose record is attacked; keep_last=1 makes its save prune step 0
-OVERRIDES = ["train.steps=3", "checkpoint.every_steps=2", "checkpoint.keep_last=1"]
+# Five steps: several metrics lines, so that one crosses a page boundary by a clear margin whatever the
+# numbers' printed lengths (test_a_real_full_disk_at_a_metrics_write needs one).
+STEPS = 5
+OVERRIDES = [f"train.steps={STEPS}", "checkpoint.every_steps=2", "checkpoint.keep_last=1"]
 WRITES = ("openat", "write", "writev", "pwrite64", "ftruncate", "fsync", "fdatasync", "mkdir", "rename",
           "renameat", "renameat2")
 
@@ -85,7 +88,7 @@ def resume_and_check(run_dir: Path, reference: Path) -> None:
     for info in valid:
         store.verify(info)
     assert not [p.name for p in store.root.iterdir() if p.name.startswith((".tmp-", ".trash-", ".replaced-"))]
-    assert_same_run(reference, run_dir, 3)
+    assert_same_run(reference, run_dir, STEPS)
 
 
 def kill_at(base: Path, op: FileOp) -> Path:
