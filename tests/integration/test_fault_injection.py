@@ -33,8 +33,8 @@ from .test_run_directory import assert_same_run
 pytestmark = pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")
 
 STEP = 2  # the step whose record is attacked; keep_last=1 makes its save prune step 0
-# Five steps: several metrics lines, so that one crosses a page boundary by a clear margin whatever the
-# numbers' printed lengths (test_a_real_full_disk_at_a_metrics_write needs one).
+# Five steps: four metrics lines that may cross a page boundary by a clear margin, which
+# test_a_real_full_disk_at_a_metrics_write needs (with one candidate, the numbers' printed lengths decided).
 STEPS = 5
 OVERRIDES = [f"train.steps={STEPS}", "checkpoint.every_steps=2", "checkpoint.keep_last=1"]
 WRITES = ("openat", "write", "writev", "pwrite64", "ftruncate", "fsync", "fdatasync", "mkdir", "rename",
