@@ -15,25 +15,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
-import time
 
 import torch
 
 import grpo.policy.head as head
-from shared import machine  # bench/shared.py (bench/ is the script's folder)
+from shared import machine, time_op  # bench/shared.py (bench/ is the script's folder)
 
 ROWS = (8, 16, 32, 64, 128, 256)  # decode rows (64 = the quickstart's 8 x 8), then the update head's chunk
-
-
-def timed(op, repeats: int) -> float:
-    op(), op()  # warm-up: first-touch of buffers, the kernel's own setup
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        op()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def in_form(blocked: bool, op):
@@ -64,8 +52,8 @@ def main() -> None:
         flops = 2 * n * args.hidden * args.vocab
         plain, blocked = [], []
         for _ in range(3):  # alternate, so a slower spell of the machine falls on both
-            plain.append(timed(in_form(False, op), args.repeats))
-            blocked.append(timed(in_form(True, op), args.repeats))
+            plain.append(time_op(in_form(False, op), args.repeats))
+            blocked.append(time_op(in_form(True, op), args.repeats))
         one, blocks = flops / min(plain) / 1e9, flops / min(blocked) / 1e9
         rows.append(f"| {n} | {one:,.0f} | {blocks:,.0f} | {blocks / one:.2f}x |")
         print(rows[-1], flush=True)

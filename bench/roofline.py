@@ -35,14 +35,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from shared import REPO, Work, machine, prompts  # bench/shared.py (bench/ is the script's folder)
+from shared import REPO, Work, machine, prompts, time_op  # bench/shared.py (bench/ is the script's folder)
 
 MODEL = "smollm2-135m-instruct"
 FLAGS_SHOWN = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "fma")
@@ -77,18 +76,6 @@ class Shapes:
     @property
     def head_weights(self) -> int:
         return self.hidden * self.vocab
-
-
-def time_op(op, repeats: int) -> float:
-    """Median seconds of op() over `repeats` runs, after two warm-ups."""
-    for _ in range(2):
-        op()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        op()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, repeats: int) -> float:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,3 +55,15 @@ def machine() -> str:
     family = f" (family {fields['CPU family']} model {fields['Model']}; {', '.join(widest) or 'no AVX2'})" \
         if "CPU family" in fields and "Model" in fields else ""
     return f"{fields['Model name']}{family}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
+
+
+def time_op(op, repeats: int) -> float:
+    """Median seconds of op() over `repeats` runs, after two warm-ups (first touch of buffers, a kernel's setup)."""
+    for _ in range(2):
+        op()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        op()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
