@@ -85,9 +85,11 @@ def fsdp_step_bytes(layers: int, root: int, passes: int, compute_bytes: int, for
     parameter elements in the decoder layers' groups and in the root's (embeddings, final norm, head).
 
     Rollout and the old log-probs each gather every group once (`Policy.unsharded`). Each update pass
-    runs the shared-prompt path: `forwards` model calls (prompt, then completions), each gathering every
-    group; backward re-gathers a layer once per call (it is resharded after each) and the root once. The
-    last pass reduce-scatters fp32 gradients, a layer's once per call and the root's once."""
+    makes `forwards` model calls, each gathering every group: one where the micro-batch runs packed (the
+    grouped eager attention, CPU's default), two on the shared-prompt path (prompt, then completions: any
+    other attention, e.g. GPUs' SDPA); backward re-gathers a layer once per call (it is resharded after
+    each) and the root once. The last pass reduce-scatters fp32 gradients, a layer's once per call and
+    the root's once."""
     full = (layers + root) * compute_bytes
     backward = forwards * layers + root
     return {"rollout all-gather": full, "old log-probs all-gather": full,
@@ -214,7 +216,9 @@ def measure(out: Path, steps: int) -> None:
                     term = TERMS.get((where.split(":")[1], collective))
                     measured[term or "control"] += size
         rows = math.ceil(line["groups/trained"] / 2) * cfg.rollout.samples_per_problem
-        expected = fsdp_step_bytes(layers, root, math.ceil(rows / cfg.algo.micro_batch_size), compute_bytes)
+        # The measured runs are on CPU: grouped eager attention, micro-batches packed (one model call a pass).
+        expected = fsdp_step_bytes(layers, root, math.ceil(rows / cfg.algo.micro_batch_size), compute_bytes,
+                                   forwards=1)
         if line.get("update/skip_reason") is not None:  # no update, no old log-probs
             expected = {"rollout all-gather": expected["rollout all-gather"]}
         matched += all(measured.get(t, 0) == expected.get(t, 0) for t in {*expected, *TERMS.values()})
@@ -262,6 +266,7 @@ def project(name: str, gpus: int) -> dict[str, float]:
     hidden, depth, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     rows = PROMPTS * SAMPLES / gpus  # each GPU's share; groups are never split
     passes = math.ceil(rows / MICRO_BATCH)
+    # GPUs attend with SDPA, which takes no packed micro-batch: two model calls a pass (the default forwards=2).
     fsdp = sum(fsdp_step_bytes(layers, root, passes, compute_bytes=2).values())
     sync = 2 * params  # bf16 weights into each GPU's colocated vLLM replica, which holds 1/n of them already
 

@@ -6,15 +6,91 @@ for SmolLM2, whose 9 query heads share 3 key-value heads), about a tenth of CPU 
 key-value head's query heads are stacked along the query length instead, so each head's scores are the
 same dot products against keys used where they lie. The arithmetic is eager's, op for op (scores scaled,
 the additive mask, softmax in fp32, back to the model's dtype).
+
+The update runs a micro-batch packed as one sequence (`PackedPrompts`): each distinct prompt once, then
+every row's completion. Every per-token layer then runs one product per weight over all those tokens,
+where a prompt pass and a completion pass would run two (the prompt's with few rows, and a full-size add
+of each weight's two gradients); attention alone sees the structure: a prompt attends to itself, a
+completion to its prompt and itself.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
 from grpo.policy.constants import GROUPED_EAGER as NAME, PLAIN_EAGER_MODELS
+
+
+@dataclass
+class PackedPrompts:
+    """A micro-batch as one sequence [1, g*P + b*T]: g distinct prompts left-padded to P, then b rows'
+    fed completion tokens right-padded to T. Passed to the model as the keyword `packed`, which reaches
+    the attention function; the model's own mask is skipped by a 4D placeholder (`placeholder_mask`)."""
+
+    prompt_index: torch.Tensor  # [b] the prompt each row continues
+    prompt_allowed: torch.Tensor  # [g, 1, P, P] bool: a prompt token sees its earlier real tokens
+    completion_allowed: torch.Tensor  # [b, 1, T, P+T] bool: its prompt's real tokens, its own earlier real ones
+
+    @classmethod
+    def of(cls, prompt_mask: torch.Tensor, prompt_index: torch.Tensor, fed_mask: torch.Tensor) -> "PackedPrompts":
+        """prompt_mask [g, P], prompt_index [b], fed_mask [b, T]: 1 where a token is real."""
+        prompt_len, fed_len = prompt_mask.shape[1], fed_mask.shape[1]
+        real_prompt, real_fed = prompt_mask.bool(), fed_mask.bool()
+        causal = lambda n: torch.ones(n, n, dtype=torch.bool, device=real_fed.device).tril()  # noqa: E731
+        prompt_allowed = causal(prompt_len) & real_prompt[:, None, :]  # [g, P, P]
+        completion_allowed = torch.cat([
+            real_prompt[prompt_index][:, None, :].expand(-1, fed_len, -1),  # [b, T, P]
+            causal(fed_len) & real_fed[:, None, :],  # [b, T, T]
+        ], dim=-1)
+        return cls(prompt_index, prompt_allowed[:, None], completion_allowed[:, None])
+
+    @property
+    def prompt_tokens(self) -> int:  # g * P, where the completions start in the packed sequence
+        return self.prompt_allowed.shape[0] * self.prompt_allowed.shape[-1]
+
+    def placeholder_mask(self) -> torch.Tensor:
+        """A mask for the model to pass on, unread: transformers hands a 4D mask to attention as it is given,
+        so it builds no [U, U] mask of its own."""
+        return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=self.prompt_index.device)
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool [..] -> 0 where allowed, the dtype's lowest elsewhere (as transformers' eager masks)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+def packed_prompt_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [1, H, U, D], U = g*P + b*T
+    key: torch.Tensor,  # [1, K, U, D]
+    value: torch.Tensor,  # [1, K, U, D]
+    packed: PackedPrompts,
+    scaling: float,
+    dropout: float,
+) -> torch.Tensor:
+    """-> output [1, U, H, D]: each prompt attends to itself, each completion to its prompt and itself."""
+    prompts, length = packed.prompt_allowed.shape[0], packed.prompt_allowed.shape[-1]
+    rows, fed = packed.completion_allowed.shape[0], packed.completion_allowed.shape[2]
+
+    def split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [1, N, U, D] -> [g, N, P, D], [b, N, T, D]
+        x = x[0]
+        return (x[:, : packed.prompt_tokens].unflatten(1, (prompts, length)).transpose(0, 1),
+                x[:, packed.prompt_tokens :].unflatten(1, (rows, fed)).transpose(0, 1))
+
+    (q_prompt, q_completion), (k_prompt, k_completion), (v_prompt, v_completion) = map(split, (query, key, value))
+    prompt_out, _ = grouped_eager_attention(
+        module, q_prompt, k_prompt, v_prompt, additive(packed.prompt_allowed, query.dtype), scaling, dropout,
+    )  # [g, P, H, D]
+    keys = torch.cat([k_prompt[packed.prompt_index], k_completion], dim=2)  # [b, K, P+T, D]
+    values = torch.cat([v_prompt[packed.prompt_index], v_completion], dim=2)  # [b, K, P+T, D]
+    completion_out, _ = grouped_eager_attention(
+        module, q_completion, keys, values, additive(packed.completion_allowed, query.dtype), scaling, dropout,
+    )  # [b, T, H, D]
+    return torch.cat([prompt_out.flatten(0, 1), completion_out.flatten(0, 1)])[None]  # [1, U, H, D]
 
 
 def grouped_eager_attention(
@@ -25,9 +101,13 @@ def grouped_eager_attention(
     attention_mask: torch.Tensor | None,  # [B, 1, L, S] additive
     scaling: float,
     dropout: float = 0.0,
+    packed: PackedPrompts | None = None,
     **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> output [B, L, H, D], weights [B, H, L, S]: transformers' eager attention, computed per key-value head."""
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """-> output [B, L, H, D], weights [B, H, L, S]: transformers' eager attention, computed per key-value
+    head; for a packed micro-batch (`packed`), its structured attention (no weights)."""
+    if packed is not None:
+        return packed_prompt_attention(module, query, key, value, packed, scaling, dropout), None
     batch, heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     groups = heads // kv_heads
@@ -56,3 +136,11 @@ def use_grouped_eager(model: torch.nn.Module) -> bool:
         return False
     model.set_attn_implementation(NAME)
     return model.config._attn_implementation == NAME
+
+
+def packs_prompts(model: torch.nn.Module, sequence_length: int) -> bool:
+    """Whether the model's attention takes a `PackedPrompts` micro-batch: the grouped form is in use, and no
+    sliding window is shorter than the sequence (the packed masks have none)."""
+    config = model.config
+    window = getattr(config, "sliding_window", None)
+    return config._attn_implementation == NAME and (not window or sequence_length <= window)

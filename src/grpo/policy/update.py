@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from grpo.progress import tick
+from grpo.policy.attention import PackedPrompts, packs_prompts
 from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
@@ -87,9 +88,10 @@ def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.devic
 
 
 class _Forward:
-    """One forward pass of the model that yields, for the last `keep` positions, either the logits
-    [b, keep, V] or, when the output layer is split off (see `grpo.policy.head.split_head`), the final hidden
-    states [b, keep, H]: the head is then applied a chunk at a time (grpo.policy.head)."""
+    """One forward pass of the model that yields, for the last `keep` positions (or the positions `keep`
+    lists), either the logits [b, keep, V] or, when the output layer is split off (see
+    `grpo.policy.head.split_head`), the final hidden states [b, keep, H]: the head is then applied a chunk
+    at a time (grpo.policy.head)."""
 
     def __init__(self, model: torch.nn.Module, decoder: torch.nn.Module | None, real: RealTokens | None) -> None:
         self.model, self.decoder, self.real = model, decoder, real
@@ -98,9 +100,10 @@ class _Forward:
         """Within: the per-token layers run where `needed` [b, T] is true (grpo.policy.unpad), when they can."""
         return self.real.only(needed) if self.real is not None else contextlib.nullcontext()
 
-    def __call__(self, keep: int, **inputs) -> torch.Tensor:
+    def __call__(self, keep: int | torch.Tensor, **inputs) -> torch.Tensor:
         if self.decoder is not None:
-            return self.decoder(**inputs).last_hidden_state[:, -keep:]
+            hidden = self.decoder(**inputs).last_hidden_state
+            return hidden[:, keep] if isinstance(keep, torch.Tensor) else hidden[:, -keep:]
         return self.model(**inputs, logits_to_keep=keep).logits
 
 
@@ -145,10 +148,39 @@ def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torc
     return torch.cat([first, rest], dim=1)
 
 
+def _completion_outputs_packed(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
+    """The same outputs from one pass over the micro-batch packed as one sequence: each distinct prompt
+    once, then every row's fed completion tokens (grpo.policy.attention.PackedPrompts). Each weight's
+    products run once over all of them, prompt and completion tokens alike."""
+    prompts, prompt_len = mb.prompt_ids.shape
+    rows, completion_len = mb.completion_ids.shape
+    fed, fed_mask = mb.completion_ids[:, :-1], mb.completion_mask[:, :-1]  # [b, T-1] each token predicts the next
+    packed = PackedPrompts.of(mb.prompt_mask, mb.prompt_index, fed_mask)
+    input_ids = torch.cat([mb.prompt_ids.flatten(), fed.flatten()])[None]  # [1, g*P + b*(T-1)]
+    prompt_positions = (mb.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [g, P]
+    start = mb.prompt_mask.sum(-1)[mb.prompt_index]  # [b] first position after each prompt
+    fed_positions = start[:, None] + torch.arange(completion_len - 1, device=fed.device)  # [b, T-1]
+    position_ids = torch.cat([prompt_positions.flatten(), fed_positions.flatten()])[None]  # [1, U]
+    # The prompts' real tokens (their keys are read by every row), and a fed token where the one after it is.
+    needed = torch.cat([mb.prompt_mask.flatten().bool(), mb.completion_mask[:, 1:].flatten().bool()])[None]  # [1, U]
+    last_prompt_token = torch.arange(1, prompts + 1, device=fed.device) * prompt_len - 1  # [g]
+    keep = torch.cat([last_prompt_token, packed.prompt_tokens + torch.arange(fed.numel(), device=fed.device)])
+    with forward.needed_only(needed):
+        outputs = forward(
+            keep, input_ids=input_ids, position_ids=position_ids, attention_mask=packed.placeholder_mask(),
+            packed=packed, use_cache=False,
+        )[0]  # [g + b*(T-1), V|H]
+    first = outputs[:prompts][mb.prompt_index][:, None]  # [b, 1, V|H] predicts the first completion token
+    return torch.cat([first, outputs[prompts:].unflatten(0, (rows, completion_len - 1))], dim=1)  # [b, T, V|H]
+
+
 def completion_logprobs(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False, share_prompt: bool = True
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False, share_prompt: bool = True,
+    pack: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """-> log-probs [b, T] of the completion tokens (at the sampling temperature), entropy [b, T] or None."""
+    """-> log-probs [b, T] of the completion tokens (at the sampling temperature), entropy [b, T] or None.
+    `share_prompt`: each distinct prompt runs once for its rows; `pack`: in one pass with them, where the
+    model's attention takes a packed micro-batch (else a prompt pass, then the rows from its KV cache)."""
     # Gradient checkpointing turns the KV cache off in training, which the shared path needs.
     checkpointing = getattr(model, "is_activation_checkpointing", None)
     if checkpointing is None:  # transformers < 5
@@ -157,7 +189,13 @@ def completion_logprobs(
     split = split_head(model)
     # Not under checkpointing either: its recomputation runs after the forward's context is left.
     forward = _Forward(model, split[0] if split else None, None if checkpointing else real_tokens(model))
-    outputs = (_completion_outputs_shared_prompt if shared else _completion_outputs)(forward, mb)  # [b, T, V|H]
+    completion_len = mb.completion_ids.shape[1]
+    if not shared:
+        outputs = _completion_outputs(forward, mb)  # [b, T, V|H]
+    elif pack and completion_len > 1 and packs_prompts(model, mb.prompt_ids.shape[1] + completion_len):
+        outputs = _completion_outputs_packed(forward, mb)
+    else:
+        outputs = _completion_outputs_shared_prompt(forward, mb)
     if split is None:
         return _logprobs_from_logits(outputs, mb.completion_ids, temperature, with_entropy)
     # Padding never reaches the head: only the completion tokens' hidden states do.

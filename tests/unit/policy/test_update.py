@@ -1,11 +1,14 @@
 """The update phase: shared-prompt log-probs equal the full forward, and updates move the policy the right way."""
 
+import pytest
 import torch
 
 from grpo.config import ActorConfig, TinyModelConfig
 from grpo.algo.loss import LossConfig
+from grpo.policy.attention import packs_prompts, use_grouped_eager
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.optim import MasterWeightAdamW
+from grpo.policy import unpad, update
 from grpo.policy.update import TrainBatch, collate, completion_logprobs, micro_batches, update_policy
 
 
@@ -45,6 +48,44 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward():
     torch.testing.assert_close(values[True], values[False], atol=1e-5, rtol=1e-5)
     for name in grads[False]:
         torch.testing.assert_close(grads[True][name], grads[False][name], atol=1e-5, rtol=1e-4)
+
+
+def logprobs_and_grads(model, mb, shared, pack=True):
+    model.zero_grad()
+    logprobs, _ = completion_logprobs(model, mb, temperature=0.7, share_prompt=shared, pack=pack)
+    (logprobs * mb.completion_mask).sum().backward()
+    return logprobs * mb.completion_mask, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("unpadded", [True, False], ids=["needed-positions-only", "padded"])
+@pytest.mark.parametrize("head_split", [True, False], ids=["head-split", "logits-from-the-model"])
+def test_the_packed_micro_batch_gives_the_log_probs_and_gradients_of_both_other_forms(unpadded, head_split, monkeypatch):
+    model, tok = tiny()
+    if unpadded:
+        unpad.install(model)
+    if not head_split:
+        monkeypatch.setattr(update, "split_head", lambda model: None)
+    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    assert use_grouped_eager(model) and packs_prompts(model, 64)
+    full = logprobs_and_grads(model, mb, shared=False)
+    cached = logprobs_and_grads(model, mb, shared=True, pack=False)  # a prompt pass, then the rows
+    seen = []
+    model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
+    packed = logprobs_and_grads(model, mb, shared=True)
+    assert len(seen) == 1, "the prompts and the completions went through one product"
+    if unpadded:  # the prompts' real tokens, and the fed tokens whose next token is real
+        assert seen[0][:-1] == (int(mb.prompt_mask.sum() + mb.completion_mask[:, 1:].sum()),)
+    for values, grads in (full, cached):
+        torch.testing.assert_close(packed[0], values, atol=1e-5, rtol=1e-5)
+        for name, grad in grads.items():
+            torch.testing.assert_close(packed[1][name], grad, atol=1e-5, rtol=1e-4)
+
+
+def test_a_sliding_window_shorter_than_the_sequence_is_not_packed():
+    model, _ = tiny()
+    use_grouped_eager(model)
+    model.config.sliding_window = 16
+    assert packs_prompts(model, 16) and not packs_prompts(model, 17)
 
 
 def test_single_token_completions_use_only_the_prompt_pass():
