@@ -181,21 +181,20 @@ def completion_logprobs(
     """-> log-probs [b, T] of the completion tokens (at the sampling temperature), entropy [b, T] or None.
     `share_prompt`: each distinct prompt runs once for its rows; `pack`: in one pass with them, where the
     model's attention takes a packed micro-batch (else a prompt pass, then the rows from its KV cache)."""
-    # Gradient checkpointing turns the KV cache off in training, which the shared path needs.
     checkpointing = getattr(model, "is_activation_checkpointing", None)
     if checkpointing is None:  # transformers < 5
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    shared = share_prompt and len(mb.prompt_ids) < len(mb.completion_ids) and not checkpointing
+    shared = share_prompt and len(mb.prompt_ids) < len(mb.completion_ids)
     split = split_head(model)
-    # Not under checkpointing either: its recomputation runs after the forward's context is left.
+    # Not under checkpointing: its recomputation runs after the forward's context is left.
     forward = _Forward(model, split[0] if split else None, None if checkpointing else real_tokens(model))
     completion_len = mb.completion_ids.shape[1]
-    if not shared:
-        outputs = _completion_outputs(forward, mb)  # [b, T, V|H]
-    elif pack and completion_len > 1 and packs_prompts(model, mb.prompt_ids.shape[1] + completion_len):
-        outputs = _completion_outputs_packed(forward, mb)
-    else:
+    if shared and pack and completion_len > 1 and packs_prompts(model, mb.prompt_ids.shape[1] + completion_len):
+        outputs = _completion_outputs_packed(forward, mb)  # [b, T, V|H]; no KV cache, so checkpointing too
+    elif shared and not checkpointing:  # gradient checkpointing turns off the KV cache this path needs
         outputs = _completion_outputs_shared_prompt(forward, mb)
+    else:
+        outputs = _completion_outputs(forward, mb)
     if split is None:
         return _logprobs_from_logits(outputs, mb.completion_ids, temperature, with_entropy)
     # Padding never reaches the head: only the completion tokens' hidden states do.

@@ -145,7 +145,7 @@ def test_shared_prompt_and_gradient_checkpointing_give_the_full_forwards_adapter
     shared, full = adapter_grads(policy.model, True), adapter_grads(policy.model, False)
     checkpointed_policy = tiny_policy(*LORA, "model.gradient_checkpointing=true")
     checkpointed_policy.model.load_state_dict(policy.model.state_dict())
-    checkpointed = adapter_grads(checkpointed_policy.model, True)  # falls back to the full forward
+    checkpointed = adapter_grads(checkpointed_policy.model, True)  # packed: no KV cache for checkpointing to turn off
     for name in full:
         assert full[name].abs().sum() > 0, name
         torch.testing.assert_close(shared[name], full[name], atol=1e-5, rtol=1e-4)

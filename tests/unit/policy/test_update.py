@@ -81,6 +81,24 @@ def test_the_packed_micro_batch_gives_the_log_probs_and_gradients_of_both_other_
             torch.testing.assert_close(packed[1][name], grad, atol=1e-5, rtol=1e-4)
 
 
+def test_under_gradient_checkpointing_the_micro_batch_still_runs_packed_and_exact():
+    model, tok = tiny()
+    use_grouped_eager(model)
+    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    model.train()
+    full = logprobs_and_grads(model, mb, shared=False)
+    model.gradient_checkpointing_enable()
+    seen = []
+    model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
+    checkpointed = logprobs_and_grads(model, mb, shared=True)
+    # One packed pass of prompts and completions (2 prompts, 6 rows: 2*P + 6*(T-1) positions), recomputed in backward.
+    packed_positions = 2 * mb.prompt_ids.shape[1] + 6 * (mb.completion_ids.shape[1] - 1)
+    assert seen == [torch.Size([1, packed_positions, model.config.hidden_size])] * 2
+    torch.testing.assert_close(checkpointed[0], full[0], atol=1e-5, rtol=1e-5)
+    for name, grad in full[1].items():
+        torch.testing.assert_close(checkpointed[1][name], grad, atol=1e-5, rtol=1e-4)
+
+
 def test_a_sliding_window_shorter_than_the_sequence_is_not_packed():
     model, _ = tiny()
     use_grouped_eager(model)

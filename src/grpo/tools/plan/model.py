@@ -235,23 +235,26 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
     eager = attention in ("eager", GROUPED_EAGER)
     T, P = cfg.rollout.max_new_tokens, prompt_len
     heads, layers = arch.num_heads, arch.num_layers
+    # A micro-batch holds whole groups (a group split at its edges adds one prompt); each distinct prompt runs
+    # once for its group's rows, whose completions attend to it and to the completion so far.
+    G = cfg.rollout.samples_per_problem
+    prompts = min(cfg.rollout.problems_per_step, -(-rows // G) + (1 if rows % G else 0))
+    shared_scores = (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
     if cfg.model.gradient_checkpointing:
-        # Every row runs prompt and completion in full; each layer keeps only its input, and one layer at a
-        # time recomputes its activations in backward.
-        tokens = rows * (P + T)
+        # Each layer keeps only its input, and one layer at a time recomputes its activations in backward.
+        # The grouped eager attention runs the micro-batch packed (grpo.policy.attention.PackedPrompts): the
+        # prompts once; any other runs every row's prompt and completion in full (no KV cache to share).
+        packed = attention == GROUPED_EAGER
+        tokens = prompts * P + rows * T if packed else rows * (P + T)
         per_token = layer_token_bytes(cfg, arch, 1.0, attention)
         kept = layers * tokens * arch.hidden_size * w + tokens * per_token
-        scores = rows * heads * (P + T) ** 2 * costs.attention_score_bytes if eager else 0
-        note = f"{rows} rows x {P + T} tokens, layer inputs kept, one layer recomputed"
+        scores = (shared_scores if packed else rows * heads * (P + T) ** 2 * costs.attention_score_bytes) if eager else 0
+        note = (f"{prompts} prompts x {P} + {rows} rows x {T} tokens" if packed else f"{rows} rows x {P + T} tokens") \
+            + ", layer inputs kept, one layer recomputed"
     else:
-        # A micro-batch holds whole groups (a group split at its edges adds one prompt); each distinct prompt
-        # runs once, its KV cache shared by its group's rows, then the completions, which attend to the prompt
-        # and to the completion so far.
-        G = cfg.rollout.samples_per_problem
-        prompts = min(cfg.rollout.problems_per_step, -(-rows // G) + (1 if rows % G else 0))
         kept = layers * (prompts * P * layer_token_bytes(cfg, arch, 1.0, attention)
                          + rows * T * layer_token_bytes(cfg, arch, (P + T) / T, attention))
-        scores = layers * (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
+        scores = layers * shared_scores
         note = f"{prompts} prompts x {P} + {rows} rows x {T} tokens, {layers} layers"
     logits = rows * T * arch.vocab_size * w * costs.logits_dtype_copies \
         + min(HEAD_CHUNK_TOKENS, rows * T) * arch.vocab_size * 4 * costs.head_chunk_fp32_copies
