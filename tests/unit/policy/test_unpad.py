@@ -11,14 +11,7 @@ from grpo.policy import unpad
 from grpo.policy.models import load_model_and_tokenizer
 from grpo.policy.update import collate, completion_logprobs
 
-from tests.unit.policy.test_update import group_batch, tiny
-
-
-def logprobs_and_grads(model, mb, shared):
-    model.zero_grad()
-    logprobs, _ = completion_logprobs(model, mb, temperature=0.7, share_prompt=shared)
-    (logprobs * mb.completion_mask).sum().backward()
-    return logprobs * mb.completion_mask, {n: p.grad.clone() for n, p in model.named_parameters()}
+from tests.unit.policy.test_update import group_batch, logprobs_and_grads, tiny
 
 
 def test_unpadded_update_gives_the_padded_log_probs_and_gradients():

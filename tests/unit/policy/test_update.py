@@ -34,27 +34,20 @@ def test_collate_keeps_one_copy_of_each_prompt():
     assert mb.completion_mask.sum().item() == 13
 
 
-def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward():
-    model, tok = tiny()
-    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
-    grads = {}
-    values = {}
-    for shared in (True, False):
-        model.zero_grad()
-        logprobs, _ = completion_logprobs(model, mb, temperature=0.7, share_prompt=shared)
-        (logprobs * mb.completion_mask).sum().backward()
-        values[shared] = logprobs * mb.completion_mask
-        grads[shared] = {n: p.grad.clone() for n, p in model.named_parameters()}
-    torch.testing.assert_close(values[True], values[False], atol=1e-5, rtol=1e-5)
-    for name in grads[False]:
-        torch.testing.assert_close(grads[True][name], grads[False][name], atol=1e-5, rtol=1e-4)
-
-
 def logprobs_and_grads(model, mb, shared, pack=True):
     model.zero_grad()
     logprobs, _ = completion_logprobs(model, mb, temperature=0.7, share_prompt=shared, pack=pack)
     (logprobs * mb.completion_mask).sum().backward()
     return logprobs * mb.completion_mask, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward():
+    model, tok = tiny()  # plain eager attention: the two-pass form (a prompt pass, then the rows)
+    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    (shared_values, shared_grads), (values, grads) = (logprobs_and_grads(model, mb, shared) for shared in (True, False))
+    torch.testing.assert_close(shared_values, values, atol=1e-5, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("unpadded", [True, False], ids=["needed-positions-only", "padded"])
