@@ -187,6 +187,7 @@ def train(out: Path, name: str, ranks: int, steps: int, count: bool = False) -> 
 
 def measure(out: Path, steps: int) -> None:
     from grpo.config import load_config
+    from grpo.policy.constants import GROUPED_EAGER
     from grpo.policy.models import DTYPES, load_model_and_tokenizer
 
     one, two = train(out, "one", 1, steps), train(out, "two", 2, steps)
@@ -196,6 +197,7 @@ def measure(out: Path, steps: int) -> None:
     model, _ = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
     layers, root, _ = group_sizes(model, 2)
     compute_bytes = DTYPES[cfg.model.dtype].itemsize
+    packed = model.config._attn_implementation == GROUPED_EAGER  # the update's micro-batches run in one model call
     print(f"measured here: random Llama {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params "
           f"({cfg.model.tiny.num_layers} layers, hidden {cfg.model.tiny.hidden_size}), {cfg.model.dtype} compute, "
           f"{steps} steps, median of steps 2-{steps}, one CPU thread per rank, gloo")
@@ -216,9 +218,8 @@ def measure(out: Path, steps: int) -> None:
                     term = TERMS.get((where.split(":")[1], collective))
                     measured[term or "control"] += size
         rows = math.ceil(line["groups/trained"] / 2) * cfg.rollout.samples_per_problem
-        # The measured runs are on CPU: grouped eager attention, micro-batches packed (one model call a pass).
         expected = fsdp_step_bytes(layers, root, math.ceil(rows / cfg.algo.micro_batch_size), compute_bytes,
-                                   forwards=1)
+                                   forwards=1 if packed else 2)
         if line.get("update/skip_reason") is not None:  # no update, no old log-probs
             expected = {"rollout all-gather": expected["rollout all-gather"]}
         matched += all(measured.get(t, 0) == expected.get(t, 0) for t in {*expected, *TERMS.values()})

@@ -16,7 +16,7 @@ completion to its prompt and itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
@@ -34,6 +34,7 @@ class PackedPrompts:
     prompt_index: torch.Tensor  # [b] the prompt each row continues
     prompt_allowed: torch.Tensor  # [g, 1, P, P] bool: a prompt token sees its earlier real tokens
     completion_allowed: torch.Tensor  # [b, 1, T, P+T] bool: its prompt's real tokens, its own earlier real ones
+    _biases: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, prompt_mask: torch.Tensor, prompt_index: torch.Tensor, fed_mask: torch.Tensor) -> "PackedPrompts":
@@ -51,6 +52,12 @@ class PackedPrompts:
     @property
     def prompt_tokens(self) -> int:  # g * P, where the completions start in the packed sequence
         return self.prompt_allowed.shape[0] * self.prompt_allowed.shape[-1]
+
+    def biases(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The additive masks (prompts', completions') in `dtype`: made once, read by every layer."""
+        if dtype not in self._biases:
+            self._biases[dtype] = additive(self.prompt_allowed, dtype), additive(self.completion_allowed, dtype)
+        return self._biases[dtype]
 
     def placeholder_mask(self) -> torch.Tensor:
         """A mask for the model to pass on, unread: transformers hands a 4D mask to attention as it is given,
@@ -82,13 +89,12 @@ def packed_prompt_attention(
                 x[:, packed.prompt_tokens :].unflatten(1, (rows, fed)).transpose(0, 1))
 
     (q_prompt, q_completion), (k_prompt, k_completion), (v_prompt, v_completion) = map(split, (query, key, value))
-    prompt_out, _ = grouped_eager_attention(
-        module, q_prompt, k_prompt, v_prompt, additive(packed.prompt_allowed, query.dtype), scaling, dropout,
-    )  # [g, P, H, D]
+    prompt_bias, completion_bias = packed.biases(query.dtype)
+    prompt_out, _ = grouped_eager_attention(module, q_prompt, k_prompt, v_prompt, prompt_bias, scaling, dropout)  # [g, P, H, D]
     keys = torch.cat([k_prompt[packed.prompt_index], k_completion], dim=2)  # [b, K, P+T, D]
     values = torch.cat([v_prompt[packed.prompt_index], v_completion], dim=2)  # [b, K, P+T, D]
     completion_out, _ = grouped_eager_attention(
-        module, q_completion, keys, values, additive(packed.completion_allowed, query.dtype), scaling, dropout,
+        module, q_completion, keys, values, completion_bias, scaling, dropout,
     )  # [b, T, H, D]
     return torch.cat([prompt_out.flatten(0, 1), completion_out.flatten(0, 1)])[None]  # [1, U, H, D]
 
