@@ -47,6 +47,16 @@ def sample_next(
     return tokens, chosen
 
 
+def live_rows_in_place(live: torch.Tensor) -> torch.Tensor:
+    """live [A] bool -> the rows to continue [L]: finished rows are dropped from the batch (later steps
+    compute only live rows) by moving the last live rows into their places, so that of each layer's KV
+    cache only those rows are copied (keeping the order would copy every row after the first finished one)."""
+    rows = int(live.sum())
+    keep = torch.arange(rows, device=live.device)  # [L]
+    keep[(~live[:rows]).nonzero().squeeze(-1)] = live[rows:].nonzero().squeeze(-1) + rows
+    return keep
+
+
 def out_of_memory(exc: RuntimeError) -> bool:
     """The one failure generation expects: the device ran out of memory for this batch (torch raises
     OutOfMemoryError on CUDA, a RuntimeError from the allocator on CPU)."""
@@ -187,8 +197,7 @@ class EmbeddedEngine(RolloutEngine):
             if is_eos.all():
                 break
             if is_eos.any():
-                # Drop finished rows from the batch and the KV cache: later steps compute only live rows.
-                keep = (~is_eos).nonzero().squeeze(-1)
+                keep = live_rows_in_place(~is_eos)
                 cache.batch_select_indices(keep)
                 active, tokens, attention_mask, next_pos = active[keep], tokens[keep], attention_mask[keep], next_pos[keep]
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=-1)

@@ -4,7 +4,7 @@ transformers' DynamicCache appends each decode step's keys and values with `torc
 layer's whole cache at every step: on 2 CPU cores that was 8% of the quickstart's generation (1.0 s of
 12.2, AMD EPYC, fp32). Here each layer holds a buffer of the generation's full length (prompt plus
 max_new_tokens) and hands attention views of its filled part. Dropping finished rows
-(`batch_select_indices`) copies only that part.
+(`batch_select_indices`) copies only the rows that move, and only their filled part.
 """
 
 from __future__ import annotations
@@ -43,12 +43,24 @@ class PreallocatedLayer(DynamicLayer):
         return self.length if self.is_initialized else 0
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Row i becomes row indices[i]. A selection no longer than the batch is made in place: only the
+        rows that change are copied (the engine keeps live rows where they are and moves the last live rows
+        into finished rows' places), and the buffers become views of their first rows."""
         if not self.is_initialized:
             return
-        keys, values = self.key_buffer[indices, :, : self.length], self.value_buffer[indices, :, : self.length]
-        self.key_buffer = keys.new_empty(len(indices), keys.shape[1], self.capacity, keys.shape[-1])
-        self.value_buffer = values.new_empty(len(indices), values.shape[1], self.capacity, values.shape[-1])
-        self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length] = keys, values
+        rows = len(indices)
+        if rows > self.key_buffer.shape[0]:
+            keys, values = self.key_buffer[indices, :, : self.length], self.value_buffer[indices, :, : self.length]
+            self.key_buffer = keys.new_empty(rows, keys.shape[1], self.capacity, keys.shape[-1])
+            self.value_buffer = values.new_empty(rows, values.shape[1], self.capacity, values.shape[-1])
+            self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length] = keys, values
+        else:
+            moved = (indices != torch.arange(rows, device=indices.device)).nonzero().squeeze(-1)  # [M]
+            if len(moved):
+                source = indices[moved]
+                self.key_buffer[moved, :, : self.length] = self.key_buffer[source, :, : self.length]
+                self.value_buffer[moved, :, : self.length] = self.value_buffer[source, :, : self.length]
+            self.key_buffer, self.value_buffer = self.key_buffer[:rows], self.value_buffer[:rows]
         self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
 
     def batch_repeat_interleave(self, repeats: int) -> None:

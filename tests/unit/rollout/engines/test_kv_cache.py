@@ -7,6 +7,7 @@ from transformers import DynamicCache
 
 from grpo.rollout.engines import SamplingParams
 from grpo.rollout.engines import embedded
+from grpo.rollout.engines.embedded import live_rows_in_place
 from grpo.rollout.engines.kv_cache import preallocated_cache
 
 from tests.unit.rollout.engines.test_embedded import make_engine, prompts_for
@@ -29,6 +30,27 @@ def test_updates_and_row_selection_match_the_dynamic_cache():
     for mine, reference in zip(ours.layers, theirs.layers):
         torch.testing.assert_close(mine.keys, reference.keys, atol=0, rtol=0)
         torch.testing.assert_close(mine.values, reference.values, atol=0, rtol=0)
+
+
+def test_finished_rows_are_replaced_by_the_last_live_rows():
+    live = torch.tensor([True, False, True, False, True, True, False])
+    keep = live_rows_in_place(live)
+    assert keep.tolist() == [0, 4, 2, 5]  # rows 0 and 2 stay; the finished 1 and 3 take the live 4 and 5
+    assert live_rows_in_place(torch.tensor([True, True])).tolist() == [0, 1]
+    assert live_rows_in_place(torch.tensor([False, True])).tolist() == [1]
+
+
+def test_an_in_place_selection_copies_only_the_rows_that_move():
+    cache = preallocated_cache(6)
+    keys = torch.arange(4.0)[:, None, None, None].expand(4, 1, 2, 3).contiguous()  # row i holds i
+    cache.update(keys, -keys, 0)
+    buffer = cache.layers[0].key_buffer
+    cache.batch_select_indices(torch.tensor([0, 3, 2]))
+    layer = cache.layers[0]
+    assert layer.key_buffer.data_ptr() == buffer.data_ptr()  # the same memory, its first rows
+    assert layer.keys[:, 0, 0, 0].tolist() == [0, 3, 2] and layer.values[:, 0, 0, 0].tolist() == [0, -3, -2]
+    cache.batch_select_indices(torch.tensor([1, 1, 0, 2]))  # more rows than the buffer holds: a new one
+    assert cache.layers[0].keys[:, 0, 0, 0].tolist() == [3, 3, 0, 2]
 
 
 def test_a_full_cache_is_refused():
