@@ -18,8 +18,16 @@ Then the quickstart itself, `--steps` timed steps after `--warmup` (or the lines
 metrics.jsonl): generation and update in tokens/s and as a fraction of the limit. FLOPs are counted per
 token: 2N forward, 6N forward+backward, N the weights of the matmuls a token goes through (the head only
 on completion tokens, as grpo's chunked head), plus attention (4 x context x hidden per layer forward).
-The limit of a phase is max(its FLOPs / the measured matmul throughput, its bytes / the measured
-bandwidth): a fraction of 1.0 would be a phase that runs every matmul at the speed of the matmul alone.
+Generation is the prefill of the step's distinct prompts (their tokens at the prefill's rows) and the
+decode steps (the generated tokens at the decode batch); until 2026-11-26 its FLOPs left the prefill out
+while its time held it. Decoding alone is generation less the prefill, which this script times by itself
+(the model's forward over the 8 prompts, in grpo's precision). The limit of a phase is max(its FLOPs / the
+measured matmul throughput, its bytes / the measured bandwidth): a fraction of 1.0 would be a phase that
+runs every matmul at the speed of the matmul alone.
+
+Then where a generation's time goes (torch's profiler over one generation of the first step's prompts), and,
+beside the limits, the decoder's products at the decode batch with every layer's own weights: the limit's
+products reuse one layer's weights, which stay in the CPU's caches; a decode step reads each from memory.
 
 `--quick` times fewer repetitions (a smoke check). Print the CPU model and its flags; nothing here is a
 figure for another machine. Measure alone: anything else running divides the cores.
@@ -35,6 +43,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +108,16 @@ def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, 
     return flops / seconds / 1e9
 
 
+def streamed_decode_limit(shapes: Shapes, rows: int, dtype: torch.dtype, repeats: int) -> float:
+    """GFLOP/s of a decode step's products as the step meets them: every layer's own weights, so each is
+    read from memory rather than from a cache that one layer's weights, timed alone, would fit in."""
+    weights = [torch.randn(fan_out, fan_in, dtype=dtype) for _ in range(shapes.layers)
+               for _, fan_in, fan_out in shapes.projections()]
+    inputs = {fan_in: torch.randn(rows, fan_in, dtype=dtype) for _, fan_in, _ in shapes.projections()}
+    seconds = time_op(lambda: [F.linear(inputs[w.shape[1]], w) for w in weights], repeats)
+    return sum(2.0 * rows * w.numel() for w in weights) / seconds / 1e9
+
+
 def bandwidth(repeats: int) -> float:
     """GB/s of a 512 MiB copy, counting the bytes read and written."""
     src = torch.ones(256 * 2**20, dtype=torch.float16)
@@ -152,9 +171,11 @@ def phase_figures(lines: list[dict], shapes: Shapes, prompt_tokens: float, rows:
     context = prompt_tokens + per_sequence / 2  # mean context a completion token attends to
     attention = 4 * context * shapes.hidden * shapes.layers  # QK^T and AV, forward, per token
     forward_per_token = 2 * (shapes.body_weights + shapes.head_weights) + attention
-    generate_flops = tokens * forward_per_token
-    # The update runs each distinct prompt once (8 per step) and every completion token; the head only on these.
+    decode_flops = tokens * forward_per_token
+    # Generation and the update run each distinct prompt once (8 per step); the prefill's head only on its last token.
     prompts_per_step = rows / 8
+    prefill_flops = prompts_per_step * (prompt_tokens * (2 * shapes.body_weights + 2 * prompt_tokens * shapes.hidden
+                                                         * shapes.layers) + 2 * shapes.head_weights)
     update_tokens = tokens + prompts_per_step * prompt_tokens
     update_flops = 3 * (update_tokens * (2 * shapes.body_weights + attention) + tokens * 2 * shapes.head_weights)
     # A decode step reads every weight once for all its sequences, and each sequence's KV cache.
@@ -162,8 +183,96 @@ def phase_figures(lines: list[dict], shapes: Shapes, prompt_tokens: float, rows:
     kv_per_token = 2 * shapes.layers * shapes.hidden // shapes.heads * shapes.kv_heads * dtype_bytes
     generate_bytes = decode_steps * (shapes.body_weights + shapes.head_weights) * dtype_bytes \
         + tokens * context * kv_per_token
-    return {"tokens": tokens, "generate_s": generate_s, "update_s": update_s, "generate_flops": generate_flops,
-            "update_flops": update_flops, "generate_bytes": generate_bytes, "update_tokens": update_tokens}
+    return {"tokens": tokens, "generate_s": generate_s, "update_s": update_s, "decode_flops": decode_flops,
+            "prefill_flops": prefill_flops, "update_flops": update_flops, "generate_bytes": generate_bytes,
+            "update_tokens": update_tokens}
+
+
+def load_quickstart_model(dtype: str, count: int):
+    """(model, tokenizer, the first `count` prompts' token ids) as grpo loads and renders them."""
+    from grpo.config import load_config
+    from grpo.policy.models import load_model_and_tokenizer
+
+    cfg = load_config("quickstart", [f"model.dtype={dtype}"])
+    model, tokenizer = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
+    model.eval()
+    texts = [tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False)
+             for r in prompts(Work(), count)]
+    return model, tokenizer, [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+def prefill_seconds(model, tokenizer, ids: list[list[int]], repeats: int) -> tuple[float, int]:
+    """(median seconds, rows) of the quickstart's prefill timed alone: the model over the prompts
+    left-padded to the longest, into a KV cache, keeping the last logits."""
+    from grpo.rollout.engines.kv_cache import preallocated_cache
+
+    count = len(ids)
+    length = max(map(len, ids))
+    input_ids = torch.full((count, length), tokenizer.pad_token_id)  # [8, P]
+    attention_mask = torch.zeros(count, length, dtype=torch.long)  # [8, P]
+    for row, prompt in enumerate(ids):
+        input_ids[row, length - len(prompt):], attention_mask[row, length - len(prompt):] = torch.tensor(prompt), 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+    def prefill() -> None:
+        with torch.no_grad():
+            model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  past_key_values=preallocated_cache(length + 1), use_cache=True, logits_to_keep=1)
+
+    return time_op(prefill, repeats), count * length
+
+
+def generation_profile(model, tokenizer, ids: list[list[int]], samples: int, max_new_tokens: int,
+                       temperature: float) -> list[str]:
+    """Where one generation of the quickstart's first step goes (its prompts, `samples` each, the engine as
+    the quickstart builds it), by torch's profiler after one unprofiled generation: rows of a table."""
+    from torch.profiler import profile
+
+    from grpo.policy.head import VOCAB_BLOCK
+    from grpo.rollout.engines import SamplingParams
+    from grpo.rollout.engines.embedded import EmbeddedEngine
+
+    engine = EmbeddedEngine(model, tokenizer, batch_size=len(ids) * samples)
+    batch = [p for p in ids for _ in range(samples)]
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
+    seeds = list(range(len(batch)))
+    started = time.perf_counter()
+    engine.generate(batch, params, seeds)
+    unprofiled = time.perf_counter() - started
+    hidden, vocab = model.config.hidden_size, model.config.vocab_size
+    with profile(record_shapes=True) as prof:
+        completions = engine.generate(batch, params, seeds)
+    seconds: dict[str, float] = {}
+    flops: dict[str, float] = {}
+    for event in prof.key_averages(group_by_input_shape=True):
+        shapes = [s for s in event.input_shapes if isinstance(s, list)]
+        if event.key == "aten::mm" and len(shapes) >= 2 and len(shapes[0]) == 2 and len(shapes[1]) == 2:
+            (n, k), (_, m) = shapes[0], shapes[1]
+            # The head as one product [N, H] x [H, V], or in vocabulary blocks [1024, H] x [H, N].
+            head = m == vocab or (n == VOCAB_BLOCK and k == hidden and m <= len(batch))
+            kind = "products: head" if head else ("products: prefill" if n > len(batch) else "products: decode steps")
+            flops[kind] = flops.get(kind, 0.0) + 2.0 * n * k * m * event.count
+        elif event.key in ("aten::bmm", "aten::_softmax"):
+            kind = "attention (its products, softmax)"
+        elif event.key in ("aten::index", "aten::index_put_", "aten::_index_put_impl_"):
+            kind = "KV cache rows (repeat, drop)"
+        elif shapes and shapes[0] and shapes[0][-1] == vocab:
+            kind = "sampler (whole-vocabulary ops)"
+        elif event.key == "aten::copy_":
+            kind = "copies"
+        else:
+            kind = "other operations (norms, rotary, activations, adds, views)"
+        seconds[kind] = seconds.get(kind, 0.0) + event.self_cpu_time_total / 1e6
+    tokens = sum(len(c.token_ids) for c in completions)
+    rows = [f"Where a generation goes: the quickstart's first {len(ids)} prompts x {samples} samples, "
+            f"{tokens} tokens, temperature {temperature}; {unprofiled:.2f} s unprofiled; torch's profiler:", "",
+            "| part | seconds | share | GFLOP/s |", "|---|---:|---:|---:|"]
+    total = sum(seconds.values())
+    for kind, value in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        rate = f"{flops[kind] / value / 1e9:,.0f}" if kind in flops else ""
+        rows.append(f"| {kind} | {value:.2f} | {value / total:.0%} | {rate} |")
+    rows.append(f"| all operations (profiled) | {total:.2f} | 100% | |")
+    return rows
 
 
 def main() -> None:
@@ -204,33 +313,49 @@ def main() -> None:
                                                    + figures["tokens"] / rows))
 
     print("the machine's limits at the model's shapes ...", flush=True)
+    model, tokenizer, prompt_ids = load_quickstart_model(dtype_name, cfg.rollout.problems_per_step)
+    prefill_s, prefill_rows = prefill_seconds(model, tokenizer, prompt_ids, repeats)
     limits = {f"decode {dtype_name}": matmul_limit(shapes, rows, dtype, backward=False, repeats=repeats),
+              f"prefill {dtype_name}": matmul_limit(shapes, prefill_rows, dtype, backward=False, repeats=repeats),
               f"update {dtype_name}": matmul_limit(shapes, update_rows, dtype, backward=True, repeats=repeats)}
+    limit_rows = {"decode": rows, "prefill": prefill_rows, "update": update_rows}
+    streamed = streamed_decode_limit(shapes, rows, dtype, max(3, repeats // 4))
     stream = bandwidth(repeats)
 
-    generate_limit_s = max(figures["generate_flops"] / (limits[f"decode {dtype_name}"] * 1e9),
-                           figures["generate_bytes"] / (stream * 1e9))
+    decode_limit_s = max(figures["decode_flops"] / (limits[f"decode {dtype_name}"] * 1e9),
+                         figures["generate_bytes"] / (stream * 1e9))
+    prefill_limit_s = figures["prefill_flops"] / (limits[f"prefill {dtype_name}"] * 1e9)
+    generate_limit_s = decode_limit_s + prefill_limit_s
+    generate_flops = figures["decode_flops"] + figures["prefill_flops"]
+    decode_s = figures["generate_s"] - prefill_s
     update_limit_s = figures["update_flops"] / (limits[f"update {dtype_name}"] * 1e9)
     header = (f"Roofline of the quickstart, {started:%Y-%m-%d %H:%M} UTC, {machine()}; flags: {cpu_flags()}; "
               f"torch {torch.__version__}, {torch.get_num_threads()} threads"
               + ("; --quick (not a figure)" if args.quick else ""))
     out = [
         "| limit at the model's shapes | value |", "|---|---:|",
-        *(f"| matmul, {k} ({rows if k.startswith('decode') else update_rows} rows) | {v:,.0f} GFLOP/s |"
-          for k, v in limits.items()),
+        *(f"| matmul, {k} ({limit_rows[k.split()[0]]} rows) | {v:,.0f} GFLOP/s |" for k, v in limits.items()),
+        f"| (not a limit: the decoder's products at {rows} rows with every layer's own weights, as a decode step "
+        f"reads them) | {streamed:,.0f} GFLOP/s |",
         f"| memory bandwidth (512 MiB copy) | {stream:,.1f} GB/s |",
         "",
         f"| phase ({dtype_name} weights, model.dtype={args.dtype}) | per step | tokens/s | achieved | limit | fraction of the limit |",
         "|---|---:|---:|---:|---:|---:|",
-        f"| generation ({figures['tokens']:.0f} tokens) | {figures['generate_s']:.2f} s "
-        f"| {figures['tokens'] / figures['generate_s']:.0f} "
-        f"| {figures['generate_flops'] / figures['generate_s'] / 1e9:,.0f} GFLOP/s "
+        f"| generation ({figures['tokens']:.0f} tokens, and {prefill_rows} prompt tokens' prefill) "
+        f"| {figures['generate_s']:.2f} s | {figures['tokens'] / figures['generate_s']:.0f} "
+        f"| {generate_flops / figures['generate_s'] / 1e9:,.0f} GFLOP/s "
         f"| {generate_limit_s:.2f} s | {generate_limit_s / figures['generate_s']:.0%} |",
+        f"| - of which decoding (less the prefill, timed alone: {prefill_s:.2f} s) | {decode_s:.2f} s "
+        f"| {figures['tokens'] / decode_s:.0f} | {figures['decode_flops'] / decode_s / 1e9:,.0f} GFLOP/s "
+        f"| {decode_limit_s:.2f} s | {decode_limit_s / decode_s:.0%} |",
         f"| update ({figures['update_tokens']:.0f} tokens through the body) | {figures['update_s']:.2f} s "
         f"| {figures['tokens'] / figures['update_s']:.0f} "
         f"| {figures['update_flops'] / figures['update_s'] / 1e9:,.0f} GFLOP/s "
         f"| {update_limit_s:.2f} s | {update_limit_s / figures['update_s']:.0%} |",
     ]
+    print("where a generation's time goes ...", flush=True)
+    out += ["", *generation_profile(model, tokenizer, prompt_ids, cfg.rollout.samples_per_problem,
+                                    cfg.rollout.max_new_tokens, cfg.rollout.temperature)]
     print("\n" + header + "\n\n" + "\n".join(out))
     if args.out:
         with open(args.out, "a") as f:
