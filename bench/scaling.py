@@ -86,8 +86,8 @@ def fsdp_step_bytes(layers: int, root: int, passes: int, compute_bytes: int, for
 
     Rollout and the old log-probs each gather every group once (`Policy.unsharded`). Each update pass
     makes `forwards` model calls, each gathering every group: one where the micro-batch runs packed (the
-    grouped eager attention, CPU's default), two on the shared-prompt path (prompt, then completions: any
-    other attention, e.g. GPUs' SDPA); backward re-gathers a layer once per call (it is resharded after
+    grouped eager attention, CPU's default, and the packed SDPA, GPUs'), two on the shared-prompt path
+    (prompt, then completions: any other attention); backward re-gathers a layer once per call (it is resharded after
     each) and the root once. The last pass reduce-scatters fp32 gradients, a layer's once per call and
     the root's once."""
     full = (layers + root) * compute_bytes
@@ -187,7 +187,7 @@ def train(out: Path, name: str, ranks: int, steps: int, count: bool = False) -> 
 
 def measure(out: Path, steps: int) -> None:
     from grpo.config import load_config
-    from grpo.policy.constants import GROUPED_EAGER
+    from grpo.policy.constants import GROUPED_EAGER, PACKED_SDPA
     from grpo.policy.models import DTYPES, load_model_and_tokenizer
 
     one, two = train(out, "one", 1, steps), train(out, "two", 2, steps)
@@ -197,7 +197,7 @@ def measure(out: Path, steps: int) -> None:
     model, _ = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
     layers, root, _ = group_sizes(model, 2)
     compute_bytes = DTYPES[cfg.model.dtype].itemsize
-    packed = model.config._attn_implementation == GROUPED_EAGER  # the update's micro-batches run in one model call
+    packed = model.config._attn_implementation in (GROUPED_EAGER, PACKED_SDPA)  # a micro-batch in one model call
     print(f"measured here: random Llama {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params "
           f"({cfg.model.tiny.num_layers} layers, hidden {cfg.model.tiny.hidden_size}), {cfg.model.dtype} compute, "
           f"{steps} steps, median of steps 2-{steps}, one CPU thread per rank, gloo")
@@ -267,8 +267,8 @@ def project(name: str, gpus: int) -> dict[str, float]:
     hidden, depth, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     rows = PROMPTS * SAMPLES / gpus  # each GPU's share; groups are never split
     passes = math.ceil(rows / MICRO_BATCH)
-    # GPUs attend with SDPA, which takes no packed micro-batch: two model calls a pass (the default forwards=2).
-    fsdp = sum(fsdp_step_bytes(layers, root, passes, compute_bytes=2).values())
+    # Qwen2 on a GPU attends with the packed SDPA (grpo.policy.attention): one model call a micro-batch.
+    fsdp = sum(fsdp_step_bytes(layers, root, passes, compute_bytes=2, forwards=1).values())
     sync = 2 * params  # bf16 weights into each GPU's colocated vLLM replica, which holds 1/n of them already
 
     # FLOPs: 2 per weight per token forward, 4 backward; the old log-probs are one more forward. Both

@@ -74,7 +74,8 @@ class ModelConfig:
     device: str = knob("auto", "auto | cpu | cuda | cuda:N")
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = knob("auto", help=(
         "auto: eager on CPU (faster than SDPA's CPU kernels for short RL sequences; for Llama, Mistral and Qwen "
-        "models without copying keys and values per query head: grpo.policy.attention), sdpa on GPU"
+        "models without copying keys and values per query head: grpo.policy.attention), sdpa on GPU (for those "
+        "models in the form that also runs the update's micro-batch packed, one pass)"
     ))
     gradient_checkpointing: bool = knob(False, "recompute activations in the backward pass: less memory, more time")
     lora: LoraConfig = field(default_factory=LoraConfig)

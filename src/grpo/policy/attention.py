@@ -10,8 +10,10 @@ the additive mask, softmax in fp32, back to the model's dtype).
 The update runs a micro-batch packed as one sequence (`PackedPrompts`): each distinct prompt once, then
 every row's completion. Every per-token layer then runs one product per weight over all those tokens,
 where a prompt pass and a completion pass would run two (the prompt's with few rows, and a full-size add
-of each weight's two gradients); attention alone sees the structure: a prompt attends to itself, a
-completion to its prompt and itself.
+of each weight's two gradients; under FSDP, each weight gathered twice); attention alone sees the
+structure: a prompt attends to itself, a completion to its prompt and itself. Two attentions take it: the
+grouped eager one (CPU's default) and `packed_sdpa_attention` (GPUs' default), which is transformers' SDPA
+attention unchanged for everything else.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
 
-from grpo.policy.constants import GROUPED_EAGER as NAME, PLAIN_EAGER_MODELS
+from grpo.policy.constants import GROUPED_EAGER as NAME, PACKED_SDPA, PLAIN_EAGER_MODELS
 
 
 @dataclass
@@ -78,8 +82,12 @@ def packed_prompt_attention(
     packed: PackedPrompts,
     scaling: float,
     dropout: float,
+    attend=None,
 ) -> torch.Tensor:
-    """-> output [1, U, H, D]: each prompt attends to itself, each completion to its prompt and itself."""
+    """-> output [1, U, H, D]: each prompt attends to itself, each completion to its prompt and itself, each
+    part by `attend` (query, keys, values and additive mask in, [B, L, H, D] out; the grouped eager attention
+    when None)."""
+    attend = attend or grouped_eager_attention
     prompts, length = packed.prompt_allowed.shape[0], packed.prompt_allowed.shape[-1]
     rows, fed = packed.completion_allowed.shape[0], packed.completion_allowed.shape[2]
 
@@ -90,12 +98,10 @@ def packed_prompt_attention(
 
     (q_prompt, q_completion), (k_prompt, k_completion), (v_prompt, v_completion) = map(split, (query, key, value))
     prompt_bias, completion_bias = packed.biases(query.dtype)
-    prompt_out, _ = grouped_eager_attention(module, q_prompt, k_prompt, v_prompt, prompt_bias, scaling, dropout)  # [g, P, H, D]
+    prompt_out, _ = attend(module, q_prompt, k_prompt, v_prompt, prompt_bias, scaling, dropout)  # [g, P, H, D]
     keys = torch.cat([k_prompt[packed.prompt_index], k_completion], dim=2)  # [b, K, P+T, D]
     values = torch.cat([v_prompt[packed.prompt_index], v_completion], dim=2)  # [b, K, P+T, D]
-    completion_out, _ = grouped_eager_attention(
-        module, q_completion, keys, values, completion_bias, scaling, dropout,
-    )  # [b, T, H, D]
+    completion_out, _ = attend(module, q_completion, keys, values, completion_bias, scaling, dropout)  # [b, T, H, D]
     return torch.cat([prompt_out.flatten(0, 1), completion_out.flatten(0, 1)])[None]  # [1, U, H, D]
 
 
@@ -130,8 +136,41 @@ def grouped_eager_attention(
     return output, weights.view(batch, heads, length, keys)
 
 
+def _sdpa(
+    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor,
+    scaling: float, dropout: float,
+) -> tuple[torch.Tensor, None]:
+    """One part of a packed micro-batch by torch's SDPA: query [B, H, L, D], key and value [B, K, S, D], bias
+    [B, 1, L, S] additive -> output [B, L, H, D]."""
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scaling, enable_gqa=True,
+                                            dropout_p=dropout if module.training else 0.0)  # [B, H, L, D]
+    return output.transpose(1, 2), None
+
+
+def packed_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [B, H, L, D]
+    key: torch.Tensor,  # [B, K, S, D]
+    value: torch.Tensor,  # [B, K, S, D]
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    packed: PackedPrompts | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention, and for a packed micro-batch (`packed`) its structured attention, each
+    part by SDPA: so on a GPU the update runs one pass a micro-batch, as on CPU."""
+    if packed is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return packed_prompt_attention(module, query, key, value, packed, scaling, dropout, attend=_sdpa), None
+
+
 AttentionInterface.register(NAME, grouped_eager_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, eager_mask)
+AttentionInterface.register(PACKED_SDPA, packed_sdpa_attention)
+ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED_SDPA, sdpa_mask)
 
 
 def use_grouped_eager(model: torch.nn.Module) -> bool:
@@ -144,9 +183,19 @@ def use_grouped_eager(model: torch.nn.Module) -> bool:
     return model.config._attn_implementation == NAME
 
 
+def use_packed_sdpa(model: torch.nn.Module) -> bool:
+    """Switch a model that runs transformers' SDPA attention to the form that also takes a packed micro-batch;
+    False where it does not (its own attention variant, or another implementation), left as it is."""
+    config = model.config
+    if config.model_type not in PLAIN_EAGER_MODELS or config._attn_implementation != "sdpa":
+        return False
+    model.set_attn_implementation(PACKED_SDPA)
+    return model.config._attn_implementation == PACKED_SDPA
+
+
 def packs_prompts(model: torch.nn.Module, sequence_length: int) -> bool:
-    """Whether the model's attention takes a `PackedPrompts` micro-batch: the grouped form is in use, and no
-    sliding window is shorter than the sequence (the packed masks have none)."""
+    """Whether the model's attention takes a `PackedPrompts` micro-batch: the grouped eager or the packed SDPA
+    form is in use, and no sliding window is shorter than the sequence (the packed masks have none)."""
     config = model.config
     window = getattr(config, "sliding_window", None)
-    return config._attn_implementation == NAME and (not window or sequence_length <= window)
+    return config._attn_implementation in (NAME, PACKED_SDPA) and (not window or sequence_length <= window)

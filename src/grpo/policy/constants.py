@@ -5,6 +5,8 @@ imports the very values the trainer runs with (and stays quick to import)."""
 HEAD_CHUNK_TOKENS = 256
 # grpo.policy.attention: the name eager attention without repeated keys and values is registered under ...
 GROUPED_EAGER = "grouped_eager"
+# ... SDPA that also takes a packed micro-batch (the default on GPUs) ...
+PACKED_SDPA = "packed_sdpa"
 # ... and the models whose own eager attention is the plain one it replaces (no softcapping, sinks or
-# scaling of their own), by transformers' model_type.
+# scaling of their own), by transformers' model_type: the models both are used for.
 PLAIN_EAGER_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3"})

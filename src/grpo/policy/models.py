@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from grpo.config import ModelConfig, TinyModelConfig
 from grpo.policy import unpad
-from grpo.policy.attention import use_grouped_eager
+from grpo.policy.attention import use_grouped_eager, use_packed_sdpa
 from grpo.errors import ConfigError
 from grpo.precision import concrete_dtype
 
@@ -67,8 +67,11 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
         except OSError as exc:  # hub errors (missing repo, gated, network) are OSErrors with a long text
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(f"model.name={cfg.name} could not be loaded: {first}") from None
-    if cfg.attn_implementation == "auto" and device.type == "cpu":
-        use_grouped_eager(model)
+    if cfg.attn_implementation == "auto":  # the forms that also run the update's micro-batch packed
+        if device.type == "cpu":
+            use_grouped_eager(model)
+        else:
+            use_packed_sdpa(model)
     unpad.install(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

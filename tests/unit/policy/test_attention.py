@@ -3,7 +3,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, Qwen2Config
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
-from grpo.policy.attention import NAME, PLAIN_EAGER_MODELS, grouped_eager_attention, use_grouped_eager
+from grpo.policy.attention import (NAME, PACKED_SDPA, PLAIN_EAGER_MODELS, grouped_eager_attention, use_grouped_eager,
+                                   use_packed_sdpa)
 
 
 class Module(torch.nn.Module):
@@ -64,4 +65,24 @@ def test_other_architectures_and_other_implementations_are_left_as_they_are():
     sdpa = small()
     sdpa.set_attn_implementation("sdpa")
     assert not use_grouped_eager(sdpa) and sdpa.config._attn_implementation == "sdpa"
+    assert not use_packed_sdpa(model) and model.config._attn_implementation == "eager"
     assert {Qwen2Config().model_type, MistralConfig().model_type} <= PLAIN_EAGER_MODELS  # transformers' names
+
+
+def test_packed_sdpa_is_transformers_sdpa_for_everything_but_a_packed_micro_batch():
+    model = small()
+    model.set_attn_implementation("sdpa")
+    ids = torch.randint(0, 64, (3, 7))
+    mask = torch.ones(3, 7, dtype=torch.long)
+    mask[0, :3] = 0  # left padding: transformers builds its SDPA mask, not the causal shortcut
+    def forwards() -> list[torch.Tensor]:
+        with torch.no_grad():
+            prefill = model(ids, attention_mask=mask, use_cache=True)
+            decode = model(ids[:, :1], attention_mask=torch.cat([mask, mask[:, :1]], dim=1),
+                           past_key_values=prefill.past_key_values, use_cache=True)  # one token from the KV cache
+            return [model(ids).logits, prefill.logits, decode.logits]
+
+    expected = forwards()
+    assert use_packed_sdpa(model) and model.config._attn_implementation == PACKED_SDPA
+    for logits, want in zip(forwards(), expected):
+        assert torch.equal(logits, want)

@@ -5,17 +5,17 @@ import torch
 
 from grpo.config import ActorConfig, TinyModelConfig
 from grpo.algo.loss import LossConfig
-from grpo.policy.attention import packs_prompts, use_grouped_eager
+from grpo.policy.attention import packs_prompts, use_grouped_eager, use_packed_sdpa
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy import unpad, update
 from grpo.policy.update import TrainBatch, collate, completion_logprobs, micro_batches, update_policy
 
 
-def tiny(seed=0):
+def tiny(seed=0, attn="eager"):
     torch.manual_seed(seed)
     tok = build_char_tokenizer()
-    return build_tiny_model(TinyModelConfig(), tok, torch.float32), tok
+    return build_tiny_model(TinyModelConfig(), tok, torch.float32, attn), tok
 
 
 def group_batch(tok):
@@ -50,17 +50,23 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward():
         torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-4)
 
 
+PACKING_ATTENTIONS = {"grouped-eager": ("eager", use_grouped_eager), "packed-sdpa": ("sdpa", use_packed_sdpa)}
+
+
 @pytest.mark.parametrize("unpadded", [True, False], ids=["needed-positions-only", "padded"])
 @pytest.mark.parametrize("head_split", [True, False], ids=["head-split", "logits-from-the-model"])
-def test_the_packed_micro_batch_gives_the_log_probs_and_gradients_of_both_other_forms(unpadded, head_split, monkeypatch):
-    model, tok = tiny()
+@pytest.mark.parametrize("attention", PACKING_ATTENTIONS)
+def test_the_packed_micro_batch_gives_the_log_probs_and_gradients_of_both_other_forms(unpadded, head_split, attention,
+                                                                                       monkeypatch):
+    implementation, switch = PACKING_ATTENTIONS[attention]
+    model, tok = tiny(attn=implementation)
     if unpadded:
         unpad.install(model)
     if not head_split:
         monkeypatch.setattr(update, "split_head", lambda model: None)
     mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
-    assert use_grouped_eager(model) and packs_prompts(model, 64)
-    full = logprobs_and_grads(model, mb, shared=False)
+    full = logprobs_and_grads(model, mb, shared=False)  # the model's own attention (eager, or transformers' SDPA)
+    assert switch(model) and packs_prompts(model, 64)
     cached = logprobs_and_grads(model, mb, shared=True, pack=False)  # a prompt pass, then the rows
     seen = []
     model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
@@ -74,9 +80,11 @@ def test_the_packed_micro_batch_gives_the_log_probs_and_gradients_of_both_other_
             torch.testing.assert_close(packed[1][name], grad, atol=1e-5, rtol=1e-4)
 
 
-def test_under_gradient_checkpointing_the_micro_batch_still_runs_packed_and_exact():
-    model, tok = tiny()
-    use_grouped_eager(model)
+@pytest.mark.parametrize("attention", PACKING_ATTENTIONS)
+def test_under_gradient_checkpointing_the_micro_batch_still_runs_packed_and_exact(attention):
+    implementation, switch = PACKING_ATTENTIONS[attention]
+    model, tok = tiny(attn=implementation)
+    switch(model)
     mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
     model.train()
     full = logprobs_and_grads(model, mb, shared=False)

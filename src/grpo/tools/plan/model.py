@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from grpo.config import RunConfig
 from grpo.precision import with_concrete_dtype
-from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PLAIN_EAGER_MODELS
+from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PLAIN_EAGER_MODELS
 
 GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -242,9 +242,10 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
     shared_scores = (prompts * P * P + rows * T * (P + T)) * heads * costs.attention_score_bytes if eager else 0
     if cfg.model.gradient_checkpointing:
         # Each layer keeps only its input, and one layer at a time recomputes its activations in backward.
-        # The grouped eager attention runs the micro-batch packed (grpo.policy.attention.PackedPrompts): the
-        # prompts once; any other runs every row's prompt and completion in full (no KV cache to share).
-        packed = attention == GROUPED_EAGER
+        # The grouped eager and the packed SDPA attention run the micro-batch packed (grpo.policy.attention.
+        # PackedPrompts): the prompts once; any other runs every row's prompt and completion in full (no KV
+        # cache to share).
+        packed = attention in (GROUPED_EAGER, PACKED_SDPA)
         tokens = prompts * P + rows * T if packed else rows * (P + T)
         per_token = layer_token_bytes(cfg, arch, 1.0, attention)
         kept = layers * tokens * arch.hidden_size * w + tokens * per_token
@@ -273,9 +274,10 @@ def attention_for(cfg: RunConfig, device: str, arch: Architecture) -> str:
     attn = cfg.model.attn_implementation
     if attn != "auto":
         return attn
+    plain = arch.model_type in PLAIN_EAGER_MODELS
     if device != "cpu":
-        return "sdpa"
-    return GROUPED_EAGER if arch.model_type in PLAIN_EAGER_MODELS else "eager"
+        return PACKED_SDPA if plain else "sdpa"
+    return GROUPED_EAGER if plain else "eager"
 
 
 def _server_note(cfg: RunConfig, device: str) -> str | None:

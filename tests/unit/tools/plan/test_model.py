@@ -8,7 +8,7 @@ import pytest
 
 from grpo.config import load_config
 from grpo.policy import attention, head
-from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PLAIN_EAGER_MODELS
+from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PLAIN_EAGER_MODELS
 from grpo.policy.models import load_model_and_tokenizer
 from grpo.tools.plan import GIB, SMOLLM2_135M, Architecture, architecture, plan_memory, suggestion
 from grpo.tools.plan.model import attention_for
@@ -74,7 +74,8 @@ def test_grouped_eager_attention_keeps_keys_and_values_once_per_key_value_head()
 
 def test_the_plan_models_the_constants_the_policy_runs_with():
     assert head.CHUNK_TOKENS == HEAD_CHUNK_TOKENS
-    assert attention.NAME == GROUPED_EAGER and attention.PLAIN_EAGER_MODELS is PLAIN_EAGER_MODELS
+    assert attention.NAME == GROUPED_EAGER and attention.PACKED_SDPA == PACKED_SDPA
+    assert attention.PLAIN_EAGER_MODELS is PLAIN_EAGER_MODELS
     # One more token than a chunk: the logits component grows by that token's model-dtype logits only, not by
     # another token of fp32 chunk temporaries.
     cfg = load_config("quickstart", [*BF16, "rollout.problems_per_step=1", "rollout.samples_per_problem=2",
@@ -93,6 +94,8 @@ def test_the_planned_attention_is_the_one_the_loader_runs():
     cfg = load_config("tiny", ["model.device=cpu"])
     model, _ = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
     assert model.config._attn_implementation == attention_for(cfg, "cpu", architecture(cfg)) == GROUPED_EAGER
+    # On a GPU, SDPA in the form that runs the update packed (grpo.policy.models switches to it the same way).
+    assert attention_for(cfg, "cuda", architecture(cfg)) == PACKED_SDPA
 
 
 def test_the_memory_model_runs_without_torch():
