@@ -339,8 +339,10 @@ def print_projection() -> None:
 
 
 def measure_mfu() -> None:
-    """Where a CUDA GPU is: the update's forward and backward (grpo's shared-prompt path) over one
-    GSM8K-shaped micro-batch of each model, random bf16 weights, one GPU -> the MFU that TRAIN_MFU records."""
+    """Where a CUDA GPU is: the update's forward and backward (grpo's shared-prompt path, packed by the packed
+    SDPA as `auto` runs it) over one GSM8K-shaped micro-batch of each model, random bf16 weights, one GPU -> the
+    MFU that TRAIN_MFU records (recorded before 2026-11-26 with the two-pass form)."""
+    from grpo.policy.attention import use_packed_sdpa
     from grpo.policy.update import TrainBatch, collate, completion_logprobs
 
     device, rng = torch.device("cuda"), torch.Generator().manual_seed(0)
@@ -348,6 +350,7 @@ def measure_mfu() -> None:
           f"prompt, {COMPLETION_TOKENS} completion tokens each, bf16, no FSDP")
     for name in QWEN:
         model = qwen(name, "cuda").to(torch.bfloat16)
+        use_packed_sdpa(model)
         prompt = torch.randint(QWEN_VOCAB, (PROMPT_TOKENS,), generator=rng).tolist()
         completions = [torch.randint(QWEN_VOCAB, (COMPLETION_TOKENS,), generator=rng).tolist()
                        for _ in range(MICRO_BATCH)]
