@@ -112,6 +112,9 @@ def available_memory(cfg: RunConfig, device: str) -> Available:
     if device == "cuda":
         import torch
 
+        if not torch.cuda.is_available():
+            raise ConfigError(f"model.device={cfg.model.device}: this machine has no CUDA device to read free memory "
+                              "from; to plan a GPU run here, give its memory as memory.limit_gib=GIB")
         free, total = torch.cuda.mem_get_info()
         if cfg.rollout.engine in ("vllm", "sglang") and not cfg.rollout.server.urls:
             left = total * (1 - server_fraction(cfg))

@@ -44,3 +44,17 @@ def test_a_hub_model_not_in_the_cache_is_not_downloaded_by_train(monkeypatch, tm
         architecture(load_config("quickstart", ["model.name=nobody/nothing"]), download=False)
 
 
+
+
+def test_a_gpu_run_planned_on_a_machine_without_cuda_asks_for_its_memory(monkeypatch):
+    import torch
+
+    from grpo.errors import ConfigError
+    from grpo.tools.plan import available_memory
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = load_config("quickstart", ["model.device=cuda"])
+    with pytest.raises(ConfigError, match="memory.limit_gib=GIB"):
+        available_memory(cfg, "cuda")
+    given = load_config("quickstart", ["model.device=cuda", "memory.limit_gib=80"])
+    assert available_memory(given, "cuda").bytes == 80 * 2**30
