@@ -135,16 +135,20 @@ def cpu_flags() -> str:
     return " ".join(f for f in FLAGS_SHOWN if f in flags) or "none of " + ", ".join(FLAGS_SHOWN)
 
 
-def mean_prompt_tokens(model_dir: str) -> float:
-    """Of the quickstart's first 64 prompts, chat-templated as grpo renders them."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rows = prompts(Work(), 64)
+def prompt_ids(tokenizer, count: int) -> list[list[int]]:
+    """The quickstart's first `count` prompts' token ids, chat-templated as grpo renders them."""
     # As grpo.tasks.prompts.encode_prompt does: the template's text, then its tokens. (transformers 5's
     # tokenize=True returns a BatchEncoding, whose len() is its 2 keys: the prompts counted as 2 tokens.)
-    texts = [tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False) for r in rows]
-    return statistics.fmean(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
+    texts = [tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False)
+             for r in prompts(Work(), count)]
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+def mean_prompt_tokens(model_dir: str) -> float:
+    """Of the quickstart's first 64 prompts."""
+    from transformers import AutoTokenizer
+
+    return statistics.fmean(map(len, prompt_ids(AutoTokenizer.from_pretrained(model_dir), 64)))
 
 
 def quickstart_metrics(steps: int, warmup: int, dtype: str, work_dir: Path) -> list[dict]:
@@ -196,9 +200,7 @@ def load_quickstart_model(dtype: str, count: int):
     cfg = load_config("quickstart", [f"model.dtype={dtype}"])
     model, tokenizer = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
     model.eval()
-    texts = [tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=False)
-             for r in prompts(Work(), count)]
-    return model, tokenizer, [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    return model, tokenizer, prompt_ids(tokenizer, count)
 
 
 def prefill_seconds(model, tokenizer, ids: list[list[int]], repeats: int) -> tuple[float, int]:

@@ -19,6 +19,7 @@ attention unchanged for everything else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -80,9 +81,9 @@ def packed_prompt_attention(
     key: torch.Tensor,  # [1, K, U, D]
     value: torch.Tensor,  # [1, K, U, D]
     packed: PackedPrompts,
-    scaling: float,
+    scaling: float | None,  # None: 1/sqrt(D), as SDPA takes it (the grouped eager attention is always given one)
     dropout: float,
-    attend=None,
+    attend: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
 ) -> torch.Tensor:
     """-> output [1, U, H, D]: each prompt attends to itself, each completion to its prompt and itself, each
     part by `attend` (query, keys, values and additive mask in, [B, L, H, D] out; the grouped eager attention
@@ -138,7 +139,7 @@ def grouped_eager_attention(
 
 def _sdpa(
     module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor,
-    scaling: float, dropout: float,
+    scaling: float | None, dropout: float,
 ) -> tuple[torch.Tensor, None]:
     """One part of a packed micro-batch by torch's SDPA: query [B, H, L, D], key and value [B, K, S, D], bias
     [B, 1, L, S] additive -> output [B, L, H, D]."""
@@ -163,7 +164,6 @@ def packed_sdpa_attention(
     if packed is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     return packed_prompt_attention(module, query, key, value, packed, scaling, dropout, attend=_sdpa), None
 
 

@@ -94,8 +94,9 @@ def test_the_planned_attention_is_the_one_the_loader_runs():
     cfg = load_config("tiny", ["model.device=cpu"])
     model, _ = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
     assert model.config._attn_implementation == attention_for(cfg, "cpu", architecture(cfg)) == GROUPED_EAGER
-    # On a GPU, SDPA in the form that runs the update packed (grpo.policy.models switches to it the same way).
-    assert attention_for(cfg, "cuda", architecture(cfg)) == PACKED_SDPA
+    # Off the CPU, SDPA in the form that runs the update packed: the meta device takes the loader's same branch.
+    gpu_model, _ = load_model_and_tokenizer(cfg.model, torch.device("meta"))
+    assert gpu_model.config._attn_implementation == attention_for(cfg, "cuda", architecture(cfg)) == PACKED_SDPA
 
 
 def test_the_memory_model_runs_without_torch():
