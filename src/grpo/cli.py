@@ -29,11 +29,9 @@ EVAL_KEYS = ("task.", "eval.reward", "eval.max_new_tokens", "eval.max_samples", 
 
 def _given_keys(config: str | None, overrides: list[str]) -> set[str]:
     """The dotted keys the config file and the overrides set (not those left at their defaults)."""
-    import yaml
+    from grpo.config import apply_override, read_yaml_config, resolve_config_path
 
-    from grpo.config import apply_override, resolve_config_path
-
-    data = yaml.safe_load(resolve_config_path(config).read_text()) or {} if config else {}
+    data = read_yaml_config(resolve_config_path(config)) or {} if config else {}
     for override in overrides:
         apply_override(data, override)
 

@@ -504,12 +504,34 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], str | None]:
     return kept, resume_from
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML that refuses a key given twice in one mapping: PyYAML keeps the last silently, and one of
+    the user's two settings would be dropped without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice in one mapping (first on line {seen[key] + 1}): keep one",
+                    key_node.start_mark)
+            if isinstance(key, typing.Hashable):
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml_config(path: Path) -> Any:
+    """A config file's YAML (None when empty); a key given twice in one mapping is an error."""
+    return yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     data: dict[str, Any] = {}
     if path is not None:
         resolved = resolve_config_path(str(path))
         try:
-            data = yaml.safe_load(resolved.read_text()) or {}
+            data = read_yaml_config(resolved) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(yaml_error_line(resolved, exc)) from None
         if not isinstance(data, dict):

@@ -227,6 +227,18 @@ def test_invalid_yaml_file(tmp_path):
         load_config(path)
 
 
+def test_a_key_given_twice_is_refused_on_one_line_naming_both(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("rollout:\n  temperature: 0.7\n  max_new_tokens: 40\n  temperature: 1.0\ntrain: {steps: 3}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert str(exc.value) == (f"{path}:4:3: not valid YAML: 'temperature' is given twice in one mapping "
+                              "(first on line 2): keep one")
+    path.write_text("rollout:\n  temperature: 0.7\ntrain:\n  temperature: 1.0\n")  # other mappings: not twice
+    with pytest.raises(ConfigError, match="unknown key train.temperature"):
+        load_config(path)
+
+
 def test_yaml_file_with_a_float_written_without_a_dot(tmp_path):
     path = tmp_path / "lr.yaml"
     path.write_text("actor:\n  lr: 1e-6\n")
