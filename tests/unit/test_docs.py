@@ -20,7 +20,7 @@ def test_readme_shows_the_two_commands_and_ci_runs_the_test_command():
     shown = [commands(text) for lang, text in code_blocks(README) if lang == "bash"]
     quickstart, tests = shown[0], shown[1]
     assert len(quickstart) == 1 and quickstart[0].endswith("&& .venv/bin/grpo quickstart")
-    assert tests == ["python3 -m venv .venv && .venv/bin/pip install -q --no-compile -e '.[dev]' && .venv/bin/pytest -q"]
+    assert tests == ["python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/pytest -q"]
     assert tests[0] in (REPO / ".ci" / "run").read_text().splitlines()
     # The getting-started page shows the same two commands, word for word.
     started = [c for lang, text in code_blocks(DOCS / "getting-started.md") if lang == "bash" for c in commands(text)]
