@@ -511,6 +511,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: the keys beside it override base's
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, typing.Hashable) and key in seen:
                 raise yaml.constructor.ConstructorError(

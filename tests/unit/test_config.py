@@ -237,6 +237,10 @@ def test_a_key_given_twice_is_refused_on_one_line_naming_both(tmp_path):
     path.write_text("rollout:\n  temperature: 0.7\ntrain:\n  temperature: 1.0\n")  # other mappings: not twice
     with pytest.raises(ConfigError, match="unknown key train.temperature"):
         load_config(path)
+    # A key given after a YAML merge (`<<: *anchor`) overrides the merged one, as YAML means it to.
+    path.write_text("rollout:\n  <<: {temperature: 0.7, max_new_tokens: 40}\n  temperature: 0.9\n")
+    cfg = load_config(path)
+    assert (cfg.rollout.temperature, cfg.rollout.max_new_tokens) == (0.9, 40)
 
 
 def test_yaml_file_with_a_float_written_without_a_dot(tmp_path):
