@@ -187,7 +187,7 @@ def train(out: Path, name: str, ranks: int, steps: int, count: bool = False) -> 
 
 def measure(out: Path, steps: int) -> None:
     from grpo.config import load_config
-    from grpo.policy.constants import GROUPED_EAGER, PACKED_SDPA
+    from grpo.policy.constants import PACKING_ATTENTIONS
     from grpo.policy.models import DTYPES, load_model_and_tokenizer
 
     one, two = train(out, "one", 1, steps), train(out, "two", 2, steps)
@@ -197,7 +197,7 @@ def measure(out: Path, steps: int) -> None:
     model, _ = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
     layers, root, _ = group_sizes(model, 2)
     compute_bytes = DTYPES[cfg.model.dtype].itemsize
-    packed = model.config._attn_implementation in (GROUPED_EAGER, PACKED_SDPA)  # a micro-batch in one model call
+    packed = model.config._attn_implementation in PACKING_ATTENTIONS  # a micro-batch in one model call
     print(f"measured here: random Llama {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params "
           f"({cfg.model.tiny.num_layers} layers, hidden {cfg.model.tiny.hidden_size}), {cfg.model.dtype} compute, "
           f"{steps} steps, median of steps 2-{steps}, one CPU thread per rank, gloo")

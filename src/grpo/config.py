@@ -514,12 +514,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: the keys beside it override base's
                 continue
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, typing.Hashable) and key in seen:
+            if not isinstance(key, typing.Hashable):  # a list as a key: PyYAML's own error says so
+                continue
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"{key!r} is given twice in one mapping (first on line {seen[key] + 1}): keep one",
                     key_node.start_mark)
-            if isinstance(key, typing.Hashable):
-                seen[key] = key_node.start_mark.line
+            seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 
 

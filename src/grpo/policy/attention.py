@@ -27,7 +27,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
 
-from grpo.policy.constants import GROUPED_EAGER as NAME, PACKED_SDPA, PLAIN_EAGER_MODELS
+from grpo.policy.constants import GROUPED_EAGER as NAME, PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
 
 
 @dataclass
@@ -198,4 +198,4 @@ def packs_prompts(model: torch.nn.Module, sequence_length: int) -> bool:
     form is in use, and no sliding window is shorter than the sequence (the packed masks have none)."""
     config = model.config
     window = getattr(config, "sliding_window", None)
-    return config._attn_implementation in (NAME, PACKED_SDPA) and (not window or sequence_length <= window)
+    return config._attn_implementation in PACKING_ATTENTIONS and (not window or sequence_length <= window)

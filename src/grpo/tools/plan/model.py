@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from grpo.config import RunConfig
 from grpo.precision import with_concrete_dtype
-from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PLAIN_EAGER_MODELS
+from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
 
 GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -245,7 +245,7 @@ def activation_components(cfg: RunConfig, arch: Architecture, rows: int, prompt_
         # The grouped eager and the packed SDPA attention run the micro-batch packed (grpo.policy.attention.
         # PackedPrompts): the prompts once; any other runs every row's prompt and completion in full (no KV
         # cache to share).
-        packed = attention in (GROUPED_EAGER, PACKED_SDPA)
+        packed = attention in PACKING_ATTENTIONS
         tokens = prompts * P + rows * T if packed else rows * (P + T)
         per_token = layer_token_bytes(cfg, arch, 1.0, attention)
         kept = layers * tokens * arch.hidden_size * w + tokens * per_token

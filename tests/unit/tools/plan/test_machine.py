@@ -44,8 +44,6 @@ def test_a_hub_model_not_in_the_cache_is_not_downloaded_by_train(monkeypatch, tm
         architecture(load_config("quickstart", ["model.name=nobody/nothing"]), download=False)
 
 
-
-
 def test_a_gpu_run_planned_on_a_machine_without_cuda_asks_for_its_memory(monkeypatch):
     import torch
 
