@@ -4,13 +4,13 @@
                                             [--metrics RUN_DIR/metrics.jsonl] [--quick] [--out bench/RESULTS.md]
 
 First the machine's own limits at the model's shapes (SmolLM2-135M-Instruct, the quickstart's model):
-- matmul throughput (GFLOP/s) in the run's precision (`--dtype`; `auto` is what the quickstart picks on
-  this machine: bf16 with AMX, fp32 without), for one decoder layer's projections (q, k, v, o, gate, up,
-  down) and the output head, at the decode batch (the step's 8 x 8 = 64 sequences, one token each) and at
-  the update's micro-batch (32 rows of prompt + completion tokens), forward and (for the update) the two
-  backward products of each (dX = dY W, dW = dY^T X); each shape timed alone, the limit being a token's
-  FLOPs over the time of its products, each layer's projections counted once per layer and the head once
-  (until 2026-11-26 the layer's were counted once, so the head, 8x one layer's FLOPs, set the limit); the
+- matmul throughput (GFLOP/s) in the run's precision (`--dtype`; `auto` is what the quickstart picks on this
+  machine: bf16 where its products are faster, else fp32; grpo.precision), for one decoder layer's projections
+  (q, k, v, o, gate, up, down) and the output head, at the decode batch (the step's 8 x 8 = 64 sequences, one
+  token each) and at the update's micro-batch (32 rows of prompt + completion tokens), forward and (for the
+  update) the two backward products of each (dX = dY W, dW = dY^T X); each shape timed alone, the limit being
+  a token's FLOPs over the time of its products, each layer's projections counted once per layer and the head
+  once (until 2026-11-26 the layer's were counted once, so the head, 8x one layer's FLOPs, set the limit); the
   head's logits in the form grpo computes them here (vocabulary blocks on an AVX2 CPU in fp32, bench/head.py);
 - memory bandwidth: a large copy (bytes read + written per second), against which a decode step's
   traffic (every weight read once per step, plus the KV cache) is set.

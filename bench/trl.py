@@ -11,7 +11,7 @@ checkpointing, micro-batches of 8 and of 32 rows (--micro-batch; each size on bo
 as fast as it goes, so that is the fair ratio. Pairings:
   fp32: grpo bf16 weights with fp32 master weights and AdamW state  vs  TRL fp32 weights under bf16 autocast
   bf16: grpo bf16 weights without master weights                    vs  TRL pure bf16 weights (no autocast)
-  float32: grpo float32 (what model.dtype=auto runs on a CPU without AMX)  vs  TRL float32, no autocast
+  float32: grpo float32 (model.dtype=auto where bf16 products are not faster) vs  TRL float32, no autocast
 On a CPU without bf16 instructions (AVX2 only) bf16 products are ~100x slower than fp32 ones on both sides:
 there only the float32 pairing finishes in reasonable time, and it is what either side would run.
 Each configuration runs in its own process (its peak RSS is its own), for --warmup untimed steps and then
@@ -44,7 +44,7 @@ from shared import REPO, Work, machine, prompts  # bench/shared.py (bench/ is th
 MODEL = "smollm2-135m-instruct"
 PAIRINGS = {"fp32": ("fp32 master weights", "fp32 weights + bf16 autocast"),
             "bf16": ("pure bf16 (no master weights)", "pure bf16 weights"),
-            "float32": ("float32 (auto without AMX)", "float32 weights, no autocast")}
+            "float32": ("float32", "float32 weights, no autocast")}
 # grpo's overrides and TRL's precision per pairing.
 GRPO_PRECISION = {"fp32": ["model.dtype=bfloat16", "actor.fp32_master_weights=true"],
                   "bf16": ["model.dtype=bfloat16", "actor.fp32_master_weights=false"],
@@ -229,12 +229,9 @@ def main() -> None:
 
 
 def default_pairings() -> str:
-    try:
-        flags = next((line.split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), [])
-    except OSError:
-        flags = []
-    return "fp32,bf16,float32" if {"avx512_bf16", "amx_bf16"} & set(flags) else "float32"
+    from grpo.precision import cpu_flags
+
+    return "fp32,bf16,float32" if {"avx512_bf16", "amx_bf16", "bf16"} & cpu_flags() else "float32"
 
 
 def best_lines(by_size: dict[int, list[tuple[str, Result, Result]]]) -> list[str]:

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--batch-size", type=int, default=None, help="rows per generation batch (default: "
                                                                    "eval.batch_size)")
     ev.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
-                    help="default: model.dtype (auto: bfloat16 on a GPU or a CPU with AMX, else float32)")
+                    help="default: model.dtype (auto: the precision this device multiplies faster)")
     ev.add_argument("--device", default=None, help="default: model.device (auto)")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--config", help="config whose task section (prompt, data path, arith knobs) to use")

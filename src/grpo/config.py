@@ -68,8 +68,9 @@ class ModelConfig:
                      "(`smollm2-135m-instruct`) or `tiny`.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = knob("auto", help=(
         "the weights' precision (fp32 AdamW master copies under bf16/fp16). auto: bfloat16 on a GPU and on a CPU "
-        "with AMX, float32 on any other CPU, where bf16 matrix products are converted or emulated: 1.3x slower "
-        "than fp32 on a Xeon without AMX, about 100x on an AVX2-only AMD EPYC (grpo.precision, bench/RESULTS.md)"
+        "with AMX; on a CPU with bf16 instructions but no AMX, whichever multiplies faster, measured at the start "
+        "(bf16 on an AMD EPYC 9004, fp32 on a Xeon whose AMX is hidden); float32 on a CPU without bf16 "
+        "instructions, where bf16 products are emulated, about 100x slower (grpo.precision, bench/RESULTS.md)"
     ))
     device: str = knob("auto", "auto | cpu | cuda | cuda:N")
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = knob("auto", help=(

@@ -21,7 +21,7 @@ from grpo.errors import ConfigError
 from grpo.guard.breakers import Guard
 from grpo.policy.models import resolve_device
 from grpo.policy.policy import Policy
-from grpo.precision import AUTO, with_concrete_dtype
+from grpo.precision import AUTO, auto_choice, with_dtype
 from grpo.rewards import Reward, resolve_rewards
 from grpo.rollout.queue import RolloutQueue
 from grpo.rollout.collector import RolloutCollector
@@ -72,9 +72,11 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else rewards
     device = resolve_device(cfg.model.device, ranks.local_rank)
     if cfg.model.dtype == AUTO:
-        cfg = with_concrete_dtype(cfg, device.type)  # the policy, its server and the plan agree on it
-        log.info("model.dtype=auto: %s on this %s%s", cfg.model.dtype, device.type,
-                 " (no AMX: bf16 products run far slower than fp32 on this CPU)" if cfg.model.dtype == "float32" else "")
+        # Rank 0's choice for every rank (a CPU's may rest on a measurement); the policy, its server and
+        # the plan agree on it.
+        choice = ranks.broadcast(auto_choice(device.type))
+        cfg = with_dtype(cfg, choice.dtype)
+        log.info("model.dtype=auto: %s on this %s (%s)", choice.dtype, device.type, choice.why)
     engine_name = resolve_engine(cfg.rollout.engine)
     if ranks.distributed and cfg.rollout.max_staleness:
         raise ConfigError("rollout.max_staleness > 0 does not run under torchrun yet: set rollout.max_staleness=0")
