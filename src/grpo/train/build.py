@@ -74,7 +74,7 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     if cfg.model.dtype == AUTO:
         # Rank 0's choice for every rank (a CPU's may rest on a measurement); the policy, its server and
         # the plan agree on it.
-        choice = ranks.broadcast(auto_choice(device.type))
+        choice = ranks.broadcast(auto_choice(device.type) if ranks.main else None)
         cfg = with_dtype(cfg, choice.dtype)
         log.info("model.dtype=auto: %s on this %s (%s)", choice.dtype, device.type, choice.why)
     engine_name = resolve_engine(cfg.rollout.engine)

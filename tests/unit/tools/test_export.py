@@ -116,6 +116,7 @@ def test_a_run_directory_for_a_checkpoint_lists_its_checkpoints_and_the_export_h
     import stat
 
     _, info = trained_checkpoint(tmp_path)
+    capsys.readouterr()  # the training's own output (transformers' progress bars, where shown)
     assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and str(info.path) in err, err

@@ -10,6 +10,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from grpo.policy.head import output_logits, split_head
+from grpo.policy.packed import Product, packed_linears
 from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
 from grpo.rollout.engines.kv_cache import preallocated_cache
@@ -93,28 +94,32 @@ class EmbeddedEngine(RolloutEngine):
         seeds = list(range(len(prompts))) if seeds is None else seeds
         results: list[Completion] = []
         with self.inference():
-            # (done, total) decode steps, for the progress display
-            self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)
-            for start in range(0, len(prompts), self.batch_size):
-                chunk = prompts[start : start + self.batch_size]
-                self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
-                try:
-                    results.extend(self._generate_batch(chunk, params, seeds[start : start + self.batch_size]))
-                except RuntimeError as exc:
-                    if not out_of_memory(exc):
-                        raise  # a bug (ours or the model's) is a crash with its traceback, never failed samples
-                    error = f"{type(exc).__name__}: {exc}"  # the samples fail and are retried; the run goes on
-                    results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
+            split = split_head(self.model)  # of the model as merged for inference
+            with packed_linears(self.model, self.batch_size, split and split[1]) as packed_head:
+                # (done, total) decode steps, for the progress display
+                self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)
+                for start in range(0, len(prompts), self.batch_size):
+                    chunk = prompts[start : start + self.batch_size]
+                    self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
+                    try:
+                        results.extend(self._generate_batch(chunk, params, seeds[start : start + self.batch_size],
+                                                            split, packed_head))
+                    except RuntimeError as exc:
+                        if not out_of_memory(exc):
+                            raise  # a bug (ours or the model's) is a crash with its traceback, never failed samples
+                        error = f"{type(exc).__name__}: {exc}"  # the samples fail and are retried; the run goes on
+                        results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
         return results
 
     @torch.no_grad()  # not inference_mode: FSDP2 reuses the unsharded parameter buffers for training
     def _generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int],
+        split: tuple[torch.nn.Module, torch.Tensor] | None, packed_head: Product | None,
     ) -> list[Completion]:
         was_training = self.model.training
         self.model.eval()
         try:
-            tokens, logprobs, finished_by_stop = self._decode(prompts, params, seeds)
+            tokens, logprobs, finished_by_stop = self._decode(prompts, params, seeds, split, packed_head)
         finally:
             self.model.train(was_training)
         completions = []
@@ -141,7 +146,8 @@ class EmbeddedEngine(RolloutEngine):
                 return text[:cut], row_tokens[:n], row_logprobs[:n], True
         return text, row_tokens, row_logprobs, stopped
 
-    def _decode(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]):
+    def _decode(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int],
+                split: tuple[torch.nn.Module, torch.Tensor] | None, packed_head: Product | None):
         device = next(self.model.parameters()).device
         generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         batch = len(prompts)
@@ -161,17 +167,17 @@ class EmbeddedEngine(RolloutEngine):
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]
         cache = preallocated_cache(prompt_len + params.max_new_tokens)
         eos = torch.tensor(sorted(self.eos_ids), device=device)
-        split = split_head(self.model)
 
         def next_logits(**inputs: torch.Tensor) -> torch.Tensor:
             """-> fp32 logits [rows, V] after each row's last position; the output product through
-            `output_logits` where the head can be split off the body (its faster form on some CPUs)."""
+            its packed form or `output_logits` where the head can be split off the body (faster forms
+            on some CPUs)."""
             if split is None:
                 outputs = self.model(**inputs, past_key_values=cache, use_cache=True, logits_to_keep=1)
                 return outputs.logits[:, -1].float()
             decoder, weight = split
             hidden = decoder(**inputs, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]  # [rows, H]
-            return output_logits(hidden, weight).float()
+            return (packed_head(hidden) if packed_head else output_logits(hidden, weight)).float()
 
         out_tokens: list[list[int]] = [[] for _ in range(batch)]
         out_logprobs: list[list[float]] = [[] for _ in range(batch)]

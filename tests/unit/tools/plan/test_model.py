@@ -100,7 +100,10 @@ def test_the_planned_attention_is_the_one_the_loader_runs():
 
 
 def test_the_memory_model_runs_without_torch():
-    code = ("import sys; from grpo.config import load_config; from grpo.tools.plan.model import Architecture, "
+    # On a CPU whose flags decide model.dtype=auto (AVX2 here); one with bf16 instructions and no AMX times
+    # a product in torch to decide (grpo.precision).
+    code = ("import sys; import grpo.precision as p; p.cpu_flags = lambda: frozenset({'avx2'}); "
+            "from grpo.config import load_config; from grpo.tools.plan.model import Architecture, "
             "plan_memory; from grpo.tools.plan.machine import SMOLLM2_135M; "
             "arch = Architecture.from_config_json(SMOLLM2_135M, 'float32'); "
             "plan_memory(load_config('quickstart'), 'cpu', arch, 51); "
