@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
+import math
 import os
 import shutil
 import statistics
@@ -91,6 +93,7 @@ def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, 
     """GFLOP/s of the model's products at `rows` tokens, forward (and backward): every layer's projections
     (one layer's timed, counted `layers` times) and the head."""
     from grpo.policy.head import output_logits
+    from grpo.policy.packed import packed_product, packs
 
     flops, seconds = 0.0, 0.0
     for name, fan_in, fan_out in [*shapes.projections(), ("head", shapes.hidden, shapes.vocab)]:
@@ -98,8 +101,13 @@ def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, 
         x = torch.randn(rows, fan_in, dtype=dtype)
         w = torch.randn(fan_out, fan_in, dtype=dtype)
         dy = torch.randn(rows, fan_out, dtype=dtype)
-        # The head's logits in the form grpo computes them on this machine (grpo.policy.head.blocked_product).
-        products = [lambda: output_logits(x, w) if name == "head" else F.linear(x, w)]
+        # Each product in the form grpo computes it on this machine: generation's bf16 weights laid out for
+        # oneDNN (grpo.policy.packed), the update's as stored, the head's in blocks where that is faster
+        # (grpo.policy.head.blocked_product).
+        if not backward and packs(w):
+            products = [functools.partial(packed_product(w, None, rows), x)]
+        else:
+            products = [lambda: output_logits(x, w) if name == "head" else F.linear(x, w)]
         if backward:
             products += [lambda: dy @ w, lambda: dy.t() @ x]  # dX [rows, in], dW [out, in]
         for product in products:
@@ -111,10 +119,15 @@ def matmul_limit(shapes: Shapes, rows: int, dtype: torch.dtype, backward: bool, 
 def streamed_decode_limit(shapes: Shapes, rows: int, dtype: torch.dtype, repeats: int) -> float:
     """GFLOP/s of a decode step's products as the step meets them: every layer's own weights, so each is
     read from memory rather than from a cache that one layer's weights, timed alone, would fit in."""
+    from grpo.policy.packed import packed_product, packs
+
     weights = [torch.randn(fan_out, fan_in, dtype=dtype) for _ in range(shapes.layers)
                for _, fan_in, fan_out in shapes.projections()]
     inputs = {fan_in: torch.randn(rows, fan_in, dtype=dtype) for _, fan_in, _ in shapes.projections()}
-    seconds = time_op(lambda: [F.linear(inputs[w.shape[1]], w) for w in weights], repeats)
+    # As generation runs them (grpo.policy.packed).
+    products = [(packed_product(w, None, rows) if packs(w) else functools.partial(F.linear, weight=w),
+                 inputs[w.shape[1]]) for w in weights]
+    seconds = time_op(lambda: [product(x) for product, x in products], repeats)
     return sum(2.0 * rows * w.numel() for w in weights) / seconds / 1e9
 
 
@@ -248,8 +261,13 @@ def generation_profile(model, tokenizer, ids: list[list[int]], samples: int, max
     flops: dict[str, float] = {}
     for event in prof.key_averages(group_by_input_shape=True):
         shapes = [s for s in event.input_shapes if isinstance(s, list)]
+        linear = None  # (rows, fan in, fan out) of a product
         if event.key == "aten::mm" and len(shapes) >= 2 and len(shapes[0]) == 2 and len(shapes[1]) == 2:
-            (n, k), (_, m) = shapes[0], shapes[1]
+            linear = shapes[0][0], shapes[0][1], shapes[1][1]
+        elif event.key == "mkldnn::_linear_pointwise" and len(shapes) >= 2:  # x [..., in], laid-out weight [out, in]
+            linear = math.prod(shapes[0][:-1]), shapes[0][-1], shapes[1][0]
+        if linear:
+            n, k, m = linear
             # The head as one product [N, H] x [H, V], or in vocabulary blocks [1024, H] x [H, N].
             head = m == vocab or (n == VOCAB_BLOCK and k == hidden and m <= len(batch))
             kind = "products: head" if head else ("products: prefill" if n > len(batch) else "products: decode steps")

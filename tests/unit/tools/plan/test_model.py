@@ -45,6 +45,18 @@ def test_fp32_master_weights_cost_what_they_should():
     assert with_master - without == pytest.approx(SMOL.params * (4 + 4 + 2), rel=1e-9)
 
 
+def test_generation_on_a_cpu_in_bf16_holds_its_laid_out_weights():
+    def packed(cfg, device):
+        generation = plan_memory(cfg, device, SMOL, 51).phases[1]
+        return sum(c.bytes for c in generation.components if c.name == "packed weights")
+
+    # Every linear layer's weights and the head, in bf16: all the parameters but the norms (grpo.policy.packed).
+    norms = SMOL.num_layers * 2 * SMOL.hidden_size + SMOL.hidden_size
+    assert packed(load_config("quickstart", BF16), "cpu") == (SMOL.params - norms) * 2
+    assert packed(load_config("quickstart", ["model.dtype=float32"]), "cpu") == 0  # F.linear, nothing laid out
+    assert packed(load_config("quickstart", BF16), "cuda") == 0
+
+
 def test_the_suggested_micro_batch_size_fits_the_room_it_was_asked_for():
     cfg = load_config("quickstart", BF16)
     plan = plan_memory(cfg, "cpu", SMOL, 51)
