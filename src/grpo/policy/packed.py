@@ -47,10 +47,12 @@ def packed_product(weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -
 
 
 @contextlib.contextmanager
-def packed_linears(model: torch.nn.Module, rows: int, head_weight: torch.Tensor | None = None) -> Iterator[Product | None]:
+def packed_linears(model: torch.nn.Module, rows: int,
+                   head_weight: torch.Tensor | None = None) -> Iterator[Product | None]:
     """Within: each `torch.nn.Linear` of `model` whose weight `packs` multiplies through its packed copy
     (forward hooks still run); yields the packed product for `head_weight` [V, H] (packed once, not again
-    as a module's), or None where it does not pack. The weights must not change within (they are copied at entry): for generation only."""
+    as a module's), or None where it does not pack. The weights must not change within (they are copied
+    at entry): for generation only."""
     swapped: list[torch.nn.Module] = []
     try:
         for module in model.modules():

@@ -30,7 +30,8 @@ def test_a_packed_product_is_f_linear_to_the_bit(rows, shape):
     last = torch.randn(5, 7, 576, generator=generator).bfloat16()[:, -1]  # a strided view, as the head is given
     for b in (None, bias):
         for inputs in (x, last):
-            assert torch.equal(packed.packed_product(weight, b, rows)(inputs), torch.nn.functional.linear(inputs, weight, b))
+            expected = torch.nn.functional.linear(inputs, weight, b)
+            assert torch.equal(packed.packed_product(weight, b, rows)(inputs), expected)
 
 
 @needs_onednn_bf16

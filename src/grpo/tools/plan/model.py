@@ -194,7 +194,8 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
             gen.append(Component("merged LoRA weights", arch.lora_base_params(m.lora.target_modules) * w,
                                  "adapted layers merged for generation"))
         if device == "cpu" and m.dtype == "bfloat16":  # grpo.policy.packed
-            packed = arch.num_layers * sum(a * b for a, b in arch.linear_shapes.values()) + arch.vocab_size * arch.hidden_size
+            packed = (arch.num_layers * sum(a * b for a, b in arch.linear_shapes.values())
+                      + arch.vocab_size * arch.hidden_size)
             gen.append(Component("packed weights", packed * w, "linear layers and head laid out for oneDNN"))
     generation = Phase("generation", tuple(steady + gen))
 
