@@ -95,7 +95,7 @@ class EmbeddedEngine(RolloutEngine):
         results: list[Completion] = []
         with self.inference():
             split = split_head(self.model)  # of the model as merged for inference
-            with packed_linears(self.model, self.batch_size, split and split[1]) as packed_head:
+            with packed_linears(self.model, self.batch_size, split[1] if split else None) as packed_head:
                 # (done, total) decode steps, for the progress display
                 self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)
                 for start in range(0, len(prompts), self.batch_size):
