@@ -229,9 +229,9 @@ def main() -> None:
 
 
 def default_pairings() -> str:
-    from grpo.precision import cpu_flags
+    from grpo.precision import BF16_INSTRUCTIONS, cpu_flags
 
-    return "fp32,bf16,float32" if {"avx512_bf16", "amx_bf16", "bf16"} & cpu_flags() else "float32"
+    return "fp32,bf16,float32" if (BF16_INSTRUCTIONS | {"amx_bf16"}) & cpu_flags() else "float32"
 
 
 def best_lines(by_size: dict[int, list[tuple[str, Result, Result]]]) -> list[str]:

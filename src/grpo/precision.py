@@ -28,6 +28,9 @@ BF16_MIN_SPEEDUP = 1.3
 PROBE_SHAPE = (64, 576, 1536)
 
 
+BF16_INSTRUCTIONS = frozenset({"avx512_bf16", "bf16"})  # x86's AVX512-BF16, ARM's BF16 (cpuinfo flags)
+
+
 @dataclasses.dataclass(frozen=True)
 class Choice:
     dtype: str  # float32 | bfloat16
@@ -81,7 +84,7 @@ def cpu_choice() -> Choice:
     flags = cpu_flags()
     if "amx_bf16" in flags:
         return Choice("bfloat16", "AMX multiplies bf16 natively")
-    if not flags & {"avx512_bf16", "bf16"}:  # x86's AVX512-BF16, ARM's BF16
+    if not flags & BF16_INSTRUCTIONS:
         return Choice("float32", "no bf16 instructions: bf16 products run far slower than fp32 here")
     speedup = bf16_speedup()
     verdict = "faster" if speedup >= BF16_MIN_SPEEDUP else f"not {BF16_MIN_SPEEDUP}x faster"
