@@ -18,3 +18,13 @@ def session(sid: int) -> list[int]:
             if int(fields[3]) == sid and fields[0] != "Z":
                 members.append(int(entry))
     return members
+
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def env_with_src(*extra: Path) -> dict[str, str]:
+    """This process's environment for a child `python -m grpo`: the checkout's src first, then `extra`, then
+    whatever PYTHONPATH already held (an environment whose packages come from a path, not site-packages)."""
+    paths = [str(SRC), *map(str, extra), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}

@@ -6,12 +6,13 @@ about 3 minutes on 2 cores)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import env_with_src
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.chaos
 @pytest.mark.parametrize("setup", ["embedded"])
 def test_ten_faults_end_where_the_unbroken_run_does(tmp_path, setup):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = env_with_src()
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "chaos.py"), "--setup", setup, "--faults", "10",
                            "--steps", "60", "--seed", "0", "--out", str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=900)

@@ -7,7 +7,6 @@ here; tests/unit/test_docs.py checks they are the README's commands.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -15,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs import DOCS, REPO, code_blocks, commands
+from tests.docs import DOCS, code_blocks, commands
+from tests.processes import env_with_src
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:
     argv = shlex.split(command)
     assert argv[0] == "grpo", f"not a grpo command: {command}"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = env_with_src()
     return subprocess.run([sys.executable, "-m", "grpo", *argv[1:]], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 

@@ -15,6 +15,8 @@ import pytest
 import grpo.cli
 from grpo.cli import main
 
+from tests.processes import env_with_src
+
 from .helpers import metric_lines
 
 SRC = Path(grpo.cli.__file__).resolve().parents[1]
@@ -41,7 +43,7 @@ def user_data(folder: Path) -> list[str]:
 def grpo_command(args: list[str], cwd: Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """`grpo ARGS` as the installed script runs it: `-P` keeps the working directory off sys.path, as the
     script's own path (its bin/ directory) does."""
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = env_with_src()
     return subprocess.run([*prefix, sys.executable, "-P", "-m", "grpo", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 

@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,7 @@ from grpo.tools.doctor import diagnose
 from grpo.tools.health import check as health_check
 from grpo.train.loop import TrainingLoop
 
-from tests.processes import session
+from tests.processes import env_with_src, session
 from tests.waiting import wait_until
 
 from .helpers import disturb_each_evaluation, make_loop, metric_lines
@@ -276,7 +275,7 @@ def test_the_quickstart_on_sglang_learns_through_a_server_killed_mid_run(tmp_pat
     About 20 minutes on 2 cores."""
     result = subprocess.run([sys.executable, str(REPO / "bench" / "server_killed.py"), "--kill-step", "12",
                              "--python", str(SGLANG_PYTHON), "--work-dir", str(tmp_path)],
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+                            capture_output=True, text=True, env=env_with_src())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]  # nothing dead trained on
     assert "samples of sglang-0#1 trained on after its death: 0" in result.stdout
     summary = json.loads((tmp_path / "killed" / "summary.json").read_text())

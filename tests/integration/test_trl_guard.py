@@ -10,12 +10,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from grpo.tools.doctor.timeline import STREAK
+
+from tests.processes import env_with_src
 
 pytestmark = pytest.mark.trl
 
@@ -112,7 +113,7 @@ def test_grpo_watch_stops_a_trl_run_from_its_console_log(trl_python, tmp_path, t
     try:
         watch = subprocess.run([sys.executable, "-m", "grpo", "watch", str(log), "--pid", str(trainer.pid),
                                 "--interval", "0.5"], capture_output=True, text=True, timeout=300,
-                               env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+                               env=env_with_src())
         trainer.wait(timeout=60)
     finally:
         if trainer.poll() is None:

@@ -6,7 +6,6 @@ nothing; a healthy run that ends is exit 0."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 
 from grpo.cli import main
 from grpo.tools.doctor.timeline import STREAK
+from tests.processes import env_with_src
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ INTERVAL = 1.0  # the watch's poll interval
 PERIOD = 0.3  # the stand-in trainer's seconds per step
 DIE_AT = 7  # the first step whose every reward is 0
 TRIGGER = DIE_AT + STREAK - 1  # the step whose line completes the streak
-ENV = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+ENV = env_with_src(REPO)
 
 
 class Watch:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from grpo.rollout.server.process import ServerProcess, oom_kills
-from tests.processes import session
+from tests.processes import env_with_src, session
 from tests.waiting import wait_until
 
 # A "server" whose worker is a separate process of the same session, as vLLM's API server and EngineCore.
@@ -70,9 +70,7 @@ def test_a_sigkilled_trainer_leaves_no_server_process_and_no_weight_copy(tmp_pat
     (weights / "model").mkdir(parents=True)
     (weights / "model" / "model.safetensors").write_bytes(b"0" * 1024)
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER, FORKING_SERVER, str(tmp_path / "s.log"), str(weights)],
-                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                   p for p in (str(Path(__file__).resolve().parents[4] / "src"),
-                                               os.environ.get("PYTHONPATH", "")) if p)})
+                               stdout=subprocess.PIPE, text=True, env=env_with_src())
     sid = int(trainer.stdout.readline())
     wait_until(lambda: len(session(sid)) == 3, 10, "reaper, server and its worker running")
     trainer.kill()  # SIGKILL: no handler, no atexit, no finally runs in the trainer

@@ -16,6 +16,8 @@ import pytest
 
 from grpo.cli import main
 
+from tests.processes import env_with_src
+
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
 
@@ -107,7 +109,7 @@ def test_permission_denied_is_one_line_and_exit_2(source, forbidden):
     try:
         result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
                                  "grpo", "doctor", str(root)], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")},
+                                env=env_with_src(),
                                 cwd="/")
     finally:
         shutil.rmtree(base)
