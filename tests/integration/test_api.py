@@ -40,7 +40,7 @@ def test_the_api_enters_a_run_as_grpo_train_does(tmp_path):
     """One way in (grpo.entry): the memory check, the cleanup of a refused first start and the hooks the
     config asks for are the command line's, with errors raised instead of exit statuses."""
     run_dir = tmp_path / "r"
-    with pytest.raises(ConfigError, match=r"GiB of memory at its peak .* is available \(memory.limit_gib\)"):
+    with pytest.raises(ConfigError, match=r"GiB of (GPU )?memory at its peak .* is available \(memory.limit_gib\)"):
         api.train("tiny", dataset=ROWS, overrides=[f"run_dir={run_dir}", "memory.limit_gib=0.01"])
     assert not run_dir.exists()  # refused before the run directory was made
     with pytest.raises(ConfigError, match="unknown reward 'nosuch'"):

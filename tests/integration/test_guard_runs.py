@@ -148,6 +148,7 @@ def test_trip_hook_command_receives_the_event(tmp_path):
     out = tmp_path / "hook.json"
     run_tiny([
         f"run_dir={tmp_path / 'r'}", "train.steps=2", "testing.faults.reward_raises_at_steps=[1]",
+        "model.device=cpu",  # the CPU's samples: none empty (a GPU's may be, which the engine counts as failed)
         "guard.unscorable_rewards.action=warn", "guard.unscorable_rewards.patience=1",
         f"guard.on_trip_command=cat > {out}",
     ])

@@ -9,7 +9,7 @@ from grpo.tools.plan import GIB, architecture, plan_memory, prompt_tokens
 # A tiny model wide enough that its update's activations and logits, not the runtime, decide the peak.
 WIDE = ["model.tiny.hidden_size=256", "model.tiny.intermediate_size=1024", "model.tiny.num_layers=4",
         "rollout.problems_per_step=8", "rollout.samples_per_problem=8", "rollout.max_new_tokens=64",
-        "algo.micro_batch_size=64"]
+        "algo.micro_batch_size=64", "model.device=cpu"]  # the CPU's plan: a GPU's counts its CUDA context
 
 
 def test_plan_prints_each_phase_and_its_peak(capsys):
