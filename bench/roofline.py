@@ -371,7 +371,9 @@ def main() -> None:
         f"| update ({figures['update_tokens']:.0f} tokens through the body) | {figures['update_s']:.2f} s "
         f"| {figures['tokens'] / figures['update_s']:.0f} "
         f"| {figures['update_flops'] / figures['update_s'] / 1e9:,.0f} GFLOP/s "
-        f"| {update_limit_s:.2f} s | {update_limit_s / figures['update_s']:.0%} |",
+        f"| {update_limit_s:.2f} s | {update_limit_s / figures['update_s']:.0%} |"
+        if not math.isnan(figures["update_s"]) else
+        f"| update: none ran (no step had a group with rewards that differ) | | | | {update_limit_s:.2f} s | |",
     ]
     print("where a generation's time goes ...", flush=True)
     out += ["", *generation_profile(model, tokenizer, prompt_ids, cfg.rollout.samples_per_problem,

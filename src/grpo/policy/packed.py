@@ -5,8 +5,12 @@ format at every call: for a decode step, which reads each weight once per token,
 the product's time. Laid out once per generation (`torch.ops.mkldnn._reorder_linear_weight`, what
 torch.compile's CPU freezing does), SmolLM2-135M's decoder products over 30 layers' own weights ran
 1.43x faster at 64 rows and 1.8-1.9x at 1-17 rows, and its output head 1.3x at 64 rows, with the same
-outputs to the bit (AMD EPYC 9004, AVX512-BF16, bench/RESULTS.md). Laying out all 211 weights takes
-about 0.17 s, against a generation's 5-7 s, and holds a second copy of them until the generation ends.
+outputs to the bit (AMD EPYC 9004, AVX512-BF16); on an Intel Xeon with AMX the products ran 1.3-1.9x
+faster, about 1 output in 10,000 one bf16 step apart from 40 rows on, where oneDNN sums in another
+order (bench/RESULTS.md). Such rounding is already between generation's and the update's forwards
+(other shapes, a KV cache), whose log-probs the embedded engine's run treats as one policy's. Laying
+out all 211 weights takes about 0.17 s, against a generation's 5-7 s, and holds a second copy of them
+until the generation ends.
 
 Only bf16 weights on a CPU whose oneDNN has bf16 kernels, as plain tensors (not FSDP's shards); fp32
 keeps `F.linear` (MKL), not measured against it on an AVX2-only CPU.

@@ -1,4 +1,4 @@
-"""bf16 linear layers laid out once for oneDNN during a generation: the same outputs as `F.linear`, the
+"""bf16 linear layers laid out once for oneDNN during a generation: `F.linear`'s outputs, the
 model as it was afterwards, and nothing packed where it would not be faster."""
 
 import pytest
@@ -22,7 +22,9 @@ def tiny_bf16():
 
 @needs_onednn_bf16
 @pytest.mark.parametrize("rows, shape", [(64, (64, 576)), (64, (3, 1, 576)), (8, (40, 576)), (64, (1, 576))])
-def test_a_packed_product_is_f_linear_to_the_bit(rows, shape):
+def test_a_packed_product_is_f_linear_within_one_bf16_rounding(rows, shape):
+    """To the bit on an AMD EPYC 9004; on an Intel Xeon with AMX, oneDNN's kernels for the two forms sum in
+    another order from 40 rows on, and about 1 element in 10,000 lands one bf16 step away (bench/RESULTS.md)."""
     generator = torch.Generator().manual_seed(1)
     weight = torch.randn(1536, 576, generator=generator).bfloat16()
     bias = torch.randn(1536, generator=generator).bfloat16()
@@ -31,7 +33,8 @@ def test_a_packed_product_is_f_linear_to_the_bit(rows, shape):
     for b in (None, bias):
         for inputs in (x, last):
             expected = torch.nn.functional.linear(inputs, weight, b)
-            assert torch.equal(packed.packed_product(weight, b, rows)(inputs), expected)
+            torch.testing.assert_close(packed.packed_product(weight, b, rows)(inputs), expected,
+                                       rtol=2**-7, atol=2**-7)  # bf16 keeps 8 significant bits
 
 
 @needs_onednn_bf16
