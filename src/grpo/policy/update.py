@@ -12,6 +12,7 @@ from transformers import DynamicCache
 
 from grpo.progress import tick
 from grpo.policy.attention import PackedPrompts, packs_prompts
+from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
@@ -100,7 +101,9 @@ class _Forward:
         """Within: the per-token layers run where `needed` [b, T] is true (grpo.policy.unpad), when they can."""
         return self.real.only(needed) if self.real is not None else contextlib.nullcontext()
 
-    def __call__(self, keep: int | torch.Tensor, **inputs) -> torch.Tensor:
+    def __call__(self, keep: int | torch.Tensor, cache: DynamicCache | None = None, **inputs) -> torch.Tensor:
+        if cache is not None:
+            inputs |= cache_argument(self.decoder if self.decoder is not None else self.model, cache)
         if self.decoder is not None:
             hidden = self.decoder(**inputs).last_hidden_state
             return hidden[:, keep] if isinstance(keep, torch.Tensor) else hidden[:, -keep:]
@@ -129,7 +132,7 @@ def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torc
     prompt_positions = (mb.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [g, P]
     first = forward(
         1, input_ids=mb.prompt_ids, attention_mask=mb.prompt_mask, position_ids=prompt_positions,
-        past_key_values=cache, use_cache=True,
+        cache=cache, use_cache=True,
     )[mb.prompt_index]  # [b, 1, V|H] predicts the first completion token
     completion_len = mb.completion_ids.shape[1]
     if completion_len == 1:
@@ -143,7 +146,7 @@ def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torc
     with forward.needed_only(mb.completion_mask[:, 1:].bool()):
         rest = forward(
             completion_len - 1, input_ids=fed, attention_mask=attention_mask, position_ids=positions,
-            past_key_values=cache, use_cache=True,
+            cache=cache, use_cache=True,
         )  # [b, T-1, V|H]
     return torch.cat([first, rest], dim=1)
 

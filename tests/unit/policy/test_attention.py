@@ -5,6 +5,7 @@ from transformers.models.llama.modeling_llama import eager_attention_forward
 
 from grpo.policy.attention import (NAME, PACKED_SDPA, PLAIN_EAGER_MODELS, grouped_eager_attention, use_grouped_eager,
                                    use_packed_sdpa)
+from grpo.policy.cache_keyword import cache_argument
 
 
 class Module(torch.nn.Module):
@@ -79,7 +80,7 @@ def test_packed_sdpa_is_transformers_sdpa_for_everything_but_a_packed_micro_batc
         with torch.no_grad():
             prefill = model(ids, attention_mask=mask, use_cache=True)
             decode = model(ids[:, :1], attention_mask=torch.cat([mask, mask[:, :1]], dim=1),
-                           past_key_values=prefill.past_key_values, use_cache=True)  # one token from the KV cache
+                           **cache_argument(model, prefill.past_key_values), use_cache=True)  # one token, cached
             return [model(ids).logits, prefill.logits, decode.logits]
 
     expected = forwards()

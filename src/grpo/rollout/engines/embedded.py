@@ -9,6 +9,7 @@ from typing import Callable, ContextManager
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import output_logits, split_head
 from grpo.policy.packed import Product, packed_linears
 from grpo.progress import tick
@@ -173,10 +174,11 @@ class EmbeddedEngine(RolloutEngine):
             its packed form or `output_logits` where the head can be split off the body (faster forms
             on some CPUs)."""
             if split is None:
-                outputs = self.model(**inputs, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                outputs = self.model(**inputs, **cache_argument(self.model, cache), use_cache=True, logits_to_keep=1)
                 return outputs.logits[:, -1].float()
             decoder, weight = split
-            hidden = decoder(**inputs, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]  # [rows, H]
+            hidden = decoder(**inputs, **cache_argument(decoder, cache), use_cache=True).last_hidden_state
+            hidden = hidden[:, -1]  # [rows, H]
             return (packed_head(hidden) if packed_head else output_logits(hidden, weight)).float()
 
         out_tokens: list[list[int]] = [[] for _ in range(batch)]
