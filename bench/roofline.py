@@ -219,6 +219,7 @@ def load_quickstart_model(dtype: str, count: int):
 def prefill_seconds(model, tokenizer, ids: list[list[int]], repeats: int) -> tuple[float, int]:
     """(median seconds, rows) of the quickstart's prefill timed alone: the model over the prompts
     left-padded to the longest, into a KV cache, keeping the last logits."""
+    from grpo.policy.cache_keyword import cache_argument
     from grpo.rollout.engines.kv_cache import preallocated_cache
 
     count = len(ids)
@@ -232,7 +233,7 @@ def prefill_seconds(model, tokenizer, ids: list[list[int]], repeats: int) -> tup
     def prefill() -> None:
         with torch.no_grad():
             model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                  past_key_values=preallocated_cache(length + 1), use_cache=True, logits_to_keep=1)
+                  **cache_argument(model, preallocated_cache(length + 1)), use_cache=True, logits_to_keep=1)
 
     return time_op(prefill, repeats), count * length
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import inspect
 import json
 import os
 import sys
@@ -72,6 +73,9 @@ class Engine:
         self.dtype = dtype
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="eager").eval()
+        # The KV cache's argument: `cache` from transformers 5.2x (`past_key_values` is dropped in 5.40).
+        self.cache_keyword = ("cache" if "cache" in inspect.signature(type(self.model).forward).parameters
+                              else "past_key_values")
         for p in self.model.parameters():  # own the memory: tests overwrite the files we loaded from
             p.data = p.data.clone()
         self.generator = torch.Generator().manual_seed(seed)
@@ -151,7 +155,7 @@ class Engine:
             pos = pos + 1
             out = self.model(
                 input_ids=next_ids[:, None], attention_mask=mask, position_ids=pos[:, None],
-                past_key_values=past, use_cache=True,
+                **{self.cache_keyword: past}, use_cache=True,
             )
             last, past = out.logits[:, -1].float(), out.past_key_values
         return [self._response(r, st) for r, st in zip(reqs, states)]
