@@ -80,8 +80,8 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     model.to(device)
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if cfg.gradient_checkpointing:  # transformers 5.2x's name (the old one goes in 6), else the old one
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         model.config.use_cache = False
     return model, tokenizer
 

@@ -88,7 +88,7 @@ def test_under_gradient_checkpointing_the_micro_batch_still_runs_packed_and_exac
     mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
     model.train()
     full = logprobs_and_grads(model, mb, shared=False)
-    model.gradient_checkpointing_enable()
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     seen = []
     model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
     checkpointed = logprobs_and_grads(model, mb, shared=True)
