@@ -168,18 +168,17 @@ class EmbeddedEngine(RolloutEngine):
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]
         cache = preallocated_cache(prompt_len + params.max_new_tokens)
         eos = torch.tensor(sorted(self.eos_ids), device=device)
+        forward = self.model if split is None else split[0]  # the whole model, or its body without the head
+        with_cache = cache_argument(forward, cache)  # named once: every decode step hands the same cache
 
         def next_logits(**inputs: torch.Tensor) -> torch.Tensor:
             """-> fp32 logits [rows, V] after each row's last position; the output product through
             its packed form or `output_logits` where the head can be split off the body (faster forms
             on some CPUs)."""
             if split is None:
-                outputs = self.model(**inputs, **cache_argument(self.model, cache), use_cache=True, logits_to_keep=1)
-                return outputs.logits[:, -1].float()
-            decoder, weight = split
-            hidden = decoder(**inputs, **cache_argument(decoder, cache), use_cache=True).last_hidden_state
-            hidden = hidden[:, -1]  # [rows, H]
-            return (packed_head(hidden) if packed_head else output_logits(hidden, weight)).float()
+                return forward(**inputs, **with_cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+            hidden = forward(**inputs, **with_cache, use_cache=True).last_hidden_state[:, -1]  # [rows, H]
+            return (packed_head(hidden) if packed_head else output_logits(hidden, split[1])).float()
 
         out_tokens: list[list[int]] = [[] for _ in range(batch)]
         out_logprobs: list[list[float]] = [[] for _ in range(batch)]
