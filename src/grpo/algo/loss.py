@@ -45,6 +45,12 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, totals: Batch
     raise ValueError(f"unknown loss aggregation {mode!r}; valid: token_mean, seq_mean, seq_sum_norm")
 
 
+def measure_names(cfg: LossConfig) -> tuple[str, ...]:
+    """The measures `policy_loss` returns (besides its token count): each a mean over the tokens it saw."""
+    return ("clip_frac", "clip_low_frac", "clip_high_frac", "ratio_mean", "approx_kl_old") + (
+        ("kl",) if cfg.kl_coef > 0 else ())
+
+
 def policy_loss(
     logprobs: torch.Tensor,  # [B, T] current policy, with grad
     old_logprobs: torch.Tensor,  # [B, T] the policy that sampled the tokens

@@ -26,7 +26,8 @@ from grpo.policy import lora, sharding, state
 from grpo.policy.models import DTYPES, load_model_and_tokenizer
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.update import (
-    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
+    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, rows_with_gradient,
+    update_policy,
 )
 
 
@@ -177,11 +178,13 @@ class Policy:
         return result
 
     def _collective(self, batch: TrainBatch) -> Collective:
-        tokens, sequences = self.ranks.sum([batch.num_tokens, len(batch)])
-        (passes,) = self.ranks.max([len(micro_batches(batch, self.cfg.algo.micro_batch_size))])
+        computed = rows_with_gradient(batch, self.loss_cfg)
+        tokens, sequences, computed_tokens = self.ranks.sum([
+            batch.num_tokens, len(batch), sum(len(batch.completion_ids[r]) for r in computed)])
+        (passes,) = self.ranks.max([len(micro_batches(batch, self.cfg.algo.micro_batch_size, computed))])
         pad = torch.tensor([[self.tokenizer.pad_token_id]], device=self.device)
         return Collective(
-            BatchTotals(int(tokens), int(sequences)), max(int(passes), 1),
+            BatchTotals(int(tokens), int(sequences)), int(computed_tokens), max(int(passes), 1),
             lambda enabled: sharding.set_gradient_sync(self.model, enabled),
             lambda: self.model(input_ids=pad).logits.float().sum() * 0.0,
         )

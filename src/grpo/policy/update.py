@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -15,7 +15,7 @@ from grpo.policy.attention import PackedPrompts, packs_prompts
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo import metric_keys as keys
-from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
+from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.unpad import RealTokens, real_tokens
@@ -256,18 +256,29 @@ class UpdateResult:
     nonfinite: bool = False  # a non-finite loss or gradient, or weights left non-finite by the update
 
 
-def micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
-    """Rows in micro-batches of `size`, a group's samples (one prompt) side by side, so that each
-    micro-batch runs a prompt once for all its samples (the shared-prompt forward); groups ordered
-    by their longest row and rows within a group by length, so padding stays small. The loss is
-    normalised over the whole batch, so the grouping does not change it."""
+def micro_batches(batch: TrainBatch, size: int, rows: Sequence[int] | None = None) -> list[list[int]]:
+    """Rows (all of them, or `rows`) in micro-batches of `size`, a group's samples (one prompt) side by
+    side, so that each micro-batch runs a prompt once for all its samples (the shared-prompt forward);
+    groups ordered by their longest row and rows within a group by length, so padding stays small. The
+    loss is normalised over the whole batch, so the grouping does not change it."""
     groups: dict[tuple[int, ...], list[int]] = {}
-    for row, prompt in enumerate(batch.prompt_ids):
-        groups.setdefault(tuple(prompt), []).append(row)
+    for row in range(len(batch)) if rows is None else rows:
+        groups.setdefault(tuple(batch.prompt_ids[row]), []).append(row)
     length = lambda r: (len(batch.prompt_ids[r]) + len(batch.completion_ids[r]), r)  # noqa: E731
     ordered = sorted(groups.values(), key=lambda rows: max(length(r) for r in rows))
     order = [r for rows in ordered for r in sorted(rows, key=length)]
     return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def rows_with_gradient(batch: TrainBatch, loss_cfg: LossConfig) -> list[int]:
+    """The rows the update must compute: all of them under a KL term, else those of non-zero advantage.
+    A row of advantage 0 adds exactly 0 to the clipped surrogate and to its gradient, whatever its
+    log-probs and importance weight, and the loss is normalised over the whole batch's tokens and rows
+    (`BatchTotals`): leaving it out changes neither. A group whose rewards all agree is such rows (about
+    40% of the quickstart's); their forward and backward passes were most of the update's products."""
+    if loss_cfg.kl_coef > 0:
+        return list(range(len(batch)))
+    return (batch.advantages != 0).nonzero().flatten().tolist()
 
 
 @dataclass
@@ -278,6 +289,7 @@ class Collective:
     lets gradients reduce across ranks only on the last of them."""
 
     totals: BatchTotals
+    computed_tokens: int  # of the rows with a gradient (`rows_with_gradient`), every rank's: what metrics average over
     micro_batches: int
     set_gradient_sync: Callable[[bool], None]
     zero_loss: Callable[[], torch.Tensor]  # a loss of 0 that reaches every parameter
@@ -300,15 +312,26 @@ def update_policy(
     """`updates` optimizer steps over the batch, each accumulating gradients over micro-batches.
 
     A step whose loss or gradient norm is not finite is not applied; its gradients are discarded.
+    Only the rows with a gradient are computed (`rows_with_gradient`): the loss's measures (clipping,
+    ratio, KL) are means over their tokens. The entropy is the whole batch's mean: exact on those rows, and
+    on the others the sampled tokens' surprisal (-log p under the sampling distribution, whose expectation
+    is that distribution's entropy), so that a collapse still shows when most groups' rewards agree.
     `check_stop` runs after every micro-batch and may raise to abandon the update before the next
     optimizer step (the weights then hold the last applied step, never a partial one).
     """
     device = next(model.parameters()).device
     totals = collective.totals if collective else BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
-    sums: dict[str, float] = {}
+    computed = rows_with_gradient(batch, loss_cfg)
+    if not computed and not collective:  # a step on zero gradients would still move AdamW by its momentum
+        return UpdateResult(False, skip_reason="no learning signal")
+    computed_tokens = collective.computed_tokens if collective else sum(len(batch.completion_ids[r]) for r in computed)
+    # Every rank reports the same measures, summed across ranks, whatever its rows.
+    sums = dict.fromkeys((*measure_names(loss_cfg), "entropy"), 0.0)
+    skipped = set(range(len(batch))).difference(computed)
+    sums["entropy"] = -sum(lp for r in skipped for lp in batch.old_logprobs[r]) / max(totals.num_tokens, 1)
     steps_applied = 0
     model.train()
-    chunks = micro_batches(batch, micro_batch_size)
+    chunks = micro_batches(batch, micro_batch_size, computed)
     passes = collective.micro_batches if collective else len(chunks)
     for update in range(updates):
         optimizer.zero_grad()
@@ -333,12 +356,11 @@ def update_policy(
                 optimizer.zero_grad()
                 raise
             loss_total += loss.item()
-            weight = metrics.pop("tokens") / totals.num_tokens
+            weight = metrics.pop("tokens") / max(computed_tokens, 1)
             for key, value in metrics.items():
-                sums[f"{key}"] = sums.get(key, 0.0) + weight * value / updates
+                sums[key] += weight * value / updates
             if entropy is not None:
-                ent = (entropy * mb.completion_mask).sum().item() / totals.num_tokens
-                sums["entropy"] = sums.get("entropy", 0.0) + ent
+                sums["entropy"] += (entropy * mb.completion_mask).sum().item() / max(totals.num_tokens, 1)
         grad_norm = optimizer.clip_grad_norm(max_grad_norm)
         sums["loss"] = sums.get("loss", 0.0) + loss_total / updates
         sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / updates

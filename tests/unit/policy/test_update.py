@@ -150,3 +150,87 @@ def test_a_nan_loss_is_not_applied():
                            max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
     assert not result.applied and result.nonfinite and "non-finite" in result.skip_reason
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+def on_policy(model, tok, batch):
+    """The batch with its old log-probs set to the model's own (the ratio starts at 1)."""
+    mb = collate(batch, list(range(len(batch))), tok.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        logprobs, _ = completion_logprobs(model, mb, 1.0)
+    batch.old_logprobs = [logprobs[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)]
+    return batch
+
+
+def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_every_row(monkeypatch):
+    def step(compute_every_row):
+        model, tok = tiny()
+        batch = group_batch(tok)
+        batch.advantages = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])  # the second group's rewards all agreed
+        batch = on_policy(model, tok, batch)
+        rows_seen = []
+        model.get_input_embeddings().register_forward_hook(lambda module, args, out: rows_seen.append(args[0].numel()))
+        if compute_every_row:
+            monkeypatch.setattr(update, "rows_with_gradient", lambda batch, cfg: list(range(len(batch))))
+        optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
+        gradients, apply = [], optimizer.step
+        optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
+        result = update_policy(model, optimizer, batch, LossConfig(), updates=2, micro_batch_size=2,
+                               max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
+        monkeypatch.undo()
+        return result, gradients, sum(rows_seen)
+
+    (skipping, gradients, tokens_fed), (every_row, reference, all_tokens_fed) = step(False), step(True)
+    assert skipping.applied and every_row.applied
+    assert tokens_fed < all_tokens_fed / 2  # two rows of six, and one prompt of two
+    assert skipping.metrics["loss"] == pytest.approx(every_row.metrics["loss"], rel=1e-5, abs=1e-7)
+    assert len(gradients) == len(reference) == 2  # both optimizer steps, the second off policy (ratio != 1)
+    for computed, every in zip(gradients, reference):
+        for name, gradient in every.items():  # the rounding of other sums (gradients up to 0.15 here)
+            torch.testing.assert_close(computed[name], gradient, atol=2e-6, rtol=1e-4)
+
+
+def test_the_update_measures_average_over_the_rows_it_computed():
+    model, tok = tiny()
+    batch = group_batch(tok)
+    batch.advantages = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])
+    batch = on_policy(model, tok, batch)
+    result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
+                           micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
+    # On policy the ratio is 1 at every computed token: its mean is 1, not the computed share of the tokens.
+    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_entropy_covers_the_rows_not_computed_by_their_sampled_surprisal():
+    model, tok = tiny()
+    batch = group_batch(tok)
+    batch.advantages = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])
+    batch = on_policy(model, tok, batch)
+    for row in (2, 3, 4, 5):  # as sampled: -log p of each token under the sampling distribution
+        batch.old_logprobs[row] = [-5.0] * len(batch.completion_ids[row])
+    mb = collate(batch, [0, 1], tok.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        _, entropy = completion_logprobs(model, mb, 1.0, with_entropy=True)
+    exact = (entropy * mb.completion_mask).sum().item()
+    result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
+                           micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
+    skipped_tokens = sum(len(batch.completion_ids[r]) for r in (2, 3, 4, 5))
+    assert result.metrics["entropy"] == pytest.approx((exact + 5.0 * skipped_tokens) / batch.num_tokens, rel=1e-5)
+
+
+def test_an_update_with_no_row_of_non_zero_advantage_is_skipped_and_leaves_the_weights():
+    model, tok = tiny()
+    batch = group_batch(tok)
+    batch.advantages = torch.zeros(6)
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
+                           micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
+    assert not result.applied and result.skip_reason == "no learning signal"
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+def test_under_a_kl_term_every_row_is_computed():
+    _, tok = tiny()
+    batch = group_batch(tok)
+    batch.advantages = torch.zeros(6)
+    assert update.rows_with_gradient(batch, LossConfig(kl_coef=0.1)) == list(range(6))
+    assert update.rows_with_gradient(group_batch(tok), LossConfig()) == [0, 1, 2, 3, 4]
