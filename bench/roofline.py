@@ -17,7 +17,8 @@ First the machine's own limits at the model's shapes (SmolLM2-135M-Instruct, the
 Then the quickstart itself, `--steps` timed steps after `--warmup` (or the lines of an existing
 metrics.jsonl): generation and update in tokens/s and as a fraction of the limit. FLOPs are counted per
 token: 2N forward, 6N forward+backward, N the weights of the matmuls a token goes through (the head only
-on completion tokens, as grpo's chunked head), plus attention (4 x context x hidden per layer forward).
+on completion tokens, as grpo's chunked head), plus attention (4 x context x hidden per layer forward); the
+update's only over the rows it computes (those of non-zero advantage: `actor/tokens_computed`).
 Generation is the prefill of the step's distinct prompts (their tokens at the prefill's rows) and the
 decode steps (the generated tokens at the decode batch); until 2026-11-26 its FLOPs left the prefill out
 while its time held it. Decoding alone is generation less the prefill, which this script times by itself
@@ -193,8 +194,12 @@ def phase_figures(lines: list[dict], shapes: Shapes, prompt_tokens: float, rows:
     prompts_per_step = rows / 8
     prefill_flops = prompts_per_step * (prompt_tokens * (2 * shapes.body_weights + 2 * prompt_tokens * shapes.hidden
                                                          * shapes.layers) + 2 * shapes.head_weights)
-    update_tokens = tokens + prompts_per_step * prompt_tokens
-    update_flops = 3 * (update_tokens * (2 * shapes.body_weights + attention) + tokens * 2 * shapes.head_weights)
+    # The update computes only the rows of non-zero advantage (grpo.policy.update.rows_with_gradient): their
+    # tokens, and the prompts of the groups whose rewards differ (all of a group's rows, for 0/1 rewards).
+    trained = statistics.median(x.get("actor/tokens_computed", x["perf/generated_tokens"]) for x in timed)
+    trained_prompts = statistics.median(prompts_per_step * (1 - x.get("groups/zero_std_frac", 0.0)) for x in timed)
+    update_tokens = trained + trained_prompts * prompt_tokens
+    update_flops = 3 * (update_tokens * (2 * shapes.body_weights + attention) + trained * 2 * shapes.head_weights)
     # A decode step reads every weight once for all its sequences, and each sequence's KV cache.
     decode_steps = per_sequence
     kv_per_token = 2 * shapes.layers * shapes.hidden // shapes.heads * shapes.kv_heads * dtype_bytes

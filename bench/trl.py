@@ -21,6 +21,9 @@ bench/trl_runner.py, offline, on the Hugging Face directory grpo's loader makes 
 Phases: generation is sampling the completions (grpo: time/generate_s; TRL: its `_generate`); the update is
 forward, backward and optimizer step (grpo: time/update_s; TRL: the step less its generation batch's
 preparation). Tokens/s of both phases count completion tokens (what is sampled and what is trained on).
+grpo's update computes only the rows of non-zero advantage (a group whose rewards all agree adds exactly
+nothing to the loss or its gradient: grpo.policy.update.rows_with_gradient), TRL's every row: the tables
+give the share of the rows each computed.
 Peak RSS: grpo resets VmHWM at each phase (for its per-phase memory metrics), so its peak is the largest of
 those and of the process's own maximum RSS; TRL's is its VmHWM at the end.
 """
@@ -61,6 +64,7 @@ class Result:
     completion_tokens: float  # per step, mean over the timed steps
     peak_rss_bytes: int
     wall_s: float  # the whole process: load, warm-up and timed steps
+    rows_computed: float = 1.0  # the share of the rows the update computed, mean over the timed steps
 
     @property
     def generate_tokens_per_s(self) -> float:
@@ -121,6 +125,8 @@ def run_grpo(work: Work, pairing: str, steps: int, warmup: int, out: Path) -> Re
         completion_tokens=statistics.mean(x["perf/generated_tokens"] for x in timed),
         peak_rss_bytes=max([max_rss, *(int(v * 2**30) for v in phase_peaks)]),
         wall_s=wall,
+        rows_computed=statistics.mean(x["actor/rows_computed"] / (work.problems_per_step * work.samples_per_problem)
+                                      for x in timed),
     )
 
 
@@ -151,12 +157,13 @@ def run_trl(work: Work, pairing: str, steps: int, warmup: int, out: Path, trl_py
 
 
 def table(pairs: list[tuple[str, Result, Result]], work: Work) -> list[str]:
-    lines = ["| config | s/step | generation s | generation tok/s | update s | update tok/s | peak RSS MiB "
-             "| mean completion len |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| config | s/step | generation s | generation tok/s | update s | update tok/s | rows computed "
+             "| peak RSS MiB | mean completion len |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for _, grpo, trl in pairs:
         for r in (grpo, trl):
             lines.append(f"| {r.label} | {r.step_s:.1f} | {r.generate_s:.1f} | {r.generate_tokens_per_s:.0f} "
-                         f"| {r.update_s:.1f} | {r.update_tokens_per_s:.0f} | {r.peak_rss_bytes / 2**20:,.0f} "
+                         f"| {r.update_s:.1f} | {r.update_tokens_per_s:.0f} | {r.rows_computed:.0%} "
+                         f"| {r.peak_rss_bytes / 2**20:,.0f} "
                          f"| {r.mean_length(work):.1f} |")
     lines += ["", "| pairing | TRL time / grpo time | grpo RSS / TRL RSS |", "|---|---:|---:|"]
     for name, grpo, trl in pairs:

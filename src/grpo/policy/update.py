@@ -324,9 +324,11 @@ def update_policy(
     computed = rows_with_gradient(batch, loss_cfg)
     if not computed and not collective:  # a step on zero gradients would still move AdamW by its momentum
         return UpdateResult(False, skip_reason="no learning signal")
-    computed_tokens = collective.computed_tokens if collective else sum(len(batch.completion_ids[r]) for r in computed)
+    own_tokens = sum(len(batch.completion_ids[r]) for r in computed)
+    computed_tokens = collective.computed_tokens if collective else own_tokens
     # Every rank reports the same measures, summed across ranks, whatever its rows.
     sums = dict.fromkeys((*measure_names(loss_cfg), "entropy"), 0.0)
+    sums["rows_computed"], sums["tokens_computed"] = float(len(computed)), float(own_tokens)
     skipped = set(range(len(batch))).difference(computed)
     sums["entropy"] = -sum(lp for r in skipped for lp in batch.old_logprobs[r]) / max(totals.num_tokens, 1)
     steps_applied = 0

@@ -182,6 +182,8 @@ def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_ev
     (skipping, gradients, tokens_fed), (every_row, reference, all_tokens_fed) = step(False), step(True)
     assert skipping.applied and every_row.applied
     assert tokens_fed < all_tokens_fed / 2  # two rows of six, and one prompt of two
+    assert (skipping.metrics["rows_computed"], skipping.metrics["tokens_computed"]) == (2, 4)
+    assert (every_row.metrics["rows_computed"], every_row.metrics["tokens_computed"]) == (6, 13)
     assert skipping.metrics["loss"] == pytest.approx(every_row.metrics["loss"], rel=1e-5, abs=1e-7)
     assert len(gradients) == len(reference) == 2  # both optimizer steps, the second off policy (ratio != 1)
     for computed, every in zip(gradients, reference):
