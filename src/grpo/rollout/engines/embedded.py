@@ -14,6 +14,7 @@ from grpo.policy.head import output_logits, split_head
 from grpo.policy.packed import Product, packed_linears
 from grpo.progress import tick
 from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.decode_step import DecodeStep, llama_shaped
 from grpo.rollout.engines.kv_cache import preallocated_cache
 
 
@@ -170,6 +171,11 @@ class EmbeddedEngine(RolloutEngine):
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         forward = self.model if split is None else split[0]  # the whole model, or its body without the head
         with_cache = cache_argument(forward, cache)  # named once: every decode step hands the same cache
+        # Decode steps through the body's own modules without transformers' per-call work, where it has the form.
+        step = DecodeStep(split[0]) if split and llama_shaped(split[0], prompt_len + params.max_new_tokens) else None
+
+        def head(hidden: torch.Tensor) -> torch.Tensor:  # [rows, H] -> fp32 logits [rows, V]
+            return (packed_head(hidden) if packed_head else output_logits(hidden, split[1])).float()
 
         def next_logits(**inputs: torch.Tensor) -> torch.Tensor:
             """-> fp32 logits [rows, V] after each row's last position; the output product through
@@ -177,8 +183,10 @@ class EmbeddedEngine(RolloutEngine):
             on some CPUs)."""
             if split is None:
                 return forward(**inputs, **with_cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
-            hidden = forward(**inputs, **with_cache, use_cache=True).last_hidden_state[:, -1]  # [rows, H]
-            return (packed_head(hidden) if packed_head else output_logits(hidden, split[1])).float()
+            if step is not None and inputs["input_ids"].shape[1] == 1:
+                return head(step(inputs["input_ids"][:, 0], inputs["attention_mask"], inputs["position_ids"][:, 0],
+                                 cache))
+            return head(forward(**inputs, **with_cache, use_cache=True).last_hidden_state[:, -1])  # [rows, H]
 
         out_tokens: list[list[int]] = [[] for _ in range(batch)]
         out_logprobs: list[list[float]] = [[] for _ in range(batch)]
