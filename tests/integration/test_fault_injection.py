@@ -191,13 +191,15 @@ def test_a_real_full_disk_at_a_checkpoint(small_disk, reference, capsys):
     resume_and_check(run_dir, reference)
 
 
-def first_line_needing_a_new_page(reference: Path, page: int = 4096, margin: int = 200) -> int:
-    """A full tmpfs still takes an append that fits in the file's last page: attack the first
-    step whose metrics line (in the reference run) crosses a page boundary by a clear margin."""
+def first_line_needing_a_new_page(reference: Path, page: int = 4096, past: int = 200, before: int = 50) -> int:
+    """A full tmpfs still takes an append that fits in the file's last page: attack the first step
+    whose metrics line (in the reference run) runs `past` bytes or more into a new page (the attacked
+    run's lines differ from the reference's by a few bytes of timings), starting `before` bytes or more
+    ahead of the boundary (part of the line is written before the disk refuses the rest)."""
     end = 0
     for step, line in enumerate((reference / "metrics.jsonl").read_bytes().splitlines(keepends=True), 1):
         start, end = end, end + len(line)
-        if step >= 2 and start % page + len(line) > page + margin and page - start % page > margin:
+        if step >= 2 and start % page + len(line) > page + past and page - start % page > before:
             return step
     pytest.skip("no metrics line of the reference run crosses a page boundary")
 
