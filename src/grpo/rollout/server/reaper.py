@@ -16,7 +16,9 @@ named semaphores (sem.mp-*) created since the server started that no process map
 only while mapped, and the resource tracker of a killed server never unlinks its own. Files are told
 apart by inode (a live semaphore is mapped under the temporary name glibc made it with).
 Files of other servers, and any other file made and lost between two polls, are left alone.
-The server gets a temporary directory of its own (TMPDIR), removed with it.
+The server gets a temporary directory of its own (TMPDIR), removed with it; a reaper killed outright
+(SIGKILL to the server's whole process group) cannot remove its own, so each reaper first removes those
+of reapers no longer alive.
 Then it exits as the server did (the same status, or killed by the same signal), so the trainer's
 diagnosis reads the server's exit, not this process's.
 
@@ -119,6 +121,26 @@ def reap() -> None:
             return
 
 
+TMP_PREFIX = "grpo-server-"
+
+
+def remove_orphaned_tmp(root: str) -> list[str]:
+    """Remove the temporary directories (grpo-server-PID-*) in `root` whose reaper PID is gone: -> their names."""
+    removed = []
+    for name in os.listdir(root):
+        pid = name[len(TMP_PREFIX):].split("-", 1)[0]
+        if not name.startswith(TMP_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(name)
+        except PermissionError:
+            pass  # alive, another user's
+    return removed
+
+
 def main(argv: list[str]) -> int:
     split = argv.index("--")
     options, command = argv[:split], argv[split + 1 :]
@@ -130,7 +152,8 @@ def main(argv: list[str]) -> int:
         pass  # no subreaper: orphans go to pid 1, and end_session still finds them by session
     started = time.time() - 1  # ctime has a coarser clock: a file made as the server starts still counts
     # A temporary directory of the server's own, removed with it: SGLang leaves its ZMQ sockets there.
-    tmp = tempfile.mkdtemp(prefix=f"grpo-server-{os.getpid()}-")
+    remove_orphaned_tmp(tempfile.gettempdir())
+    tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
     server = subprocess.Popen(command, env={**os.environ, "TMPDIR": tmp})
     # The trainer stops the server with SIGTERM to the whole group: the server shuts down on its own,
     # and this process outlives it to end the rest. (A Python handler, not SIG_IGN: that is inherited.)

@@ -5,6 +5,7 @@ EngineCore, and a trainer killed from outside)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,3 +107,25 @@ def test_grpos_own_kill_leaves_the_reaper_to_end_the_server_and_remove_its_tempo
     process.kill()  # the server's processes, not the reaper: it outlives them to clean up
     assert process.exited.is_set() and process.describe_exit() == "killed by SIGKILL"
     assert not tmp.exists() and exits == []  # grpo's own kill is not reported as a failure
+
+
+def test_a_reaper_removes_the_temporary_directories_of_reapers_killed_outright(tmp_path):
+    import tempfile
+
+    root = Path(tempfile.gettempdir())
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    orphaned = root / f"grpo-server-{gone.pid}-killed"  # its reaper SIGKILLed with the server's group
+    alive = root / f"grpo-server-{os.getpid()}-alive"  # a reaper still running: left alone
+    for directory in (orphaned, alive):
+        directory.mkdir()
+        (directory / "socket").write_text("")
+    process = ServerProcess([sys.executable, "-c", LITTERING_SERVER], {}, tmp_path / "s.log", lambda _: None)
+    try:
+        process.start()
+        wait_until(lambda: "tmp " in (tmp_path / "s.log").read_text(), 10, "the server started")
+        assert not orphaned.exists() and alive.exists()
+    finally:
+        process.kill()
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(orphaned, ignore_errors=True)
