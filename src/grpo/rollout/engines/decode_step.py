@@ -18,7 +18,7 @@ import torch
 from transformers.models.llama.modeling_llama import rotate_half
 
 from grpo.policy.constants import GROUPED_EAGER
-from grpo.policy.attention import grouped_eager_attention
+from grpo.policy.attention import additive, grouped_eager_attention
 
 # transformers' decoder layers whose forward is Llama's: norm, attention (projections, rotary embedding,
 # KV cache, attention, output projection), residual, norm, MLP, residual. (Qwen3's normalises queries and keys.)
@@ -43,7 +43,6 @@ class DecodeStep:
 
     def __init__(self, decoder: torch.nn.Module) -> None:
         self.decoder = decoder
-        self.lowest = torch.finfo(decoder.embed_tokens.weight.dtype).min
 
     def __call__(self, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
                  cache) -> torch.Tensor:
@@ -51,8 +50,7 @@ class DecodeStep:
         -> hidden [A, H] after the final norm."""
         decoder = self.decoder
         hidden = decoder.embed_tokens(tokens[:, None])  # [A, 1, H]
-        bias = torch.zeros(attention_mask.shape, dtype=hidden.dtype, device=hidden.device)
-        bias = bias.masked_fill_(attention_mask == 0, self.lowest)[:, None, None, :]  # [A, 1, 1, S] as eager's mask
+        bias = additive(attention_mask.bool(), hidden.dtype)[:, None, None, :]  # [A, 1, 1, S] as eager's mask
         cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]
         cos, sin = cos[:, None], sin[:, None]  # [A, 1, 1, D]: every head alike
         rows = len(tokens)
