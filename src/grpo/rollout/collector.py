@@ -163,8 +163,9 @@ class RolloutCollector:
             if attempt > 0:
                 batch.retries += len(pending)
                 delay = self.cfg.retry_backoff_s * 2 ** (attempt - 1) * (1 + self.jitter.random())
-                log.warning("step %d: retrying %s in %.1fs (attempt %d)", step, retry_note(
-                    [slots[i].status.value for i in pending if slots[i] is not None]), delay, attempt)
+                if pending:  # a rank with nothing to retry still joins the round, silently
+                    log.warning("step %d: retrying %s in %.1fs (attempt %d)", step, retry_note(
+                        [slots[i].status.value for i in pending if slots[i] is not None]), delay, attempt)
                 self.sleep(delay)
             # Sample j of the problem at data index d, attempt a: the same draw wherever it is generated.
             seeds = [sample_seed(self.data_seed, indices[i // G], i % G, attempt) for i in pending]
