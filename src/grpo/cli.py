@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import os
 
@@ -184,6 +185,13 @@ def _report(path: Path, out: str | None) -> int:
     return 0
 
 
+def console() -> NoReturn:
+    """The `grpo` command, `python -m grpo` and `torchrun -m grpo`: main's status as the process's."""
+    from grpo.dist import exit_process
+
+    exit_process(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo", description="GRPO post-training that never fails silently.")
     parser.add_argument("--version", action="version", version=f"grpo {_version()}")
@@ -331,4 +339,4 @@ def _version() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

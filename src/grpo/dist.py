@@ -8,9 +8,11 @@ that read a run directory (grpo doctor, watch, health) start in a fraction of a 
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -99,3 +101,19 @@ def from_environment(device: torch.device) -> Ranks:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 store=dist.PrefixStore(f"grpo/attempt{attempt}", store), rank=rank, world_size=world)
     return Ranks(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def exit_process(status: int) -> NoReturn:
+    """End this process with `status`. A rank of a process group skips the interpreter's teardown: gloo's
+    worker threads may still be dropping the last collective's tensors, whose Python objects need the
+    interpreter being torn down, and the process aborts (SIGABRT, "terminate called without an active
+    exception"; pytorch/pytorch#179291) after a run that finished. The group cannot be emptied first:
+    destroy_process_group leaves its threads running while FSDP's device mesh holds it. Logs and the
+    standard streams are flushed before."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
