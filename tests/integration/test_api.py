@@ -50,3 +50,15 @@ def test_the_api_enters_a_run_as_grpo_train_does(tmp_path):
         api.train("tiny", dataset=ROWS, overrides=[f"run_dir={run_dir}", "train.steps=2",
                                                    "testing.faults.crash_at_step=1"])
     assert "the run crashed" in (run_dir / "train.log").read_text()  # the traceback, as grpo train keeps it
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.05])
+def test_rewards_that_all_agree_skip_the_update_unless_a_kl_term_still_pulls(tmp_path, kl_coef):
+    result = api.train("tiny", dataset=ROWS, rewards=[lambda completions, **kwargs: [1.0] * len(completions)],
+                       overrides=[f"run_dir={tmp_path / 'r'}", "train.steps=2", f"algo.kl_coef={kl_coef}",
+                                  "eval.before_training=false", "eval.after_training=false"])
+    lines = metric_lines(result.run_dir)
+    if kl_coef:  # every row has a gradient: the KL term's
+        assert [(line["update/applied"], line["actor/rows_computed"]) for line in lines] == [(1, 16), (1, 16)]
+    else:
+        assert [(line["update/applied"], line["update/skip_reason"]) for line in lines] == [(0, "no learning signal")] * 2

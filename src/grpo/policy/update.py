@@ -322,10 +322,10 @@ def update_policy(
     device = next(model.parameters()).device
     totals = collective.totals if collective else BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
     computed = rows_with_gradient(batch, loss_cfg)
-    if not computed and not collective:  # a step on zero gradients would still move AdamW by its momentum
-        return UpdateResult(False, skip_reason="no learning signal")
     own_tokens = sum(len(batch.completion_ids[r]) for r in computed)
-    computed_tokens = collective.computed_tokens if collective else own_tokens
+    computed_tokens = collective.computed_tokens if collective else own_tokens  # every rank's
+    if not computed_tokens:  # every rank alike: a step on zero gradients would still move AdamW by its momentum
+        return UpdateResult(False, skip_reason="no learning signal")
     # Every rank reports the same measures, summed across ranks, whatever its rows.
     sums = dict.fromkeys((*measure_names(loss_cfg), "entropy"), 0.0)
     sums["rows_computed"], sums["tokens_computed"] = float(len(computed)), float(own_tokens)

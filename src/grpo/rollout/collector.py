@@ -80,20 +80,17 @@ class RolloutBatch:
         """[N, G] rewards of the kept groups."""
         return torch.tensor([[s.reward for s in g.samples] for g in self.groups], dtype=torch.float32)
 
-    def train_batch(self, advantage_norm: str, uses_reference: bool) -> tuple[TrainBatch, bool]:
-        """-> (the rows to train on, whether they carry a learning signal). All-zero advantages carry
-        none unless a reference KL term still pulls: then the update is skipped, since a zero-gradient
-        step would still move AdamW by its momentum."""
+    def train_batch(self, advantage_norm: str) -> TrainBatch:
+        """The rows to train on, with their group advantages."""
         samples = [s for g in self.groups for s in g.samples]
         if not samples:
-            return TrainBatch([], [], [], torch.zeros(0)), False
-        advantages = group_advantages(self.rewards(), advantage_norm).flatten()  # [N*G]
+            return TrainBatch([], [], [], torch.zeros(0))
         return TrainBatch(
             prompt_ids=[s.prompt_ids for s in samples],
             completion_ids=[s.completion.token_ids for s in samples],
             old_logprobs=[s.completion.logprobs for s in samples],
-            advantages=advantages,
-        ), uses_reference or not bool((advantages == 0).all())
+            advantages=group_advantages(self.rewards(), advantage_norm).flatten(),  # [N*G]
+        )
 
 
 class RolloutCollector:

@@ -32,7 +32,7 @@ from grpo.hooks import Hooks, StepHooks
 from grpo.train.metrics import MetricsLogger
 from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
-from grpo.policy.update import UpdateResult
+from grpo.policy.update import UpdateResult, rows_with_gradient
 from grpo.progress import Progress
 from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
 from grpo.rollout.engines import GenerationCancelled
@@ -213,7 +213,10 @@ class TrainingLoop:
 
     def _advantages_and_update(self, step: int, batch: RolloutBatch, record: StepRecord, timer: PhaseTimer) -> None:
         with timer.phase("advantages"):
-            train_batch, signal_here = batch.train_batch(self.cfg.algo.advantage_norm, self.policy.uses_reference)
+            train_batch = batch.train_batch(self.cfg.algo.advantage_norm)
+            # A signal: a row of non-zero advantage, or any row under a KL term. Without one the update is
+            # skipped, since a step on zero gradients would still move AdamW by its momentum.
+            signal_here = bool(rows_with_gradient(train_batch, self.policy.loss_cfg))
             rows, signal_anywhere = self.ranks.sum([len(train_batch), float(signal_here)])
             if rows and signal_anywhere:
                 record.prepared = self.policy.prepare(train_batch, self.recompute_old)
