@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from grpo.config import ModelConfig, TinyModelConfig
 from grpo.policy import unpad
 from grpo.policy.attention import use_grouped_eager, use_packed_sdpa
+from grpo.policy.vml import settle_dispatch
 from grpo.errors import ConfigError
 from grpo.precision import concrete_dtype
 
@@ -55,6 +56,7 @@ def cache_dir() -> Path:
 
 
 def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    settle_dispatch()  # before the model's first op: the same bits in every process (grpo.policy.vml)
     dtype = DTYPES[concrete_dtype(cfg.dtype, device.type)]
     attn = cfg.attn_implementation
     if attn == "auto":
