@@ -20,6 +20,15 @@ def session(sid: int) -> list[int]:
     return members
 
 
+def shm_held(sid: int) -> set[str]:
+    """The names in /dev/shm of the files the processes of session `sid` map or hold open (a live named
+    semaphore is mapped under a deleted temporary name: matched by inode)."""
+    from grpo.rollout.server.reaper import shm_in_use
+
+    held = shm_in_use(session(sid))
+    return {entry.name for entry in os.scandir("/dev/shm") if entry.inode() in held}
+
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 

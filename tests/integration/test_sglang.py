@@ -33,7 +33,7 @@ from grpo.tools.doctor import diagnose
 from grpo.tools.health import check as health_check
 from grpo.train.loop import TrainingLoop
 
-from tests.processes import env_with_src, session
+from tests.processes import env_with_src, session, shm_held
 from tests.waiting import wait_until
 
 from .helpers import disturb_each_evaluation, make_loop, metric_lines
@@ -163,6 +163,27 @@ def test_no_server_process_or_shared_memory_outlives_a_sigkill_of_the_server_or_
         proc.kill()  # the trainer, by SIGKILL: nothing of it runs after this
         proc.wait()
         wait_until(lambda: not session(sid), 10, f"every process of the server's session {sid} ({members}) gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_server_killed_with_its_reaper_leaves_no_shared_memory(tmp_path):
+    """SIGKILL to the server's whole process group, its reaper too (another job's kill, a cgroup's OOM
+    kill, bench/chaos.py): nothing is left to clean up after it but the trainer, which does."""
+    run_dir = tmp_path / "r"
+    proc = trainer(run_dir)
+    try:
+        wait_until(lambda: started(run_dir, "server_ready", 1), 300, "the first server ready")
+        sid = started(run_dir, "server_start", 1)["evidence"]["pid"]
+        held = wait_until(lambda: shm_held(sid), 30, "the server's files in /dev/shm")
+        os.killpg(sid, signal.SIGKILL)
+        wait_until(lambda: not [n for n in held if (SHM / n).exists()], 15, f"the killed server's {sorted(held)} removed")
+        wait_until(lambda: not list(Path("/tmp").glob(f"grpo-server-{sid}-*")), 5, "the killed reaper's temporary directory removed")
+        wait_until(lambda: started(run_dir, "server_ready", 2), 300, "the restarted server ready")
+        proc.terminate()
+        assert proc.wait(60) == 4, proc.stderr.read()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,13 +11,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Callable
 
-from grpo.rollout.server.reaper import session_members
+from grpo.rollout.server.reaper import remove_orphaned_tmp, session_members
 
 REAPER = Path(__file__).with_name("reaper.py")
 
@@ -65,9 +66,21 @@ class ServerProcess:
         assert self.proc is not None
         self.proc.wait()
         self._signal_group(signal.SIGKILL)  # the reaper ends the rest on its way out; this is the backstop
+        self._reclaim_for_a_killed_reaper()
         self.exited.set()
         if not self.expected_exit:
             self.on_exit(self)
+
+    def _reclaim_for_a_killed_reaper(self) -> None:
+        """A reaper killed with its server (SIGKILL to the whole group) removed neither its temporary
+        directory nor the server's shared memory: once the session's last process is gone (a file still
+        mapped is not reclaimed), do what it would have (reaper.remove_orphaned_tmp; a reaper that
+        exited normally left nothing for it to find)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + 10
+        while session_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # SIGKILLed processes release their mappings as they exit
+        remove_orphaned_tmp(tempfile.gettempdir())
 
     @property
     def returncode(self) -> int | None:

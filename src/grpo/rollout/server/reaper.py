@@ -16,9 +16,11 @@ named semaphores (sem.mp-*) created since the server started that no process map
 only while mapped, and the resource tracker of a killed server never unlinks its own. Files are told
 apart by inode (a live semaphore is mapped under the temporary name glibc made it with).
 Files of other servers, and any other file made and lost between two polls, are left alone.
-The server gets a temporary directory of its own (TMPDIR), removed with it; a reaper killed outright
-(SIGKILL to the server's whole process group) cannot remove its own, so each reaper first removes those
-of reapers no longer alive.
+The server gets a temporary directory of its own (TMPDIR), removed with it, where the reaper also
+keeps what it has seen the server hold in /dev/shm (SHM_RECORD). A reaper killed outright (SIGKILL to
+the server's whole process group, as another job or a cgroup's OOM kill does) can remove neither, so
+each reaper as it starts, and the trainer when a server's session ends, removes those of reapers no
+longer alive, and reclaims the shared memory their records name, by the same rules.
 Then it exits as the server did (the same status, or killed by the same signal), so the trainer's
 diagnosis reads the server's exit, not this process's.
 
@@ -122,10 +124,29 @@ def reap() -> None:
 
 
 TMP_PREFIX = "grpo-server-"
+SHM_RECORD = "shm-held"  # in the server's temporary directory: the start time, then one held inode a line
+
+
+def write_record(tmp: str, since: float, held: set[int]) -> None:
+    """What a reaper killed outright leaves for the next one to reclaim (replaced whole, never torn)."""
+    part = os.path.join(tmp, SHM_RECORD + ".part")
+    with open(part, "w") as f:
+        f.write("\n".join([repr(since), *map(str, sorted(held))]))
+    os.replace(part, os.path.join(tmp, SHM_RECORD))
+
+
+def read_record(tmp: str) -> tuple[float, set[int]] | None:
+    try:
+        with open(os.path.join(tmp, SHM_RECORD)) as f:
+            since, *held = f.read().split()
+        return float(since), {int(inode) for inode in held}
+    except (OSError, ValueError):
+        return None
 
 
 def remove_orphaned_tmp(root: str) -> list[str]:
-    """Remove the temporary directories (grpo-server-PID-*) in `root` whose reaper PID is gone: -> their names."""
+    """Remove the temporary directories (grpo-server-PID-*) in `root` whose reaper PID is gone, after
+    reclaiming the shared memory their records name: -> the names of both."""
     removed = []
     for name in os.listdir(root):
         pid = name[len(TMP_PREFIX):].split("-", 1)[0]
@@ -134,6 +155,9 @@ def remove_orphaned_tmp(root: str) -> list[str]:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
+            record = read_record(os.path.join(root, name))
+            if record is not None:
+                removed += reclaim_shm(record[1], record[0])
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
             removed.append(name)
         except PermissionError:
@@ -166,7 +190,10 @@ def main(argv: list[str]) -> int:
         if os.getppid() != trainer:
             orphaned = True
             break
-        shm |= shm_in_use(session_members(os.getsid(0)))
+        held = shm | shm_in_use(session_members(os.getsid(0)))
+        if held != shm:
+            shm = held
+            write_record(tmp, started, shm)
         try:
             server.wait(POLL_S)
         except subprocess.TimeoutExpired:
