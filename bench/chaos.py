@@ -23,6 +23,7 @@ fault is left out and the table says so.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import json
 import os
@@ -34,6 +35,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grpo.rollout.server.reaper import shm_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standins" / "sglang_server.py"
@@ -60,7 +63,8 @@ SERVER_SETUPS = ("server", "two-servers", "sglang", "vllm")
 TRAINER_FAULTS = ["sigkill_trainer", "sigterm_trainer", "full_disk", "torn_checkpoint"]
 SERVER_FAULTS = ["sigkill_server", "sigstop_server"]
 NOISY = ("time", "time/", "perf/", "memory/", "rollout/sources", "sync/seconds")
-SHM_NAMES = ("grpo-", "psm_", "sem.mp-")
+PR_SET_CHILD_SUBREAPER = 36
+SHM_POLL_S = 0.5  # how often the monkey notes what its process tree holds in /dev/shm
 
 
 @dataclass
@@ -87,6 +91,8 @@ class Chaos:
     faults: list[Fault] = field(default_factory=list)
     launches: int = 0
     exits: list[int] = field(default_factory=list)
+    shm_held: set[int] = field(default_factory=set)  # inodes of /dev/shm files this run's processes held
+    shm_noted: float = 0.0
 
     def run(self) -> int:
         """Until the run finishes (exit 0) or ends in a way no scheduler retries (crash, refusal). Each fault
@@ -202,6 +208,9 @@ class Chaos:
         return max(steps, default=0)
 
     def _note_progress(self) -> None:
+        if time.monotonic() - self.shm_noted > SHM_POLL_S:
+            self.shm_held |= shm_in_use(descendants())
+            self.shm_noted = time.monotonic()
         pending = [f for f in self.faults if f.recovered_s is None]
         if pending and (step := self._newest_step()) > 0:
             now = time.monotonic() - self.started
@@ -251,7 +260,25 @@ def ignores_seeds(run_dir: Path) -> bool:
         for e in map(json.loads, events.read_text().splitlines()))
 
 
-def leftovers(run_dir: Path, shm_before: set[str]) -> list[str]:
+def descendants() -> list[int]:
+    """This process's descendants: the trainers, their servers and reapers (this process is their child
+    subreaper, so a killed trainer's children stay in the tree)."""
+    children: dict[int, list[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(pid))
+    found, todo = [], [os.getpid()]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def leftovers(run_dir: Path, shm_held: set[int]) -> list[str]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -260,11 +287,11 @@ def leftovers(run_dir: Path, shm_before: set[str]) -> list[str]:
             continue
         if str(run_dir) in cmdline and int(pid) != os.getpid():
             found.append(f"process {pid}: {cmdline[:120]}")
-    # This run's weight copies by name; vLLM's own files by appearing during the run (on a shared
-    # machine another run's could appear too: they are listed, to be looked at).
-    ours = {f"grpo-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]}"}
-    shm = {n for n in os.listdir("/dev/shm") if n.startswith(SHM_NAMES)} - shm_before
-    found += [f"/dev/shm/{n}" for n in sorted(shm) if n in ours or not n.startswith("grpo-")]
+    # This run's weight copy by name; the servers' own files (semaphores, SGLang's and vLLM's segments)
+    # by having been held by this run's processes: another program's files on the machine are not ours.
+    ours = f"grpo-{hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]}"
+    found += [f"/dev/shm/{e.name}" for e in sorted(os.scandir("/dev/shm"), key=lambda e: e.name)
+              if e.name == ours or e.inode() in shm_held]
     return found
 
 
@@ -323,7 +350,7 @@ def main() -> int:
                  "logging.progress=false", *args.set]
     base = [sys.executable, "-m", "grpo", "train", "--config", args.config]
 
-    shm_before = {n for n in os.listdir("/dev/shm") if n.startswith(SHM_NAMES)}
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     reference = out / "reference" / "r"
     started, started_wall = time.monotonic(), time.time()
     with open(out / "reference.log", "w") as log:
@@ -375,7 +402,7 @@ def main() -> int:
     dead = dead_incarnations_trained_on(run_dir, lines) if lines else []
     if dead:
         problems.append(f"samples of dead server incarnations trained on: {dead}")
-    left = leftovers(run_dir, shm_before)
+    left = leftovers(run_dir, chaos.shm_held)
     if left:
         problems.append(f"left over: {left}")
 
