@@ -5,6 +5,7 @@ import json
 import pytest
 
 from grpo.config import load_config
+from grpo.hooks import StepHooks
 
 from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny, make_loop
 
@@ -26,6 +27,34 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     events = (interrupted_dir / "events.jsonl").read_text()
     assert '"kind": "restart"' in events
     assert '"config_changed"' in events and "testing.faults.crash_at_step" in events  # the resume dropped the fault
+
+
+class RaiseAfterRollout(StepHooks):
+    """A crash the loop can catch, in the middle of `step` (after its rollout, before its update)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def after_rollout(self, step: int) -> None:
+        if step == self.step:
+            raise RuntimeError(f"crash in step {step}")
+
+
+def test_a_crash_mid_step_saves_the_last_whole_step_and_the_resume_is_exact(tmp_path):
+    """No periodic checkpoints (as the quickstart had): the crash still costs only the step it hit."""
+    no_saves = ["train.steps=6", "checkpoint.every_steps=0", "checkpoint.every_minutes=0"]
+    straight = run_tiny([f"run_dir={tmp_path / 'straight'}", *no_saves])
+    run_dir = tmp_path / "crashed"
+    with pytest.raises(RuntimeError, match="crash in step 5"):
+        run_tiny([f"run_dir={run_dir}", *no_saves], RaiseAfterRollout(5))
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000000", "step_000004"]
+    resumed = run_tiny([f"run_dir={run_dir}", *no_saves])
+    restart = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()
+               if '"kind": "restart"' in line]
+    assert restart and restart[-1]["step"] == 4
+    assert max_param_diff(params(straight.policy.model), params(resumed.policy.model)) == 0.0
+    assert [deterministic(line) for line in metric_lines(run_dir)] == \
+        [deterministic(line) for line in metric_lines(tmp_path / "straight")]
 
 
 def test_recover_off_refuses_to_overwrite_a_run(tmp_path):

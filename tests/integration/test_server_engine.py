@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from grpo.config import load_config
-from grpo.errors import EXIT_STOPPED, ConfigError
+from grpo.errors import EXIT_STOPPED, ConfigError, RunStopped
 from grpo.hooks import StepHooks
 from grpo.tools.doctor import diagnose
 from grpo.train.loop import TrainingLoop
@@ -94,6 +94,19 @@ def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_i
     doctor = "\n".join(diagnose(run_dir))  # the doctor's server section tells the same story
     assert "SERVERS  sglang-0: 2 start(s) (incarnations 1-2)" in doctor and "1 failure(s), 1 restart(s)" in doctor
     assert "step 2: sglang-0#1 failed: the server process killed by SIGKILL" in doctor
+
+
+def test_restarts_run_out_the_stop_saves_the_last_trained_step_and_the_same_command_resumes_from_it(tmp_path):
+    """No periodic checkpoints: the guard's stop saves before it reports, as a stop signal does."""
+    run_dir, no_saves = tmp_path / "r", ["train.steps=5", "checkpoint.every_steps=0", "checkpoint.every_minutes=0"]
+    with pytest.raises(RunStopped):
+        run(run_dir, *no_saves, "testing.faults.kill_server_at_steps=[4]", "rollout.server.max_restarts=0")
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000000", "step_000003"]
+    stopped = json.loads((run_dir / "STOPPED.json").read_text())
+    assert stopped["last_good_checkpoint"].endswith("step_000003"), stopped
+    run(run_dir, *no_saves)
+    assert [e["step"] for e in of_kind(run_dir, "restart")] == [3]
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4, 5]
 
 
 def test_sigkill_during_a_weight_sync_restarts_the_server_on_the_new_weights_before_it_serves(tmp_path):

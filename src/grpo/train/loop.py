@@ -17,6 +17,7 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from grpo import progress
@@ -48,6 +49,14 @@ log = logging.getLogger(__name__)
 SERVER_TROUBLE = ("server_failed", "server_gave_up", "weight_sync_mismatch")
 
 
+@dataclass
+class MidStep:
+    """A step under way, for a stop that must save where the run stands."""
+
+    start: dict[str, Any]  # the state at the step's start (RunState.snapshot)
+    weights_moved: bool = False  # its update began: the weights are no longer the start's
+
+
 class TrainingLoop:
     def __init__(self, cfg: RunConfig, resume_from: str | None = None, run: RunDir | None = None,
                  ranks: Ranks = SINGLE, hooks: Sequence[StepHooks] = ()) -> None:
@@ -59,6 +68,7 @@ class TrainingLoop:
         self.metrics: MetricsLogger | None = None
         self.signals = SignalWatch()
         self.engine, self.rollouts, self.state, self.event_step = None, None, None, 0
+        self.mid_step: MidStep | None = None
         try:
             parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event, self.hooks)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
@@ -66,7 +76,8 @@ class TrainingLoop:
             self.recompute_old, self.eval_rewards = parts.recompute_old, parts.eval_rewards
             self.rollouts = parts.rollouts
             self.state = RunState(cfg, self.run, self.policy, self.guard, ranks, self.rollouts)
-            self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals)
+            self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals,
+                                           save_before_stop=self._save_before_stopping)
             self.advice = SkipAdvice()
             self.state.start(resume_from)
             self.event_step = self.state.step
@@ -118,6 +129,8 @@ class TrainingLoop:
             except StopRequested as stop:
                 raise self.state.interrupted(stop, self.signals.received_at) from None
             except BaseException as exc:  # recorded, then re-raised: a crash is never silent
+                if not self.ranks.distributed and not is_disk_error(exc):  # a save is every rank's, and needs room
+                    self._save_before_crashing(exc)
                 raise self.state.crashed(exc) from exc
         except KeyboardInterrupt:  # a second Ctrl-C, perhaps during the first one's save
             self.state.abandoned()
@@ -155,6 +168,28 @@ class TrainingLoop:
         }, indent=2, default=str))
         return summary
 
+    def _save_before_stopping(self, healthy: bool) -> None:
+        """Any stop that ends the run saves where it stands first, as a stop signal does: mid-step, the
+        step's start (what the step consumed put back) while its update has not moved the weights;
+        nothing once it has, until the step is recorded (the newest checkpoint then resumes, redoing it)."""
+        if self.mid_step is not None:
+            if self.mid_step.weights_moved:
+                log.warning("not saved before stopping: step %d's update was applied but the step not recorded; "
+                            "the newest checkpoint resumes", self.mid_step.start["step"] + 1)
+                return
+            self.state.rewind(self.mid_step.start)
+            self.mid_step = None
+        self.state.save_final(healthy=healthy and self.policy.params_finite())
+
+    def _save_before_crashing(self, exc: BaseException) -> None:
+        """A crash the loop caught saves as a stop does; a save that fails too is said, never raised over
+        the crash that caused it."""
+        try:
+            self._save_before_stopping(healthy=self.guard.healthy)
+        except Exception as save_error:
+            log.error("could not save before stopping on %s: %s: %s", type(exc).__name__,
+                      type(save_error).__name__, save_error)
+
     # --- one step ----------------------------------------------------------------------------------
 
     def _train_step(self, step: int) -> None:
@@ -162,7 +197,7 @@ class TrainingLoop:
         self.event_step = step
         self.policy.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.state.lr_scale)
         checkpoint_due = self.ranks.broadcast(self.state.checkpoint_due(step))  # rank 0's clock decides
-        at_start = self.state.snapshot()
+        self.mid_step = MidStep(self.state.snapshot())
         try:
             batch = self._rollout(step, timer)
             record.rollout = rollout_stats(batch, self.ranks)
@@ -177,27 +212,31 @@ class TrainingLoop:
         except (StopRequested, GenerationCancelled):
             # Nothing of this step reached the weights: put back what it consumed (RNG, streaks) so
             # the saved state resumes exactly as if the step had never begun.
-            self.state.rewind(at_start)
+            self.state.rewind(self.mid_step.start)
+            self.mid_step = None
             raise StopRequested(self.signals.signum or signal.SIGTERM) from None
         except (ServerGaveUp, WeightSyncFailed) as exc:
-            self.state.rewind(at_start)
-            self.verdicts.server_stop(exc, step)
+            self.verdicts.server_stop(exc, step)  # saves the step's start first
 
+        sync_failed: ServerGaveUp | WeightSyncFailed | None = None
         with timer.phase("sync"):
             try:
                 record.sync = self.rollouts.sync_weights(self.policy)
             except (ServerGaveUp, WeightSyncFailed) as exc:
-                self.verdicts.server_stop(exc, step)
+                sync_failed = exc  # the trainer's step stands: it is recorded and saved before the stop
         self.state.step, self.state.data_index = step, batch.next_data_index
         if not record.trips:
             self.guard.observe({**record.update_metrics(), **record.sync})
         blocked = record.blocking_trip is not None
-        if not blocked and self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
+        if not blocked and not sync_failed and self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
             record.evaluation = self._evaluate(f"step {step}")
 
         record.timings, record.step_s = timer.pop(), time.perf_counter() - started
         record.state = StepState(self.policy.lr, self.state.data_index, self.policy.version, self.guard.rollbacks)
         self._record(step, record, batch)
+        self.mid_step = None
+        if sync_failed is not None:
+            self.verdicts.server_stop(sync_failed, step)
         if not blocked and checkpoint_due:
             self.state.save(healthy=self.guard.healthy)
         self.verdicts.act_on(record.trips, step)
@@ -232,6 +271,8 @@ class TrainingLoop:
             # Ranks stop together, at a step's end: a signal may not cut one rank's update short.
             check_stop = (lambda: None) if self.ranks.distributed else self.signals.check
             check_stop()
+            assert self.mid_step is not None
+            self.mid_step.weights_moved = True
             with timer.phase("update"), progress.phase("update"), self.hooks.around_update(step):
                 record.update = self.policy.update(train_batch, check_stop=check_stop)
 

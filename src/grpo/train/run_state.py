@@ -183,10 +183,12 @@ class RunState:
         self.events.record("checkpoint", self.step, f"saved {info.path.name}", healthy=healthy, bytes=size,
                            seconds=round(time.perf_counter() - started, 3), ranks=self.ranks.world)
 
-    def save_final(self) -> None:
+    def save_final(self, healthy: bool | None = None) -> None:
+        """Save the current step unless the newest checkpoint holds it; `healthy` by default: no breaker
+        part-way to tripping and finite weights."""
         latest = self.checkpoints.latest()
         if latest is None or latest.step != self.step:
-            self.save(healthy=self.guard.healthy and self.policy.params_finite())
+            self.save(healthy=self.guard.healthy and self.policy.params_finite() if healthy is None else healthy)
 
     # --- how a run ended, when it did not finish -----------------------------------------------------
 

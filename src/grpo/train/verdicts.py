@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from grpo.config import GuardConfig
 from grpo.dist import Ranks
@@ -30,11 +30,18 @@ from grpo.train.signals import SignalWatch
 log = logging.getLogger(__name__)
 
 
+# Breakers of failures outside the model (_breaker_of): a stop for them saves a healthy checkpoint.
+OUTSIDE_THE_MODEL = ("inference_server", "weight_sync", "evaluation")
+
+
 class VerdictActions:
     def __init__(self, cfg: GuardConfig, guard: Guard, state: RunState, run: RunDir, ranks: Ranks,
-                 signals: SignalWatch) -> None:
+                 signals: SignalWatch, save_before_stop: Callable[[bool], None] | None = None) -> None:
+        """`save_before_stop(healthy)`: saves where the run stands before a stop's report names the
+        checkpoints (the loop's: it knows whether a step is under way)."""
         self.cfg, self.guard, self.state, self.run, self.ranks = cfg, guard, state, run, ranks
         self.signals = signals  # a stop signal ends a pause at once
+        self.save_before_stop = save_before_stop
 
     def act_on(self, trips: list[Trip], step: int) -> None:
         """Record this step's trips, then carry out the guard's verdict on them."""
@@ -87,6 +94,9 @@ class VerdictActions:
     def stop(self, verdict: Verdict) -> NoReturn:
         trip = verdict.trip
         assert trip is not None
+        if self.save_before_stop is not None:
+            # A stop for a failure outside the model leaves it as good as it was; a breaker's, not.
+            self.save_before_stop(trip.breaker in OUTSIDE_THE_MODEL and self.guard.healthy)
         good = self.run.checkpoints.last_good()
         cause = verdict.reason or trip.message
         report = write_stop_report(self.run.path, f"{trip.breaker}: {cause}", trip.step, trip.evidence,
