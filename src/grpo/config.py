@@ -165,6 +165,9 @@ class ServerConfig:
     request_timeout_s: float = knob(300.0, "a generation request slower than this counts as timed out", check=above(0))
     startup_timeout_s: float = knob(600.0, "from launch to the first one-token generation", check=above(0))
     health_timeout_s: float = knob(30.0, "a one-token generation slower than this is a hung server", check=above(0))
+    stall_s: float = knob(10.0, "a server grpo started on this machine that owes answers and has been stopped "
+                          "(SIGSTOP) or has used no CPU for this long is hung, whatever request_timeout_s says; 0: "
+                          "only the request timeout finds a hang", check=at_least(0, zero_means="off"))
     max_restarts: int = knob(3, "per run; past it the guard stops the run with a diagnosis", check=at_least(0))
     restart_backoff_s: float = knob(2.0, "wait before the first restart, doubling for each one after")
     probe_tolerance: float | None = knob(None, "|server - trainer| log-prob allowed on the weight probe (max over its "

@@ -126,6 +126,17 @@ def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):
     assert sorted(lines) == [1, 2, 3]
 
 
+def test_a_stopped_server_is_found_in_seconds_not_at_its_request_timeout(tmp_path):
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=3", "testing.faults.hang_server_at_steps=[2]", "rollout.server.stall_s=2")
+    (failed,) = of_kind(run_dir, "server_failed")
+    assert failed["message"].startswith("sglang-0: hung: its processes have been stopped (SIGSTOP) for 2."), failed
+    (hung,) = [e for e in of_kind(run_dir, "fault_injected") if e["message"].startswith("hang_server")]
+    assert failed["time"] - hung["time"] < 10  # the request timeout is 300 s
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert lines[2]["rollout/sources"] == ["sglang-0#2"] and sorted(lines) == [1, 2, 3]
+
+
 def test_skipped_sync_is_caught_by_the_probe_and_repaired_before_the_next_rollout(tmp_path):
     run_dir = tmp_path / "r"
     run(run_dir, "train.steps=3", "testing.faults.skip_weight_sync_at_steps=[1]")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -229,10 +230,10 @@ class ServerEngine(RolloutEngine):
         servers = self._serving()
         seeds = [seed & 0x7FFFFFFF for seed in seeds] if seeds is not None else list(range(len(prompts)))
         jobs = [(servers[i % len(servers)], prompts[i], seeds[i]) for i in range(len(prompts))]
-        futures = [self.pool.submit(self._one, server, prompt, params, seed)
-                   for server, prompt, seed in jobs]
+        futures = {self.pool.submit(self._one, server, prompt, params, seed): server
+                   for server, prompt, seed in jobs}
         self._wait(futures, servers)
-        completions = [f.result() for f in futures]
+        completions = [f.result() for f in futures]  # in the jobs' order
         suspect = {server for (server, _, _), c in zip(jobs, completions) if c.meta.get("error") in ("timeout", "connect")}
         for server in suspect:
             server.check_health()  # a timeout or a refused connection: hung or gone? find out, take it down if so
@@ -247,14 +248,19 @@ class ServerEngine(RolloutEngine):
         server = next((s for s in self.servers if s.name == completion.meta.get("server")), None)
         return server is not None and completion.meta.get("incarnation") in server.dead
 
-    def _wait(self, futures: list[Future], servers: list[Supervisor]) -> None:
-        """Wait for every request, cancelling everything on a stop signal."""
+    def _wait(self, futures: dict[Future, Supervisor], servers: list[Supervisor]) -> None:
+        """Wait for every request (each future's server given), cancelling everything on a stop signal;
+        every second, a server that owes answers and has stalled is taken down (Supervisor.check_liveness),
+        which fails its requests at once."""
         pending = set(futures)
-        written = time.monotonic()
+        sent = written = time.monotonic()
         while pending:
             _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             tick(len(futures) - len(pending), len(futures), "samples")
             if time.monotonic() - written > 1.0:  # `grpo health` sees each server's requests rise
+                owed = Counter(futures[f] for f in pending)
+                for server, waiting in owed.items():
+                    server.check_liveness(sent, waiting)
                 self._write_status()
                 written = time.monotonic()
             if self.cancel.is_set():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from grpo.rollout.server.backend import LaunchSpec
-from grpo.rollout.server.process import ServerProcess, free_port
+from grpo.rollout.server.process import Activity, ServerProcess, free_port
 
 
 class ServerHandle(Protocol):
@@ -31,6 +31,8 @@ class ServerHandle(Protocol):
     def pid(self) -> int | None: ...
 
     def describe_exit(self) -> str: ...
+
+    def activity(self) -> Activity | None: ...  # None where its processes cannot be seen from here
 
     def kill(self) -> None: ...
 

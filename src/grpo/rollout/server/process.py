@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +28,17 @@ def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a server's processes are doing, as the kernel counts it (its reaper left out)."""
+
+    stopped: bool  # one of them is stopped (SIGSTOP, a debugger): it answers nothing until continued
+    cpu_s: float  # the CPU time they have used, user and system
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class ServerProcess:
@@ -82,6 +94,23 @@ class ServerProcess:
             time.sleep(0.05)  # SIGKILLed processes release their mappings as they exit
         remove_orphaned_tmp(tempfile.gettempdir())
 
+    def activity(self) -> Activity | None:
+        """None once it has exited (or before it started)."""
+        if self.proc is None or self.exited.is_set():
+            return None
+        stopped, ticks = False, 0
+        for pid in session_members(self.proc.pid):
+            if pid == self.proc.pid:
+                continue  # the reaper: it polls, and its being stopped stops no answer
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            stopped |= fields[0] in ("T", "t")
+            ticks += int(fields[11]) + int(fields[12])
+        return Activity(stopped, ticks / CLOCK_TICKS)
+
     @property
     def returncode(self) -> int | None:
         return self.proc.returncode if self.proc else None
@@ -114,6 +143,7 @@ class ServerProcess:
     def kill(self) -> None:
         """SIGKILL the server and wait for its reaper; the exit counts as expected."""
         self.expected_exit = True
+        self._signal_group(signal.SIGCONT)  # a reaper stopped with its server (SIGSTOP to the group) cleans up
         self._signal_server(signal.SIGKILL)
         if not self.exited.wait(15):  # the reaper itself stuck: the whole group, as a last resort
             self._signal_group(signal.SIGKILL)

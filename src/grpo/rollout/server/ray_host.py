@@ -138,6 +138,10 @@ class ActorServer:
         if not self.expected_exit:
             self.on_exit(self)
 
+    def activity(self) -> None:
+        """Its processes are on the actor's node, out of this trainer's sight: only timeouts find a hang."""
+        return None
+
     def describe_exit(self) -> str:
         if self.lost is not None:
             return f"was lost with its Ray actor ({self.lost})"

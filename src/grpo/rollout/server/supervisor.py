@@ -34,7 +34,7 @@ from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
 from grpo.rollout.server.diagnosis import likely_cause, same_failure, server_error
 from grpo.rollout.server.launcher import Launch, LaunchFailed, LocalLauncher, ServerHandle, ServerLauncher
-from grpo.rollout.server.process import oom_kills
+from grpo.rollout.server.process import Activity, oom_kills
 from grpo.rollout.server.seed_check import SeedVerdict, check_seeds
 
 Record = Callable[..., None]  # record(kind, message, **evidence) into the run's event log
@@ -76,6 +76,33 @@ class RestartBudget:
         return delay
 
 
+@dataclass
+class Liveness:
+    """What a server owing answers has done since they were sent: when it last used CPU, since when it
+    has been stopped."""
+
+    since: float  # when the requests were sent (the engine's time.monotonic())
+    cpu_mark: float  # its CPU time when it was last seen working
+    working_at: float  # time.monotonic() then
+    stopped_at: float | None = None
+
+    MIN_WORK_S = 0.05  # CPU seconds that count as working (an idle HTTP loop uses a few ms)
+
+    def hang(self, activity: Activity, now: float, stall_s: float) -> str | None:
+        """-> why it is hung, or None while it may still answer."""
+        if activity.stopped:
+            self.stopped_at = self.stopped_at or now
+            if now - self.stopped_at >= stall_s:
+                return f"its processes have been stopped (SIGSTOP) for {now - self.stopped_at:.1f}s"
+            return None
+        self.stopped_at = None
+        if activity.cpu_s - self.cpu_mark >= self.MIN_WORK_S:
+            self.cpu_mark, self.working_at = activity.cpu_s, now
+        elif now - self.working_at >= stall_s:
+            return f"its processes used {activity.cpu_s - self.cpu_mark:.2f}s of CPU in {now - self.working_at:.1f}s"
+        return None
+
+
 class Supervisor:
     def __init__(self, name: str, backend: Backend, cfg: ServerConfig, *, model_dir: Path, dtype: str, seed: int,
                  log_dir: Path, record: Record, health_ids: list[int], url: str | None = None,
@@ -102,6 +129,7 @@ class Supervisor:
         self.failures: list[dict[str, Any]] = []
         self.revision: int | None = None  # the policy weights verified on this incarnation
         self.seeds: SeedVerdict | None = None  # checked once, at the first start
+        self._liveness: Liveness | None = None
         self._lock = threading.RLock()
 
     @property
@@ -299,6 +327,24 @@ class Supervisor:
                 else:
                     self._fail(f"its one-token generation failed ({exc})", kill=True)
                 return False
+
+    def check_liveness(self, waiting_since: float, waiting: int) -> None:
+        """While `waiting` requests sent at `waiting_since` (time.monotonic()) are unanswered: a server of
+        this machine whose processes were stopped, or used no CPU, for rollout.server.stall_s is hung,
+        and is taken down now rather than at the request timeout (minutes). A server working on them
+        uses a core; one sleeping on nothing is what a hang looks like from outside."""
+        with self._lock:
+            if not self.cfg.stall_s or self.state != ServerState.READY or self.process is None:
+                return
+            activity = self.process.activity()
+            if activity is None:
+                return
+            now = time.monotonic()
+            if self._liveness is None or self._liveness.since != waiting_since:
+                self._liveness = Liveness(waiting_since, activity.cpu_s, now)
+            reason = self._liveness.hang(activity, now, self.cfg.stall_s)
+            if reason is not None:
+                self._fail(f"hung: {reason}, with {waiting} request(s) waiting", kill=True)
 
     def fail(self, reason: str) -> None:
         """The engine saw the server misbehave (e.g. weights that do not verify): take it down."""
