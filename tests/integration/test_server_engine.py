@@ -126,6 +126,17 @@ def test_a_hung_server_is_found_by_its_timeout_and_restarted(tmp_path):
     assert sorted(lines) == [1, 2, 3]
 
 
+def test_a_sync_during_a_restarted_servers_own_warm_up_waits_for_it_and_costs_no_restart(tmp_path):
+    """SGLang refuses a cache flush while its warm-up request is pending, right after a start: that is
+    waited out, not read as weights that did not verify (which spent two restarts on one kill)."""
+    run_dir = tmp_path / "r"
+    run(run_dir, "train.steps=3", "testing.faults.kill_server_in_sync_at_steps=[2]",
+        "rollout.server.extra_args=[--warmup-s,4]")
+    assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "server_start")] == [1, 2]
+    assert not of_kind(run_dir, "weight_sync_mismatch") and len(of_kind(run_dir, "server_failed")) == 1
+    assert sorted(line["step"] for line in metric_lines(run_dir)) == [1, 2, 3]
+
+
 def test_a_stopped_server_is_found_in_seconds_not_at_its_request_timeout(tmp_path):
     run_dir = tmp_path / "r"
     run(run_dir, "train.steps=3", "testing.faults.hang_server_at_steps=[2]", "rollout.server.stall_s=2")

@@ -7,7 +7,7 @@ it misbehave with fault knobs.
 
     python tests/standins/sglang_server.py --model-path DIR --host 127.0.0.1 --port N \
         [--dtype float32|bfloat16] [--seed S] [--weight-version V] \
-        [--stale-head] [--skip-reload] [--garbage json|shape] [--hang-generate]
+        [--stale-head] [--skip-reload] [--garbage json|shape] [--hang-generate] [--warmup-s S]
 
 Endpoints: POST /generate, GET /health, GET /health_generate, GET /ready,
 POST /update_weights_from_disk, POST /update_weight_version, GET|POST /flush_cache,
@@ -31,6 +31,10 @@ log_softmax for greedy, or for every request when SGLANG_RETURN_ORIGINAL_LOGPROB
 the first entry's log-prob being null; max_new_tokens=0 returns no output ids and no output
 log-probs. Differences: /health does not generate; no streaming, min_new_tokens, penalties or
 grammars; requests are served one batch at a time.
+
+--warmup-s S: as SGLang's own warm-up request does after its HTTP server is up, a request stays
+pending for S seconds after the server reports ready: /flush_cache answers 400 meanwhile ("pending
+requests"), and /flush_cache?timeout=T waits up to T seconds for it to finish (SGLang's deferred flush).
 """
 
 from __future__ import annotations
@@ -295,6 +299,14 @@ class Server:
         self.unpaused = threading.Event()
         self.unpaused.set()
         self.up = False
+        self.warm_at = 0.0  # time.monotonic() when the warm-up request after the start is done
+
+    def flush_cache(self, timeout_s: float) -> bool:
+        """SGLang flushes only when idle; with a timeout it waits that long for idleness."""
+        wait_s = self.warm_at - time.monotonic()
+        if wait_s > 0 and wait_s <= timeout_s:
+            time.sleep(wait_s)  # the pending warm-up finishes meanwhile
+        return time.monotonic() >= self.warm_at
 
     def set_faults(self, body: dict) -> dict:
         unknown = set(body) - set(FAULTS)
@@ -459,6 +471,9 @@ def make_handler(server: Server):
             if path in ("/get_server_info", "/server_info"):
                 return self._send(200, s.server_info())
             if path == "/flush_cache":
+                query = dict(pair.split("=", 1) for pair in self.path.partition("?")[2].split("&") if "=" in pair)
+                if not s.flush_cache(float(query.get("timeout", 0))):
+                    return self._send(400, raw=b"Flush cache failed.\n", ctype="text/plain")
                 return self._send(200, raw=b"Cache flushed.\nPlease check backend logs for more details. "
                                   b"(When there are running or waiting requests, the operation will not be performed.)\n",
                                   ctype="text/plain")
@@ -533,6 +548,7 @@ def main(argv=None) -> None:
     p.add_argument("--skip-reload", action="store_true")
     p.add_argument("--garbage", choices=["json", "shape"], default=None)
     p.add_argument("--hang-generate", action="store_true")
+    p.add_argument("--warmup-s", type=float, default=0.0, help="a warm-up request pending this long after ready")
     p.add_argument("--shared-memory", action="store_true",
                    help="hold a /dev/shm/psm_* segment and a sem.mp-* file, as vLLM's processes do")
     args = p.parse_args(argv)
@@ -551,6 +567,7 @@ def main(argv=None) -> None:
         "ids": [0], "sp": normalise_sampling({"max_new_tokens": 1, "temperature": 0}), "return_logprob": False,
         "logprob_start_len": -1, "top_logprobs_num": 0, "text_in_logprobs": False, "rid": "warmup",
         "weight_version": server.weight_version, "t0": time.monotonic()}])
+    server.warm_at = time.monotonic() + args.warmup_s
     server.up = True
     log("The server is fired up and ready to roll!")
     try:

@@ -10,6 +10,8 @@ Facts this rests on (SGLang 0.5.23, measured on CPU; scripts/setup_sglang_env.sh
 - `sampling_seed` is honoured only under --enable-deterministic-inference (rollout.server.deterministic),
   which SGLang's CPU attention backends refuse: grpo's seed check (seed_check.py) says which holds.
 - `/update_weights_from_disk` with a bad path answers HTTP 400 and the server keeps serving.
+- `/flush_cache` answers HTTP 400 while any request is pending, SGLang's own warm-up request right after
+  a start included; `/flush_cache?timeout=S` defers the flush until the server is idle, up to S seconds.
 The fast test suite also runs this backend against a stand-in speaking the same API
 (tests/standins/sglang_server.py), which can be hung or made to answer garbage on demand.
 """
@@ -23,6 +25,9 @@ from grpo.config import ServerConfig
 from grpo.rollout.engines.base import SamplingParams
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect
 from grpo.rollout.server.client import HttpClient, ServerError
+
+
+FLUSH_WAIT_S = 60.0  # how long a cache flush waits for the server to be idle (its warm-up: seconds)
 
 
 class SGLangBackend(Backend):
@@ -101,7 +106,10 @@ class SGLangBackend(Backend):
             raise ServerError("http", f"update_weights_from_disk failed: {answer!r}"[:300])
 
     def reset_cache(self, client: HttpClient) -> None:
-        client.request("POST", "/flush_cache", retries=0)
+        # SGLang flushes only when no request is pending, and a server just started still has its own
+        # warm-up request in flight: without a timeout it answers 400 ("pending requests") at once,
+        # which is no failed sync; with one it flushes as soon as it is idle.
+        client.request("POST", f"/flush_cache?timeout={FLUSH_WAIT_S:g}", timeout_s=FLUSH_WAIT_S + 10, retries=0)
 
 
 def kv_cache_tokens(model_dir: Path, dtype: str, gib: float) -> int:
