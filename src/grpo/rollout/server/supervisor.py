@@ -265,12 +265,16 @@ class Supervisor:
 
     def _check_seeds(self) -> str | None:
         """Whether this server honours a request's seed (grpo.rollout.server.seed_check): -> None, or
-        why the check could not be made (a failed start)."""
+        why the start failed (the server died during the check). A check that only ran out of time (48
+        tokens on a loaded machine) says it could not tell: it never costs a healthy server a restart."""
         try:
             self.seeds = self._interruptible(lambda: check_seeds(self.backend, self.client, self.health_ids,
                                                                  self.cfg.health_timeout_s))
         except ServerError as exc:
-            return f"the seed check failed: {exc}"
+            if self.process is not None and self.process.exited.is_set():
+                return f"the seed check failed: the server process {self.process.describe_exit()}"
+            self.seeds = SeedVerdict(None, f"could not be checked ({exc}): whether samples are reproducible "
+                                           "is unknown")
         self.record("server_seeds", f"{self.name}: {self.seeds.detail}", server=self.name,
                     incarnation=self.incarnation, reproducible=self.seeds.reproducible)
         return None

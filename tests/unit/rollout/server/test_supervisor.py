@@ -102,6 +102,21 @@ def test_ready_means_a_generation_answered_and_a_kill_is_seen_at_once(tmp_path):
     assert kinds(events).count("server_failed") == 1  # stopping on purpose is not a failure
 
 
+class SlowSampler(ScriptedBackend):
+    """Answers the one-token readiness probe, but its 16-token seed check times out (a loaded machine)."""
+
+    def generate(self, client, prompt_ids, params, seed, timeout_s=None) -> Generation:
+        raise ServerError("timeout", f"no answer in {timeout_s}s")
+
+
+def test_a_seed_check_that_runs_out_of_time_is_unknown_and_costs_no_restart(tmp_path):
+    sup, events = supervisor(tmp_path, SlowSampler(SLEEPER))
+    assert sup.ensure_ready() is True
+    assert kinds(events) == ["server_start", "server_seeds", "server_ready"] and sup.incarnation == 1
+    assert sup.seeds.reproducible is None and "could not be checked (timeout: no answer in" in sup.seeds.detail
+    sup.stop()
+
+
 def test_a_hang_is_found_by_the_health_generation_and_the_server_killed(tmp_path):
     backend = ScriptedBackend(SLEEPER)
     sup, events = supervisor(tmp_path, backend)
