@@ -152,7 +152,8 @@ class ServerProcess:
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after `grace_s`; the exit counts as expected."""
         self.expected_exit = True
-        self._signal_group(signal.SIGTERM)  # the reaper ignores it and outlives the server
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)  # the reaper passes it to the server's first process
         if not self.exited.wait(grace_s):
             self.kill()
 

@@ -179,9 +179,18 @@ def main(argv: list[str]) -> int:
     remove_orphaned_tmp(tempfile.gettempdir())
     tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
     server = subprocess.Popen(command, env={**os.environ, "TMPDIR": tmp})
-    # The trainer stops the server with SIGTERM to the whole group: the server shuts down on its own,
-    # and this process outlives it to end the rest. (A Python handler, not SIG_IGN: that is inherited.)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    # The trainer stops the server with SIGTERM to this process, passed on to the server's first process
+    # alone: it shuts down its own children (SGLang's scheduler, vLLM's EngineCore), where a signal to
+    # each of them reads to it as a crash of one (SGLang then waits 5 s more); this process outlives
+    # it to end what is left. (A Python handler, not SIG_IGN: that is inherited.)
+    def forward(signum: int, _frame) -> None:
+        try:
+            server.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGTERM, forward)
+    for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
     print(f"grpo reaper {os.getpid()}: server pid {server.pid}, session {os.getsid(0)}, trainer {trainer}",
           flush=True)
