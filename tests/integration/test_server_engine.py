@@ -312,6 +312,16 @@ def test_a_resumed_run_numbers_its_server_incarnations_on(tmp_path):
     assert [line["rollout/sources"] for line in metric_lines(run_dir)] == [["sglang-0#1"]] * 2 + [["sglang-0#2"]]
 
 
+def test_the_same_command_on_a_finished_run_starts_no_server_and_reports_its_evaluations(tmp_path):
+    run_dir = tmp_path / "r"
+    first = run(run_dir, "train.steps=2", "eval.after_training=true")
+    again = run(run_dir, "train.steps=2", "eval.after_training=true")
+    assert [e["evidence"]["incarnation"] for e in of_kind(run_dir, "server_start")] == [1]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["after"]["accuracy"] == first.state.score
+    assert again.step == 2 and [line["step"] for line in metric_lines(run_dir)] == [1, 2]
+
+
 @pytest.mark.parametrize("answer, engine", [("nothing listening", "sglang"), ("a plain HTTP server", "vllm")])
 def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tmp_path, answer, engine):
     import threading

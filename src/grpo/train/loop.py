@@ -40,6 +40,7 @@ from grpo.rollout.engines import GenerationCancelled
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
 from grpo.train.run_state import RunState
+from grpo.rundir.files import read_json
 from grpo.rundir.run import RunDir
 from grpo.train.signals import SignalWatch, StopRequested
 from grpo.train.step import StepRecord, StepState
@@ -141,10 +142,15 @@ class TrainingLoop:
     def _train(self) -> dict[str, Any]:
         started = time.time()
         summary: dict[str, Any] = {}
-        try:
-            self.engine.start(self.policy)
-        except (ServerGaveUp, WeightSyncFailed) as exc:
-            self.verdicts.server_stop(exc, self.state.step)
+        # The same command again on a finished run: nothing to train or evaluate, no server to start.
+        finished_after = self._finished_evaluation() if self.state.step >= self.total_steps else None
+        if self.state.step < self.total_steps or (self.cfg.eval.after_training and finished_after is None):
+            try:
+                self.engine.start(self.policy)
+            except (ServerGaveUp, WeightSyncFailed) as exc:
+                self.verdicts.server_stop(exc, self.state.step)
+        else:
+            log.info("the run had finished at step %d: nothing to do", self.state.step)
         if self.cfg.eval.before_training:  # a resumed run reports the evaluation its first start made
             summary["before"] = self._evaluate("before") if self.state.step == 0 else self.state.evaluation("before")
         while self.state.step < self.total_steps:
@@ -159,7 +165,7 @@ class TrainingLoop:
         if self.cfg.checkpoint.save_final:
             self.state.save_final()
         if self.cfg.eval.after_training:
-            summary["after"] = self._evaluate("after")
+            summary["after"] = finished_after or self._evaluate("after")
         final = self.run.checkpoints.latest()
         self.run.write(self.run.summary_path, json.dumps({
             "status": "finished", "steps": self.state.step, "wall_s": time.time() - started, "ranks": self.ranks.world,
@@ -189,6 +195,14 @@ class TrainingLoop:
         except Exception as save_error:
             log.error("could not save before stopping on %s: %s: %s", type(exc).__name__,
                       type(save_error).__name__, save_error)
+
+    def _finished_evaluation(self) -> dict[str, Any] | None:
+        """The evaluation after training of the run that finished at this step, from its summary (eval.jsonl
+        was cut back to the final checkpoint, saved before that evaluation)."""
+        summary, _ = read_json(self.run.summary_path)
+        if isinstance(summary, dict) and summary.get("status") == "finished" and summary.get("steps") == self.state.step:
+            return summary.get("after")
+        return None
 
     # --- one step ----------------------------------------------------------------------------------
 
