@@ -1,8 +1,9 @@
 """A run under a fault monkey ends where an unbroken run does.
 
 An unbroken reference run, then the same command under a monkey that, at moments drawn from a seed,
-does from outside what production does to a run: SIGKILL or SIGTERM the trainer, SIGKILL or SIGSTOP
-(past the health timeout) a server process, fill the run directory's filesystem (a small tmpfs; the
+does from outside what production does to a run: SIGKILL or SIGTERM the trainer, SIGKILL a server's
+processes (its reaper spared, as the OOM killer does) or its whole group, SIGSTOP them past the hang
+detection's bound, fill the run directory's filesystem (a small tmpfs; the
 filler is freed again), and tear the newest checkpoint's weights as a crash mid-write would. After
 every trainer death it runs the same command again, as a scheduler would. At the end it checks:
 every step's metrics line present exactly once and equal to the reference's, the final weights'
@@ -36,17 +37,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo.rollout.server.reaper import shm_in_use
+from grpo.rollout.server.reaper import session_members, shm_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standins" / "sglang_server.py"
 STANDIN_SERVER = [
     "rollout.engine=sglang", "rollout.server.restart_backoff_s=0.2", "rollout.server.health_timeout_s=3",
+    "rollout.server.stall_s=3",
     "rollout.server.max_restarts=1000",
     f"rollout.server.command={{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} "
     "--dtype {dtype} --seed {seed}"]
 # A real server's one-token health probe waits behind a batch being decoded on the same two cores: its
-# timeout is longer than the stand-in's, and a SIGSTOP lasts twice it.
+# timeout is longer than the stand-in's; a SIGSTOP lasts twice the longer of it and stall_s.
 REAL_SERVER = ["rollout.server.restart_backoff_s=0.2", "rollout.server.health_timeout_s=20",
                "rollout.server.max_restarts=1000", "rollout.server.kv_cache_gib=1"]
 SETUPS = {
@@ -61,7 +63,16 @@ REAL_SERVER_PYTHON = {"sglang": ROOT / ".venv-sglang" / "bin" / "python",
                       "vllm": ROOT / ".venv-vllm" / "bin" / "python"}
 SERVER_SETUPS = ("server", "two-servers", "sglang", "vllm")
 TRAINER_FAULTS = ["sigkill_trainer", "sigterm_trainer", "full_disk", "torn_checkpoint"]
-SERVER_FAULTS = ["sigkill_server", "sigstop_server"]
+SERVER_FAULTS = ["sigkill_server", "sigkill_server_group", "sigstop_server"]
+FAULT_KINDS = {
+    "sigkill_trainer": "SIGKILL to the trainer (the OOM killer, a preemption)",
+    "sigterm_trainer": "SIGTERM to the trainer (docker stop, a scheduler)",
+    "full_disk": "the run directory's filesystem filled, then freed (needs root: a tmpfs)",
+    "torn_checkpoint": "SIGKILL to the trainer, then its newest checkpoint's weights cut in half",
+    "sigkill_server": "SIGKILL to a server's own processes, its reaper spared (as the OOM killer picks one)",
+    "sigkill_server_group": "SIGKILL to a server's whole process group, its reaper too (another job's kill)",
+    "sigstop_server": "SIGSTOP to a server's processes for twice the longer of its hang bounds, then SIGCONT",
+}
 NOISY = ("time", "time/", "perf/", "memory/", "rollout/sources", "sync/seconds")
 PR_SET_CHILD_SUBREAPER = 36
 SHM_POLL_S = 0.5  # how often the monkey notes what its process tree holds in /dev/shm
@@ -82,11 +93,12 @@ class Chaos:
     command: list[str]
     rng: random.Random
     kinds: list[str]
+    in_order: bool  # the faults are `kinds` in turn (--kinds), not drawn from them
     faults_wanted: int
     delay_s: tuple[float, float]
     disk: Path | None
     logs: Path
-    stop_s: float = 0.0  # how long a SIGSTOPped server stays stopped: twice its health timeout
+    stop_s: float = 0.0  # how long a SIGSTOPped server stays stopped: past the hang detection's bound
     started: float = field(default_factory=time.monotonic)
     faults: list[Fault] = field(default_factory=list)
     launches: int = 0
@@ -117,7 +129,8 @@ class Chaos:
         while proc.poll() is None:
             if len(self.faults) >= self.faults_wanted:
                 return self._wait(proc)
-            kind, delay = self.rng.choice(self.kinds), self.rng.uniform(*self.delay_s)
+            kind = self.kinds[len(self.faults) % len(self.kinds)] if self.in_order else self.rng.choice(self.kinds)
+            delay = self.rng.uniform(*self.delay_s)
             reached = self._newest_step()
             while proc.poll() is None and self._newest_step() <= reached:
                 self._note_progress()
@@ -157,20 +170,23 @@ class Chaos:
                 fault.note = f"{checkpoints[-1].name} torn"
         elif kind == "full_disk":
             fault.note = self._fill_disk(proc)
-        elif kind in ("sigkill_server", "sigstop_server"):
+        elif kind in SERVER_FAULTS:
             pid = self._server_pid()
             if pid is None:
                 fault.note = "no server up at that moment: nothing done"
             elif kind == "sigkill_server":
+                _signal_server(pid, signal.SIGKILL)
+                fault.note = f"pid {pid}: the server's processes"
+            elif kind == "sigkill_server_group":
                 _signal_group(pid, signal.SIGKILL)
-                fault.note = f"pid {pid}"
+                fault.note = f"pid {pid}: its whole group"
             else:
-                _signal_group(pid, signal.SIGSTOP)
+                _signal_server(pid, signal.SIGSTOP)
                 end = time.monotonic() + self.stop_s
                 while time.monotonic() < end and proc.poll() is None:
                     self._note_progress()
                     time.sleep(0.05)
-                _signal_group(pid, signal.SIGCONT)
+                _signal_server(pid, signal.SIGCONT)
                 fault.note = f"pid {pid} stopped {self.stop_s:g}s"
         self.faults.append(fault)
 
@@ -217,6 +233,16 @@ class Chaos:
             for f in pending:
                 if step > f.step:
                     f.recovered_s = now - f.at
+
+
+def _signal_server(reaper: int, sig: int) -> None:
+    """`sig` to every process of the server's session (led by grpo's reaper `reaper`) but the reaper."""
+    for pid in session_members(reaper):
+        if pid != reaper:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -314,9 +340,12 @@ def table(chaos: Chaos) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="fault kinds: " + "; ".join(
+        f"{kind}: {what}" for kind, what in FAULT_KINDS.items()) + " (server faults with a server setup only)")
     parser.add_argument("--setup", choices=list(SETUPS), default="embedded")
     parser.add_argument("--faults", type=int, default=10)
+    parser.add_argument("--kinds", help="comma-separated fault kinds struck in this order (repeated as needed); "
+                                        "default: each drawn at random from all that the setup allows")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default="tiny")
     parser.add_argument("--steps", type=int, default=30)
@@ -329,16 +358,21 @@ def main() -> int:
                                                     ".venv-sglang or .venv-vllm")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    possible = [*TRAINER_FAULTS, *(SERVER_FAULTS if args.setup in SERVER_SETUPS else [])]
+    if args.kinds and (unknown := [k for k in args.kinds.split(",") if k not in possible]):
+        parser.error(f"--kinds: {', '.join(unknown)} not possible with --setup {args.setup}; valid: {', '.join(possible)}")
     setup = list(SETUPS[args.setup])
     if args.setup in REAL_SERVER_PYTHON:
         python = Path(args.server_python or REAL_SERVER_PYTHON[args.setup])
         if not python.is_file():
             raise SystemExit(f"{python} does not exist: build it with scripts/setup_{args.setup}_env.sh")
         setup.append(f"rollout.server.python={python}")
-    health_timeout_s = 0.0  # the last override of it wins, as in grpo's own command line
+    # A SIGSTOP lasts past both ways a hang is found (the last override of each wins, as in grpo's command line).
+    bounds = {"rollout.server.health_timeout_s": 30.0, "rollout.server.stall_s": 10.0}
     for override in [*setup, *args.set]:
-        if override.startswith("rollout.server.health_timeout_s="):
-            health_timeout_s = float(override.split("=", 1)[1])
+        key, _, value = override.partition("=")
+        if key in bounds:
+            bounds[key] = float(value)
 
     out = Path(args.out).resolve() / args.setup
     if out.exists():
@@ -372,8 +406,11 @@ def main() -> int:
         low, high = 0.0, max(reference_s - first_step_s, 0.0) / max(args.faults, 1) / 4
     else:
         low, high = (float(x) for x in args.delay.split(","))
-    chaos = Chaos(run_dir, [*base, f"run_dir={run_dir}", *overrides], random.Random(args.seed), kinds, args.faults,
-                  (low, high), disk, out, stop_s=2 * health_timeout_s)
+    if args.kinds:
+        kinds = [k for k in args.kinds.split(",") if k in kinds]  # full_disk goes where no tmpfs could be made
+    chaos = Chaos(run_dir, [*base, f"run_dir={run_dir}", *overrides], random.Random(args.seed), kinds, bool(args.kinds),
+                  args.faults,
+                  (low, high), disk, out, stop_s=2 * max(bounds.values()))
     code = chaos.run()
     chaos_s = time.monotonic() - chaos.started
 
