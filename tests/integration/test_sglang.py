@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from grpo.config import TinyModelConfig, load_config
+from grpo.errors import RunStopped
 from grpo.hooks import StepHooks
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.rundir.files import JsonlLog
@@ -167,6 +168,26 @@ def test_no_server_process_or_shared_memory_outlives_a_sigkill_of_the_server_or_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_hang_is_found_in_seconds_and_a_kill_past_the_budget_saves_the_run_before_it_stops(tmp_path):
+    """SIGSTOP of the server mid-rollout: found by its stalled processes in seconds (the request timeout is
+    300 s), restarted; then SIGKILL with no restart left: the stop saves the last trained step (no periodic
+    checkpoints, as the quickstart had), and the same command resumes from it."""
+    run_dir = tmp_path / "r"
+    no_saves = ["train.steps=5", "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "rollout.server.stall_s=5"]
+    with pytest.raises(RunStopped):
+        run(run_dir, *no_saves, "testing.faults.hang_server_at_steps=[2]", "testing.faults.kill_server_at_steps=[4]",
+            "rollout.server.max_restarts=1")
+    hung, killed = of_kind(run_dir, "server_failed")
+    assert hung["message"].startswith("sglang-0: hung: its processes have been stopped (SIGSTOP) for 5."), hung
+    (stopped,) = [e for e in of_kind(run_dir, "fault_injected") if e["message"].startswith("hang_server")]
+    assert hung["time"] - stopped["time"] < 15
+    assert killed["step"] == 4 and killed["evidence"]["exit"] == "killed by SIGKILL"
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))[-1] == "step_000003"
+    run(run_dir, *no_saves)
+    assert [e["step"] for e in of_kind(run_dir, "restart")] == [3]
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4, 5]
 
 
 def test_a_server_killed_with_its_reaper_leaves_no_shared_memory(tmp_path):
