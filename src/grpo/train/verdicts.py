@@ -68,8 +68,9 @@ class VerdictActions:
         checkpoints = self.run.checkpoints
         good = self.state.restore_newest([i for i in checkpoints.list() if i.healthy and i.step <= target.step],
                                          queued=False)
-        if good is None:
-            self.stop(Verdict("stop", trip, f"{trip.message}; not rolling back: no healthy checkpoint loads"))
+        if good is None:  # the weights may be half restored: nothing of them is saved
+            self.stop(Verdict("stop", trip, f"{trip.message}; not rolling back: no healthy checkpoint loads"),
+                      save=False)
         self.state.lr_scale *= self.cfg.rollback_lr_factor
         checkpoints.discard_after(good.step)
         self.run.events.record("rollback", trip.step, f"rolled back to step {good.step} after {trip.breaker}",
@@ -91,10 +92,10 @@ class VerdictActions:
             self.stop(Verdict("stop", trip, reason))
         self.run.events.record("unpause", trip.step, "resumed after pause")
 
-    def stop(self, verdict: Verdict) -> NoReturn:
+    def stop(self, verdict: Verdict, save: bool = True) -> NoReturn:
         trip = verdict.trip
         assert trip is not None
-        if self.save_before_stop is not None:
+        if save and self.save_before_stop is not None:
             # A stop for a failure outside the model leaves it as good as it was; a breaker's, not.
             self.save_before_stop(trip.breaker in OUTSIDE_THE_MODEL and self.guard.healthy)
         good = self.run.checkpoints.last_good()
