@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 
@@ -27,6 +28,17 @@ def shm_held(sid: int) -> set[str]:
 
     held = shm_in_use(session(sid))
     return {entry.name for entry in os.scandir("/dev/shm") if entry.inode() in held}
+
+
+def kill_group_and_see_it_reclaimed(sid: int) -> None:
+    """SIGKILL to server session `sid`'s whole group, its reaper too (another job's kill), then wait until
+    what it held in /dev/shm and its reaper's temporary directory are gone (the trainer reclaims them)."""
+    from tests.waiting import wait_until
+
+    held = wait_until(lambda: shm_held(sid), 30, "the server's files in /dev/shm")
+    os.killpg(sid, signal.SIGKILL)
+    wait_until(lambda: not [n for n in held if Path("/dev/shm", n).exists()], 15, f"the killed server's {sorted(held)} removed")
+    wait_until(lambda: not list(Path("/tmp").glob(f"grpo-server-{sid}-*")), 5, "the killed reaper's temporary directory removed")
 
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -34,7 +34,7 @@ from grpo.tools.doctor import diagnose
 from grpo.tools.health import check as health_check
 from grpo.train.loop import TrainingLoop
 
-from tests.processes import env_with_src, session, shm_held
+from tests.processes import env_with_src, kill_group_and_see_it_reclaimed, session
 from tests.waiting import wait_until
 
 from .helpers import disturb_each_evaluation, make_loop, metric_lines
@@ -198,10 +198,7 @@ def test_a_server_killed_with_its_reaper_leaves_no_shared_memory(tmp_path):
     try:
         wait_until(lambda: started(run_dir, "server_ready", 1), 300, "the first server ready")
         sid = started(run_dir, "server_start", 1)["evidence"]["pid"]
-        held = wait_until(lambda: shm_held(sid), 30, "the server's files in /dev/shm")
-        os.killpg(sid, signal.SIGKILL)
-        wait_until(lambda: not [n for n in held if (SHM / n).exists()], 15, f"the killed server's {sorted(held)} removed")
-        wait_until(lambda: not list(Path("/tmp").glob(f"grpo-server-{sid}-*")), 5, "the killed reaper's temporary directory removed")
+        kill_group_and_see_it_reclaimed(sid)
         wait_until(lambda: started(run_dir, "server_ready", 2), 300, "the restarted server ready")
         proc.terminate()
         assert proc.wait(60) == 4, proc.stderr.read()[-3000:]

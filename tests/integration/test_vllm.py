@@ -30,7 +30,7 @@ from grpo.train.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
 from grpo.tools.health import check as health_check
 
-from tests.processes import session, shm_held
+from tests.processes import kill_group_and_see_it_reclaimed, session
 from tests.waiting import wait_until
 
 from .helpers import disturb_each_evaluation, metric_lines, make_loop
@@ -156,11 +156,7 @@ def test_a_server_killed_with_its_reaper_leaves_no_shared_memory(tmp_path):
     try:
         wait_until(lambda: started(run_dir, "server_ready", 1), 400, "the first server ready")
         sid = started(run_dir, "server_start", 1)["evidence"]["pid"]
-        held = wait_until(lambda: shm_held(sid), 30, "the server's files in /dev/shm")
-        os.killpg(sid, signal.SIGKILL)
-        wait_until(lambda: not [n for n in held if Path("/dev/shm", n).exists()], 15,
-                   f"the killed server's {sorted(held)} removed")
-        wait_until(lambda: not list(Path("/tmp").glob(f"grpo-server-{sid}-*")), 5, "the killed reaper's temporary directory removed")
+        kill_group_and_see_it_reclaimed(sid)
         proc.terminate()  # during the restart
         assert proc.wait(60) == EXIT_INTERRUPTED, proc.stderr.read()[-3000:]
     finally:
