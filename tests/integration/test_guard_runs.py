@@ -10,7 +10,7 @@ from grpo.config import load_config
 from grpo.errors import RunStopped
 from grpo.hooks import StepHooks
 
-from .helpers import max_param_diff, metric_lines, params, run_tiny, make_loop
+from .helpers import abandoned_lines, max_param_diff, metric_lines, params, run_tiny, make_loop
 
 
 class ParamRecorder(StepHooks):
@@ -118,14 +118,13 @@ def test_nan_loss_applies_no_update_rolls_back_and_the_run_finishes(tmp_path):
         "algo.advantage_norm=none",
     ]), recorder)
     trainer.train()
-    lines = metric_lines(run_dir)
-    nan_line = next(line for line in lines if line["update/nonfinite"] == 1)
-    assert nan_line["step"] == 3 and nan_line["update/applied"] == 0
+    (nan_line,) = abandoned_lines(run_dir)  # rolled back to step 2: step 3 ran again, clean
+    assert nan_line["step"] == 3 and nan_line["update/nonfinite"] == 1 and nan_line["update/applied"] == 0
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in events if e["kind"] in ("trip", "rollback")] == ["trip", "rollback"]
     assert trainer.step == 6
     assert all(torch_finite(p) for p in recorder.after[6].values())
-    assert lines[-1]["step"] == 6
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4, 5, 6]
 
 
 def torch_finite(tensor) -> bool:
@@ -178,8 +177,9 @@ def test_non_finite_parameters_are_caught_and_rolled_back(tmp_path):
 
     trainer.policy.optimizer.step = poisoned_step
     trainer.train()
-    poisoned = [line for line in metric_lines(run_dir) if line["update/nonfinite"]]
-    assert len(poisoned) == 1 and poisoned[0]["update/skip_reason"] == "non-finite parameters after the update"
+    (poisoned,) = [line for line in abandoned_lines(run_dir) if line["update/nonfinite"]]
+    assert poisoned["update/skip_reason"] == "non-finite parameters after the update"
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert any(e["kind"] == "rollback" and e["step"] == poisoned[0]["step"] for e in events)
+    assert any(e["kind"] == "rollback" and e["step"] == poisoned["step"] for e in events)
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4]
     assert trainer.policy.optimizer.params_finite() and trainer.step == 4

@@ -133,6 +133,23 @@ class JsonlLog:
             os.fsync(f.fileno())
         return tail.count(b"\n") + (0 if tail.endswith(b"\n") else 1)
 
+    def past_steps(self, offset: int, step: int) -> int:
+        """The offset past the lines from `offset` on that belong to steps up to `step` (their "step")."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                for line in f:
+                    try:
+                        record = json.loads(line)
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        break
+                    if not (isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step):
+                        break
+                    offset += len(line)
+        except FileNotFoundError:
+            pass
+        return offset
+
     def read(self) -> tuple[list[dict[str, Any]], int]:
         """-> (every record that parses, the number of lines that did not)."""
         try:
