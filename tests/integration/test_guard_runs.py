@@ -95,6 +95,45 @@ def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_com
     assert restart["step"] == 1 and restart["evidence"]["previous_stop"]["step"] == 5
 
 
+def test_a_rollback_logs_each_step_once_keeps_the_replayed_lines_apart_and_the_doctor_names_it(tmp_path, capsys):
+    """Issue 52: a rollback left steps 1-4 twice in metrics.jsonl, and the doctor read the replays' counts
+    (no failure) and said nothing of the rollback or its halved learning rate."""
+    run_dir = tmp_path / "r"
+    trainer = make_loop(load_config("tiny", [
+        f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=10", "eval.before_training=true",
+        "testing.faults.fail_rollouts_at_steps=[3,4]", "testing.faults.fail_fraction=1.0", "rollout.max_retries=1",
+    ]))
+    trainer.train()
+    events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
+    # Every sample of steps 3 and 4 still failed after its retry: the breaker's default, 2 steps, a rollback.
+    (trip,) = [e for e in events if e["kind"] == "trip"]
+    assert (trip["step"], trip["evidence"]["breaker"], trip["evidence"]["unrecovered_frac"]) == (4, "failed_rollouts", 1.0)
+    (rollback,) = [e for e in events if e["kind"] == "rollback"]
+    assert rollback["evidence"]["to_step"] == 0 and rollback["evidence"]["lr_scale"] == 0.5
+    assert rollback["evidence"]["log_lines_replayed"]["metrics.jsonl"] == 4
+
+    lines, replayed = metric_lines(run_dir), abandoned_lines(run_dir)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert [line["step"] for line in replayed] == [1, 2, 3, 4]
+    assert [line["actor/lr"] for line in lines[:4]] == [line["actor/lr"] / 2 for line in replayed]
+    assert sum(line["rollout/failed"] for line in replayed) > 0 and all(line["rollout/failed"] == 0 for line in lines)
+    # The evaluation before training is of the weights rolled back to: it stays.
+    assert [e["label"] for e in map(json.loads, (run_dir / "eval.jsonl").read_text().splitlines())] == ["before"]
+
+    capsys.readouterr()
+    assert main(["doctor", str(run_dir), "--json"]) == 0
+    diagnosis = json.loads(capsys.readouterr().out)
+    said = "rolled back to step 0 after failed_rollouts: learning rate x0.5 from then on (0.5 x its schedule)"
+    assert diagnosis["cause"] == "healthy" and f"at step 4 {said}" in diagnosis["explanation"]
+    assert {"step": 4, "kind": "rollback", "detail": said} in diagnosis["timeline"]
+    assert main(["doctor", str(run_dir)]) == 0
+    report = capsys.readouterr().out
+    assert f"         rollback at step 4: {said}" in report
+    failed = sum(line["rollout/failed"] for line in replayed)
+    assert f"and in 4 replayed step line(s) (steps 1-4, metrics.abandoned.jsonl): ok " in report
+    assert f"failed {failed}, timeout 0" in report
+
+
 def test_zero_reward_rolls_back_when_configured(tmp_path):
     run_dir = tmp_path / "r"
     trainer = make_loop(load_config("tiny", [
