@@ -107,7 +107,8 @@ def test_a_rollback_logs_each_step_once_keeps_the_replayed_lines_apart_and_the_d
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
     # Every sample of steps 3 and 4 still failed after its retry: the breaker's default, 2 steps, a rollback.
     (trip,) = [e for e in events if e["kind"] == "trip"]
-    assert (trip["step"], trip["evidence"]["breaker"], trip["evidence"]["unrecovered_frac"]) == (4, "failed_rollouts", 1.0)
+    assert (trip["step"], trip["evidence"]["breaker"]) == (4, "failed_rollouts")
+    assert trip["evidence"]["unrecovered_frac"] == 1.0
     (rollback,) = [e for e in events if e["kind"] == "rollback"]
     assert rollback["evidence"]["to_step"] == 0 and rollback["evidence"]["lr_scale"] == 0.5
     assert rollback["evidence"]["log_lines_replayed"]["metrics.jsonl"] == 4

@@ -143,7 +143,8 @@ class JsonlLog:
                         record = json.loads(line)
                     except (json.JSONDecodeError, UnicodeDecodeError):
                         break
-                    if not (isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step):
+                    at = record.get("step") if isinstance(record, dict) else None
+                    if not (isinstance(at, int) and at <= step):
                         break
                     offset += len(line)
         except FileNotFoundError:

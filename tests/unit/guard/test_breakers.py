@@ -28,7 +28,8 @@ def guard_for(name: str, cfg: GuardConfig) -> Guard:
 
 # breaker -> (phase, a bad step under the default threshold, a healthy step)
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "failed_rollouts": ("rollout", {"rollout/unrecovered_frac": 0.5}, {"rollout/unrecovered_frac": 0.1}),  # bad: >= 0.5
+    # bad: >= 0.5 of the samples still failed after every retry
+    "failed_rollouts": ("rollout", {"rollout/unrecovered_frac": 0.5}, {"rollout/unrecovered_frac": 0.1}),
     "unscorable_rewards": (
         "rollout", {"rollout/unscorable_frac": 0.9, "rollout/unscorable": 58},
         {"rollout/unscorable_frac": 0.1, "rollout/unscorable": 6},

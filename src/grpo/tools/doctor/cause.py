@@ -54,7 +54,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     model_side = [a for a in timeline if a.kind in MODEL_SIDE]
     if record.source == "grpo" and record.finished and not any(not a.from_event for a in model_side):
         # At one step, the failure (a server's) before the samples it failed.
-        trouble = sorted((a for a in timeline if a.from_event and a.kind not in ("restart", "server_restart", "rollback")),
+        trouble = sorted((a for a in timeline if a.from_event and a.kind not in ("restart", "server_restart",
+                                                                                 "rollback")),
                          key=lambda a: (a.step, a.kind == "samples_failed"))
         signs = [a for a in timeline if not a.from_event]  # e.g. entropy falling as the task is learned
         rollbacks = [a for a in timeline if a.kind == "rollback"]
