@@ -53,16 +53,17 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     first = {kind: items[0] for kind, items in by_kind.items()}
     model_side = [a for a in timeline if a.kind in MODEL_SIDE]
     if record.source == "grpo" and record.finished and not any(not a.from_event for a in model_side):
-        # At one step, the failure (a server's) before the samples it failed.
-        trouble = sorted((a for a in timeline if a.from_event and a.kind not in ("restart", "server_restart",
-                                                                                 "rollback")),
-                         key=lambda a: (a.step, a.kind == "samples_failed"))
+        # Failed samples are counted apart: a stray empty answer at step 1 is not the failure to name.
+        trouble = [a for a in timeline if a.from_event
+                   and a.kind not in ("restart", "server_restart", "rollback", "samples_failed")]
         signs = [a for a in timeline if not a.from_event]  # e.g. entropy falling as the task is learned
-        rollbacks = [a for a in timeline if a.kind == "rollback"]
+        retried = sorted({a.step for a in _of(record, {"samples_failed"})})
         return "healthy", None, _healthy_text(record, signs) + (
             f"; recovered from {len(trouble)} failure(s) on the way (first: {_describe(trouble[0])} at step "
-            f"{trouble[0].step})" if trouble else "") + "".join(
-            f"; at step {a.step} {a.detail}" for a in rollbacks), []
+            f"{trouble[0].step})" if trouble else "") + (
+            f"; failed samples retried at step(s) {', '.join(map(str, retried[:10]))}"
+            + (" ..." if len(retried) > 10 else "") if retried else "") + "".join(
+            f"; at step {a.step} {a.detail}" for a in timeline if a.kind == "rollback"), []
     onset = min((a.step for a in model_side), default=None)
     # Every occurrence, not the timeline's first of each burst: a stray connection error at step 5
     # must not hide the outage at step 42.
