@@ -355,7 +355,8 @@ class GuardConfig:
 
     enabled: bool = knob(True, "false turns every breaker off")
     failed_rollouts: BreakerConfig = knob(factory=lambda: BreakerConfig(0.5, "rollback", 2), help=(
-        "fraction of generation attempts in a step that failed, timed out or came back empty"
+        "fraction of a step's samples still failed, timed out or empty after every retry (their groups dropped); "
+        "a sample a retry recovered does not count"
     ))
     unscorable_rewards: BreakerConfig = knob(factory=lambda: BreakerConfig(0.5, "stop", 2), help=(
         "fraction of generated answers the reward could not score: bad gold answers or a broken reward function; a "

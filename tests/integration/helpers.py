@@ -51,6 +51,11 @@ def metric_lines(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def abandoned_lines(run_dir: Path) -> list[dict]:
+    """The metrics lines of steps a rollback or a resume ran again, moved aside from metrics.jsonl."""
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.abandoned.jsonl").read_text().splitlines()]
+
+
 def deterministic(line: dict) -> dict:
     return {k: v for k, v in line.items() if not k.startswith(NOISY)}
 

@@ -10,7 +10,7 @@ from grpo.config import load_config
 from grpo.errors import RunStopped
 from grpo.hooks import StepHooks
 
-from .helpers import max_param_diff, metric_lines, params, run_tiny, make_loop
+from .helpers import abandoned_lines, max_param_diff, metric_lines, params, run_tiny, make_loop
 
 
 class ParamRecorder(StepHooks):
@@ -95,6 +95,46 @@ def test_zero_reward_trips_at_exactly_step_n_and_stops_with_a_working_resume_com
     assert restart["step"] == 1 and restart["evidence"]["previous_stop"]["step"] == 5
 
 
+def test_a_rollback_logs_each_step_once_keeps_the_replayed_lines_apart_and_the_doctor_names_it(tmp_path, capsys):
+    """Issue 52: a rollback left steps 1-4 twice in metrics.jsonl, and the doctor read the replays' counts
+    (no failure) and said nothing of the rollback or its halved learning rate."""
+    run_dir = tmp_path / "r"
+    trainer = make_loop(load_config("tiny", [
+        f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=10", "eval.before_training=true",
+        "testing.faults.fail_rollouts_at_steps=[3,4]", "testing.faults.fail_fraction=1.0", "rollout.max_retries=1",
+    ]))
+    trainer.train()
+    events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
+    # Every sample of steps 3 and 4 still failed after its retry: the breaker's default, 2 steps, a rollback.
+    (trip,) = [e for e in events if e["kind"] == "trip"]
+    assert (trip["step"], trip["evidence"]["breaker"]) == (4, "failed_rollouts")
+    assert trip["evidence"]["unrecovered_frac"] == 1.0
+    (rollback,) = [e for e in events if e["kind"] == "rollback"]
+    assert rollback["evidence"]["to_step"] == 0 and rollback["evidence"]["lr_scale"] == 0.5
+    assert rollback["evidence"]["log_lines_replayed"]["metrics.jsonl"] == 4
+
+    lines, replayed = metric_lines(run_dir), abandoned_lines(run_dir)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert [line["step"] for line in replayed] == [1, 2, 3, 4]
+    assert [line["actor/lr"] for line in lines[:4]] == [line["actor/lr"] / 2 for line in replayed]
+    assert sum(line["rollout/failed"] for line in replayed) > 0 and all(line["rollout/failed"] == 0 for line in lines)
+    # The evaluation before training is of the weights rolled back to: it stays.
+    assert [e["label"] for e in map(json.loads, (run_dir / "eval.jsonl").read_text().splitlines())] == ["before"]
+
+    capsys.readouterr()
+    assert main(["doctor", str(run_dir), "--json"]) == 0
+    diagnosis = json.loads(capsys.readouterr().out)
+    said = "rolled back to step 0 after failed_rollouts: learning rate x0.5 from then on (0.5 x its schedule)"
+    assert diagnosis["cause"] == "healthy" and f"at step 4 {said}" in diagnosis["explanation"]
+    assert {"step": 4, "kind": "rollback", "detail": said} in diagnosis["timeline"]
+    assert main(["doctor", str(run_dir)]) == 0
+    report = capsys.readouterr().out
+    assert f"         rollback at step 4: {said}" in report
+    failed = sum(line["rollout/failed"] for line in replayed)
+    assert f"and in 4 replayed step line(s) (steps 1-4, metrics.abandoned.jsonl): ok " in report
+    assert f"failed {failed}, timeout 0" in report
+
+
 def test_zero_reward_rolls_back_when_configured(tmp_path):
     run_dir = tmp_path / "r"
     trainer = make_loop(load_config("tiny", [
@@ -118,14 +158,13 @@ def test_nan_loss_applies_no_update_rolls_back_and_the_run_finishes(tmp_path):
         "algo.advantage_norm=none",
     ]), recorder)
     trainer.train()
-    lines = metric_lines(run_dir)
-    nan_line = next(line for line in lines if line["update/nonfinite"] == 1)
-    assert nan_line["step"] == 3 and nan_line["update/applied"] == 0
+    (nan_line,) = abandoned_lines(run_dir)  # rolled back to step 2: step 3 ran again, clean
+    assert nan_line["step"] == 3 and nan_line["update/nonfinite"] == 1 and nan_line["update/applied"] == 0
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in events if e["kind"] in ("trip", "rollback")] == ["trip", "rollback"]
     assert trainer.step == 6
     assert all(torch_finite(p) for p in recorder.after[6].values())
-    assert lines[-1]["step"] == 6
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4, 5, 6]
 
 
 def torch_finite(tensor) -> bool:
@@ -178,8 +217,9 @@ def test_non_finite_parameters_are_caught_and_rolled_back(tmp_path):
 
     trainer.policy.optimizer.step = poisoned_step
     trainer.train()
-    poisoned = [line for line in metric_lines(run_dir) if line["update/nonfinite"]]
-    assert len(poisoned) == 1 and poisoned[0]["update/skip_reason"] == "non-finite parameters after the update"
+    (poisoned,) = [line for line in abandoned_lines(run_dir) if line["update/nonfinite"]]
+    assert poisoned["update/skip_reason"] == "non-finite parameters after the update"
     events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert any(e["kind"] == "rollback" and e["step"] == poisoned[0]["step"] for e in events)
+    assert any(e["kind"] == "rollback" and e["step"] == poisoned["step"] for e in events)
+    assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4]
     assert trainer.policy.optimizer.params_finite() and trainer.step == 4

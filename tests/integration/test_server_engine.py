@@ -20,6 +20,7 @@ import pytest
 from grpo.config import load_config
 from grpo.errors import EXIT_STOPPED, ConfigError, RunStopped
 from grpo.hooks import StepHooks
+from grpo.policy.optim import lr_at
 from grpo.tools.doctor import diagnose
 from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
@@ -146,6 +147,43 @@ def test_a_stopped_server_is_found_in_seconds_not_at_its_request_timeout(tmp_pat
     assert failed["time"] - hung["time"] < 10  # the request timeout is 300 s
     lines = {line["step"]: line for line in metric_lines(run_dir)}
     assert lines[2]["rollout/sources"] == ["sglang-0#2"] and sorted(lines) == [1, 2, 3]
+
+
+def test_a_server_killed_then_hung_on_the_next_step_every_sample_recovered_rolls_nothing_back(tmp_path):
+    """Issue 52: a scheduler killed at step 3 and a hang at step 4, every failed sample retried and answered by
+    the restarted server; the failed_rollouts breaker counted the failed attempts (half of them, two steps in
+    a row), rolled back to step 0 and halved the learning rate. What was trained on lost nothing."""
+    run_dir = tmp_path / "r"
+    loop = run(run_dir, "train.steps=5", "testing.faults.kill_server_at_steps=[3]",
+               "testing.faults.hang_server_at_steps=[4]", "rollout.server.request_timeout_s=3",
+               "rollout.server.health_timeout_s=2")
+    assert [e["step"] for e in of_kind(run_dir, "server_failed")] == [3, 4]
+    assert not of_kind(run_dir, "trip") and not of_kind(run_dir, "rollback")
+    lines = metric_lines(run_dir)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5]  # each step once: nothing replayed
+    assert not (run_dir / "metrics.abandoned.jsonl").exists()
+    samples = loop.cfg.rollout.problems_per_step * loop.cfg.rollout.samples_per_problem
+    for line in lines[2:4]:
+        assert line["rollout/failed_frac"] >= 0.5  # what the breaker used to judge, and trip on
+        assert (line["rollout/recovered"], line["rollout/unrecovered"], line["rollout/unrecovered_frac"]) == (
+            samples, 0, 0.0)
+        assert line["groups/trained"] == loop.cfg.rollout.problems_per_step and line["update/applied"] == 1
+    assert lines[3]["rollout/timeout"] > 0
+    assert loop.state.lr_scale == 1.0 and [line["actor/lr"] for line in lines] == [
+        lr_at(step - 1, 5, loop.cfg.actor) for step in range(1, 6)]
+    # The retries stay visible: an event for each round of failed samples, each retried.
+    retried = of_kind(run_dir, "rollout_failed")
+    assert {e["step"] for e in retried} == {3, 4} and all(e["evidence"]["retried"] for e in retried)
+
+    doctor = diagnose(run_dir)
+    assert doctor[1] == "DIAGNOSIS healthy"
+    assert "(first: server failure (sglang-0: the server process killed by SIGKILL) at step 3)" in doctor[2]
+    assert doctor[2].endswith("; failed samples retried at step(s) 3, 4")
+    (rollouts,) = [line for line in doctor if line.startswith("ROLLOUTS ")]
+    assert f"{2 * samples} sample(s) recovered on a retry, 0 still failed after every retry" in rollouts
+    failed = doctor[doctor.index(next(line for line in doctor if line.startswith("FAILED   "))):][:2]
+    assert failed[0].startswith("FAILED   step 3: ") and failed[1].startswith("         step 4: ")
+    assert "timeout" in failed[1] and all(line.endswith("none left failed") for line in failed)
 
 
 def test_skipped_sync_is_caught_by_the_probe_and_repaired_before_the_next_rollout(tmp_path):

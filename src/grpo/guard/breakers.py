@@ -114,12 +114,17 @@ class Guard:
     # Each breaker: (bad?, message, evidence), or None when its metric is absent this step.
 
     def _failed_rollouts(self, b: BreakerConfig, m: dict[str, Any]):
-        frac = m.get(k.FAILED_FRAC)
+        # What the step lost, not what it retried: a sample a retry brought back (a restarted server's)
+        # is trained on like any other, and a rollback would only redo a step that succeeded.
+        frac = m.get(k.UNRECOVERED_FRAC)
         if frac is None:
             return None
         counts = {key: v for key, v in m.items() if key.startswith(k.ROLLOUT_PREFIX) and not key.endswith("_frac")}
-        return frac >= b.threshold, f"{frac:.0%} of rollout attempts failed (threshold {b.threshold:.0%})", {
-            "failed_frac": frac, **counts}
+        recovered = m.get(k.RECOVERED) or 0
+        return frac >= b.threshold, (
+            f"{frac:.0%} of samples still failed after every retry, their groups dropped (threshold "
+            f"{b.threshold:.0%})" + (f"; {recovered} more recovered on a retry" if recovered else "")), {
+            "unrecovered_frac": frac, "failed_frac": m.get(k.FAILED_FRAC), **counts}
 
     def _unscorable_rewards(self, b: BreakerConfig, m: dict[str, Any]):
         frac = m.get(k.UNSCORABLE_FRAC)

@@ -2,7 +2,10 @@
 
 Failed samples are retried with backoff, then dropped; a group is kept only when every member is
 valid, and lost groups are refilled with new problems within a bounded number of rounds. A failed
-sample never gets a reward, so it can never be trained on as a 0.
+sample never gets a reward, so it can never be trained on as a 0. A sample a retry brought back is
+recovered: counted apart from those still failed after every retry, which alone cost the step groups.
+Each round of failures is an event (`rollout_failed`) as it happens, so a step that never ends still
+says what failed.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class RolloutBatch:
     attempts: Counter = field(default_factory=Counter)  # status -> count, over every attempt
     final: Counter = field(default_factory=Counter)  # status -> count, final state of each sample
     retries: int = 0
+    recovered: int = 0  # samples that failed, then came back on a retry
     rounds: int = 0
     groups_dropped_invalid: int = 0
     groups_dropped_zero_variance: int = 0
@@ -105,8 +109,11 @@ class RolloutCollector:
         data_seed: int,
         sleep: Callable[[float], None] = time.sleep,
         ranks: Ranks = SINGLE,
+        record: Callable[..., Any] | None = None,
     ) -> None:
-        self.ranks = ranks
+        """`record(kind, step, message, **evidence)`: where failed rounds of samples are recorded (the run's
+        events.jsonl)."""
+        self.ranks, self.record = ranks, record
         self.engine, self.tokenizer, self.task, self.task_cfg = engine, tokenizer, task, task_cfg
         self.cfg, self.rewards, self.data_seed, self.sleep = cfg, list(rewards), data_seed, sleep
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
@@ -155,14 +162,19 @@ class RolloutCollector:
         prompts = [encode_prompt(self.tokenizer, p, self.task_cfg) for p in problems]
         slots: list[Sample | None] = [None] * (len(problems) * G)
         pending = list(range(len(slots)))
+        retried: set[int] = set()
         start = time.perf_counter()
         for attempt in range(self.cfg.max_retries + 1):
             if attempt > 0:
                 batch.retries += len(pending)
+                retried.update(pending)
                 delay = self.cfg.retry_backoff_s * 2 ** (attempt - 1) * (1 + self.jitter.random())
                 if pending:  # a rank with nothing to retry still joins the round, silently
-                    log.warning("step %d: retrying %s in %.1fs (attempt %d)", step, retry_note(
-                        [slots[i].status.value for i in pending if slots[i] is not None]), delay, attempt)
+                    statuses = [slots[i].status.value for i in pending]
+                    log.warning("step %d: retrying %s in %.1fs (attempt %d)", step, retry_note(statuses), delay,
+                                attempt)
+                    self._failed(step, statuses, f"retrying {retry_note(statuses)} in {delay:.1f}s (attempt "
+                                 f"{attempt})", attempt=attempt, retried=True)
                 self.sleep(delay)
             # Sample j of the problem at data index d, attempt a: the same draw wherever it is generated.
             seeds = [sample_seed(self.data_seed, indices[i // G], i % G, attempt) for i in pending]
@@ -183,8 +195,21 @@ class RolloutCollector:
             pending = still_pending
             if not self.ranks.any(bool(pending)):  # together: a server engine's calls are collective
                 break
+        if pending:
+            statuses = [slots[i].status.value for i in pending]
+            log.warning("step %d: %s still failed after %d retries: their groups are dropped", step,
+                        retry_note(statuses), self.cfg.max_retries)
+            self._failed(step, statuses, f"{retry_note(statuses)} still failed after {self.cfg.max_retries} "
+                         "retries: their groups are dropped", retried=False, retries=self.cfg.max_retries)
+        batch.recovered += sum(1 for i in retried if not slots[i].status.retryable)
         batch.generate_s += time.perf_counter() - start
         return [Group(problems[i], slots[i * G : (i + 1) * G]) for i in range(len(problems))]
+
+    def _failed(self, step: int, statuses: list[str], what: str, **evidence: Any) -> None:
+        if self.record is not None:
+            share = {"rank": self.ranks.rank, "ranks": self.ranks.world} if self.ranks.distributed else {}
+            self.record("rollout_failed", step, f"step {step}: {what}", samples=len(statuses),
+                        statuses=dict(Counter(statuses)), **evidence, **share)
 
     def _score(self, groups: list[Group], step: int, batch: RolloutBatch) -> None:
         start = time.perf_counter()
@@ -264,7 +289,10 @@ class RolloutStats:
     of the metrics line."""
 
     attempts: dict[str, int]  # SampleStatus value -> count over every attempt
-    failed_frac: float  # of all attempts, failed generations (the engine's fault)
+    failed_frac: float  # of all attempts, failed generations (the engine's fault), retried or not
+    recovered: int  # samples that failed and came back on a retry
+    unrecovered: int  # samples still failed after every retry: their groups were dropped
+    unrecovered_frac: float  # of the samples (in their final state): what the failed_rollouts breaker judges
     unscorable_frac: float  # of generated answers, those the reward could not score (the data's or reward's)
     retries: int
     rounds: int  # this rank's refill rounds
@@ -290,6 +318,9 @@ class RolloutStats:
         m.update({
             keys.ATTEMPTS: sum(self.attempts.values()),
             keys.FAILED_FRAC: self.failed_frac,
+            keys.RECOVERED: self.recovered,
+            keys.UNRECOVERED: self.unrecovered,
+            keys.UNRECOVERED_FRAC: self.unrecovered_frac,
             keys.UNSCORABLE_FRAC: self.unscorable_frac,
             keys.RETRIES: self.retries,
             keys.ROUNDS: self.rounds,
@@ -330,6 +361,7 @@ def rollout_stats(batch: RolloutBatch, ranks: Ranks = SINGLE) -> RolloutStats:
     generated = total - failed
     unscorable = attempts.get(SampleStatus.UNSCORABLE.value, 0)
     finals = sum(final.values())
+    unrecovered = sum(final.get(s.value, 0) for s in SampleStatus if s.retryable)
     rewards = None
     if t["rewards"]:
         values = torch.tensor(t["rewards"])
@@ -343,6 +375,7 @@ def rollout_stats(batch: RolloutBatch, ranks: Ranks = SINGLE) -> RolloutStats:
     return RolloutStats(
         attempts={status.value: attempts.get(status.value, 0) for status in SampleStatus},
         failed_frac=failed / total if total else 0.0,
+        recovered=t["recovered"], unrecovered=unrecovered, unrecovered_frac=unrecovered / finals if finals else 0.0,
         unscorable_frac=unscorable / generated if generated else 0.0,
         retries=t["retries"], rounds=batch.rounds, reward_errors=t["reward_errors"],
         groups_trained=t["trained"], groups_dropped_invalid=t["dropped_invalid"],
@@ -361,7 +394,7 @@ def _summary(batch: RolloutBatch) -> dict[str, Any]:
     """What the step's metrics need from one rank's share."""
     trained = [s for g in batch.groups for s in g.samples]
     return {
-        "attempts": batch.attempts, "final": batch.final, "retries": batch.retries,
+        "attempts": batch.attempts, "final": batch.final, "retries": batch.retries, "recovered": batch.recovered,
         "reward_errors": len(batch.reward_errors), "trained": len(batch.groups),
         "dropped_invalid": batch.groups_dropped_invalid, "dropped_zero_std": batch.groups_dropped_zero_variance,
         "zero_std": batch.groups_zero_variance, "complete": batch.groups_complete, "rewards": batch.complete_rewards,

@@ -133,6 +133,24 @@ class JsonlLog:
             os.fsync(f.fileno())
         return tail.count(b"\n") + (0 if tail.endswith(b"\n") else 1)
 
+    def past_steps(self, offset: int, step: int) -> int:
+        """The offset past the lines from `offset` on that belong to steps up to `step` (their "step")."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                for line in f:
+                    try:
+                        record = json.loads(line)
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        break
+                    at = record.get("step") if isinstance(record, dict) else None
+                    if not (isinstance(at, int) and at <= step):
+                        break
+                    offset += len(line)
+        except FileNotFoundError:
+            pass
+        return offset
+
     def read(self) -> tuple[list[dict[str, Any]], int]:
         """-> (every record that parses, the number of lines that did not)."""
         try:

@@ -5,7 +5,7 @@ of what it did to get there.
       .lock              held by the one process writing this directory
       config.yaml        resolved config, written (atomically) only once a start has succeeded
       metrics.jsonl      one line per step; eval.jsonl every evaluation; samples.jsonl sample texts
-      *.abandoned.jsonl  log lines of steps a resume replays (cut from the logs above, kept here)
+      *.abandoned.jsonl  log lines of steps a resume or a rollback replays (cut from the logs above, kept here)
       events.jsonl       what happened: trips, rollbacks, restarts, interruptions, repairs, stops
       STOPPED.json       why the guard stopped the run, and how to resume
       summary.json       the result of a finished run
@@ -73,13 +73,20 @@ class RunDir:
         if self.writes:
             atomic_write(path, text)
 
-    def rewind_logs(self, offsets: dict[str, int]) -> dict[str, int]:
+    def rewind_logs(self, offsets: dict[str, int], through_step: int | None = None) -> dict[str, int]:
         """Cut each log back to its size at a checkpoint; the cut lines go to `NAME.abandoned.jsonl`.
-        -> lines moved per log."""
+        With `through_step` (a rollback, which goes on with the checkpoint's weights), lines just past a
+        size that belong to steps up to it stay: the evaluation before training is written after the
+        step-0 checkpoint. -> lines moved per log."""
+        if not self.writes:
+            return {}
         moved = {}
         for name, log in self.logs.items():
             keep_in = self.path / name.replace(".jsonl", ".abandoned.jsonl")
-            if n := log.rewind(offsets.get(name, 0), keep_in):
+            offset = offsets.get(name, 0)
+            if through_step is not None:
+                offset = log.past_steps(offset, through_step)
+            if n := log.rewind(offset, keep_in):
                 moved[name] = n
         return moved
 

@@ -58,7 +58,9 @@ def _say_if_steps_repeat_problems(cfg: RunConfig, task: Task) -> None:
 
 
 def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
-          record_server_event: Callable[..., Any], hooks: Hooks) -> Components:
+          record_server_event: Callable[..., Any], hooks: Hooks, record_event: Callable[..., Any]) -> Components:
+    """`record_server_event(kind, message, **evidence)`: a server's events, under the step in progress;
+    `record_event(kind, step, message, **evidence)`: the rollout's, under the step it collects for."""
     if cfg.testing.faults != FaultsConfig() and not hooks.rehearse_faults:
         raise ConfigError("testing.faults.* are carried out by grpo.faults, which this run was not given: start it "
                           "through grpo.entry (grpo train, grpo.api), or pass TrainingLoop grpo.entry.hooks_for(cfg)")
@@ -93,7 +95,8 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     # policy (max_staleness > 0), the recomputed ones are the proximal policy's (grpo.algo.offpolicy).
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
                      else engine_name != "embedded" or not policy.inference_is_exact or cfg.rollout.max_staleness > 0)
-    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, seed, ranks=ranks)
+    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, seed, ranks=ranks,
+                                 record=record_event)
     collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
     collector = hooks.wrap_collector(collector)
     rollouts = RolloutQueue(collector, engine, policy, cfg.rollout.max_staleness, total_steps)

@@ -71,7 +71,8 @@ class TrainingLoop:
         self.engine, self.rollouts, self.state, self.event_step = None, None, None, 0
         self.mid_step: MidStep | None = None
         try:
-            parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event, self.hooks)
+            parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event, self.hooks,
+                          self.run.events.record)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
             self.policy, self.engine, self.collector, self.guard = parts.policy, parts.engine, parts.collector, parts.guard
             self.recompute_old, self.eval_rewards = parts.recompute_old, parts.eval_rewards

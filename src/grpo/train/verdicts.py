@@ -73,9 +73,12 @@ class VerdictActions:
                       save=False)
         self.state.lr_scale *= self.cfg.rollback_lr_factor
         checkpoints.discard_after(good.step)
+        # The steps after the checkpoint will be run again: their lines move aside, as a resume's do,
+        # so each step is logged once.
+        cut = self.run.rewind_logs(good.log_offsets, through_step=good.step)
         self.run.events.record("rollback", trip.step, f"rolled back to step {good.step} after {trip.breaker}",
-                               checkpoint=str(good.path), lr_scale=self.state.lr_scale,
-                               rollbacks=self.guard.rollbacks)
+                               checkpoint=str(good.path), to_step=good.step, lr_factor=self.cfg.rollback_lr_factor,
+                               lr_scale=self.state.lr_scale, rollbacks=self.guard.rollbacks, log_lines_replayed=cut)
         log.warning("rolled back to %s (lr x%g)", good.path, self.state.lr_scale)
 
     def pause(self, verdict: Verdict) -> None:

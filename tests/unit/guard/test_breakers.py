@@ -28,7 +28,8 @@ def guard_for(name: str, cfg: GuardConfig) -> Guard:
 
 # breaker -> (phase, a bad step under the default threshold, a healthy step)
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "failed_rollouts": ("rollout", {"rollout/failed_frac": 0.5}, {"rollout/failed_frac": 0.1}),  # bad: >= 0.5
+    # bad: >= 0.5 of the samples still failed after every retry
+    "failed_rollouts": ("rollout", {"rollout/unrecovered_frac": 0.5}, {"rollout/unrecovered_frac": 0.1}),
     "unscorable_rewards": (
         "rollout", {"rollout/unscorable_frac": 0.9, "rollout/unscorable": 58},
         {"rollout/unscorable_frac": 0.1, "rollout/unscorable": 6},
@@ -105,15 +106,40 @@ def test_default_config_trips_at_its_patience_with_its_action(name):
 def test_breakers_only_run_in_their_phase():
     guard = primed_guard(GuardConfig())
     assert guard.check("rollout", 1, {"update/nonfinite": 1}) == []
-    assert guard.check("update", 1, {"rollout/failed_frac": 1.0}) == []
+    assert guard.check("update", 1, {"rollout/unrecovered_frac": 1.0}) == []
     assert guard.healthy
 
 
 def test_failed_rollouts_evidence_includes_the_counts():
     guard = Guard(with_breaker("failed_rollouts", patience=1))
-    (trip,) = guard.check("rollout", 1, {"rollout/failed_frac": 0.75, "rollout/failed": 6, "rollout/attempts": 8})
-    assert trip.evidence == {"failed_frac": 0.75, "rollout/failed": 6, "rollout/attempts": 8, "consecutive_steps": 1}
-    assert "75%" in trip.message
+    (trip,) = guard.check("rollout", 1, {"rollout/unrecovered_frac": 0.75, "rollout/failed_frac": 0.8,
+                                         "rollout/failed": 8, "rollout/attempts": 10, "rollout/unrecovered": 6,
+                                         "rollout/recovered": 2})
+    assert trip.evidence == {"unrecovered_frac": 0.75, "failed_frac": 0.8, "rollout/failed": 8, "rollout/attempts": 10,
+                             "rollout/unrecovered": 6, "rollout/recovered": 2, "consecutive_steps": 1}
+    assert trip.message.startswith("75% of samples still failed after every retry")
+    assert trip.message.endswith("2 more recovered on a retry")
+
+
+def recovered_step(samples: int, recovered: int, unrecovered: int) -> dict[str, Any]:
+    """A step's rollout metrics: every sample failed once, `recovered` of them came back on a retry."""
+    return {"rollout/failed": samples + samples - recovered, "rollout/ok": recovered,
+            "rollout/attempts": 2 * samples, "rollout/failed_frac": (2 * samples - recovered) / (2 * samples),
+            "rollout/recovered": recovered, "rollout/unrecovered": unrecovered,
+            "rollout/unrecovered_frac": unrecovered / samples}
+
+
+def test_failed_rollouts_judge_the_samples_lost_not_the_attempts_retried():
+    """Issue 52: a server killed at one step and hung at the next, every sample recovered on a retry: half
+    the attempts failed both times, and nothing was lost. That is no reason to roll back."""
+    guard = Guard(GuardConfig())
+    for step in (3, 4, 5):
+        assert guard.check("rollout", step, recovered_step(16, recovered=16, unrecovered=0)) == []
+    assert guard.healthy
+    # The same failed attempts, with half the samples never recovered: the default (2 steps, a rollback) trips.
+    assert guard.check("rollout", 6, recovered_step(16, recovered=8, unrecovered=8)) == []
+    (trip,) = guard.check("rollout", 7, recovered_step(16, recovered=8, unrecovered=8))
+    assert (trip.breaker, trip.action, trip.evidence["rollout/unrecovered"]) == ("failed_rollouts", "rollback", 8)
 
 
 def test_zero_loss_trips_on_no_signal_and_not_on_zero_loss_without_an_update():
@@ -261,6 +287,7 @@ def test_a_healthy_run_trips_nothing_with_the_defaults():
         rewards = [rng.uniform(0.3, 0.6) for _ in range(8)]
         rollout = {
             "rollout/failed_frac": 0.0,
+            "rollout/unrecovered_frac": 0.0,
             "rollout/failed": 0,
             "reward/mean": sum(rewards) / len(rewards),
             "reward/max": 1.0,

@@ -30,12 +30,22 @@ class ScriptedEngine(RolloutEngine):
         return out
 
 
-def collector(engine, **rollout):
+def collector(engine, record=None, **rollout):
     cfg = RolloutConfig(problems_per_step=2, samples_per_problem=2, retry_backoff_s=0.0, **rollout)
     delays = []
     c = RolloutCollector(engine, build_char_tokenizer(), ArithTask(ArithConfig(min_digits=1, max_digits=1)),
-                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], 0, sleep=delays.append)
+                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], 0, sleep=delays.append, record=record)
     return c, delays
+
+
+class Events:
+    """What the collector records: (kind, step, message, evidence)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, str, dict]] = []
+
+    def __call__(self, kind, step, message, **evidence) -> None:
+        self.seen.append((kind, step, message, evidence))
 
 
 OK, FAIL, EMPTY = SampleStatus.OK, SampleStatus.FAILED, SampleStatus.EMPTY
@@ -68,6 +78,30 @@ def test_a_group_with_a_sample_that_keeps_failing_is_dropped_whole_and_refilled(
     assert m["rollout/failed_frac"] == 3 / m["rollout/attempts"]
 
 
+def test_a_sample_a_retry_brings_back_is_recovered_and_the_failed_round_recorded():
+    engine = ScriptedEngine([("a", OK), ("", FAIL), ("b", OK), (" ", EMPTY), ("c", OK), ("d", OK)])
+    events = Events()
+    c, _ = collector(engine, events, max_retries=2)
+    m = rollout_stats(c.collect(step=3, data_index=0)).metrics()
+    assert m["rollout/failed_frac"] == 2 / 6  # the attempts that failed, as before
+    assert (m["rollout/recovered"], m["rollout/unrecovered"], m["rollout/unrecovered_frac"]) == (2, 0, 0.0)
+    assert m["groups/trained"] == 2
+    assert events.seen == [("rollout_failed", 3, "step 3: retrying 2 samples (1 failed, 1 empty) in 0.0s (attempt 1)",
+                            {"samples": 2, "statuses": {"failed": 1, "empty": 1}, "attempt": 1, "retried": True})]
+
+
+def test_a_sample_still_failed_after_every_retry_is_unrecovered_and_said_so():
+    script = [("", FAIL), ("x", OK), ("y", OK), ("z", OK), ("", FAIL), ("", FAIL)]  # slot 0 fails 3 times
+    events = Events()
+    c, _ = collector(ScriptedEngine(script), events, max_retries=2, max_refill_rounds=2)
+    m = rollout_stats(c.collect(step=1, data_index=0)).metrics()
+    # 4 samples of the first round (one never recovered), 2 of the round that refilled its group
+    assert (m["rollout/recovered"], m["rollout/unrecovered"], m["rollout/unrecovered_frac"]) == (0, 1, 1 / 6)
+    assert [(e[3]["retried"], e[3]["statuses"]) for e in events.seen] == [
+        (True, {"failed": 1}), (True, {"failed": 1}), (False, {"failed": 1})]
+    assert events.seen[-1][2] == "step 1: 1 sample (failed) still failed after 2 retries: their groups are dropped"
+
+
 def test_refill_is_bounded_when_everything_fails():
     engine = ScriptedEngine([("", FAIL)] * 1000)
     c, _ = collector(engine, max_retries=1, max_refill_rounds=2)
@@ -76,6 +110,7 @@ def test_refill_is_bounded_when_everything_fails():
     assert engine.calls == [4, 4, 4, 4, 4, 4]  # 3 rounds x (first try + 1 retry)
     assert rollout_stats(batch).rewards is None and "reward/mean" not in rollout_stats(batch).metrics()
     assert rollout_stats(batch).metrics()["rollout/failed_frac"] == 1.0
+    assert rollout_stats(batch).metrics()["rollout/unrecovered_frac"] == 1.0
 
 
 def test_empty_responses_are_failures_not_zero_rewards():

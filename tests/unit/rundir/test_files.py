@@ -84,6 +84,19 @@ def test_rewind_moves_lines_after_the_offset_aside(tmp_path):
     assert log.rewind(offset, kept) == 0
 
 
+def test_past_steps_reaches_over_the_lines_of_steps_up_to_one(tmp_path):
+    """A rollback to step 0 keeps the evaluation before training, written after step 0's checkpoint."""
+    log = JsonlLog(tmp_path / "eval.jsonl")
+    offset = log.size()
+    log.append({"step": 0, "label": "before"})
+    before = log.size()
+    log.append({"step": 2, "label": "step 2"})
+    log.append({"step": 0, "label": "a step-0 line after a later one is not reached"})
+    assert log.past_steps(offset, 0) == before
+    assert log.past_steps(offset, 2) == log.size() and log.past_steps(before, 1) == before
+    assert JsonlLog(tmp_path / "none.jsonl").past_steps(0, 5) == 0
+
+
 def test_a_failed_append_takes_its_partial_line_back(tmp_path, monkeypatch):
     log = JsonlLog(tmp_path / "metrics.jsonl")
     log.append({"step": 1})

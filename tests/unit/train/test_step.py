@@ -10,8 +10,8 @@ from grpo.train.step import StepRecord, StepState
 def rollout(**changes) -> RolloutStats:
     stats = RolloutStats(
         attempts={"ok": 6, "truncated": 1, "failed": 1, "timeout": 0, "empty": 0, "unscorable": 0},
-        failed_frac=0.125, unscorable_frac=0.0, retries=1, rounds=1, reward_errors=0, groups_trained=2,
-        groups_dropped_invalid=0, groups_dropped_zero_std=0, zero_std_frac=0.5, empty_frac=0.0,
+        failed_frac=0.125, recovered=1, unrecovered=0, unrecovered_frac=0.0, unscorable_frac=0.0, retries=1,
+        rounds=1, reward_errors=0, groups_trained=2, groups_dropped_invalid=0, groups_dropped_zero_std=0, zero_std_frac=0.5, empty_frac=0.0,
         truncated_frac=1 / 7, rewards=RewardStats(0.5, 0.5, 0.0, 1.0, 0.5, {"correct": (0.5, 0.5)}), sources=[],
         length_mean=12.0, length_max=20, staleness=1, generated_tokens=100, generate_s=2.0, reward_s=0.1)
     for name, value in changes.items():
@@ -28,10 +28,12 @@ def done(record: StepRecord) -> StepRecord:
     return record
 
 
-# The order of a line's keys as metrics.jsonl has always written them (a run from before the stats were typed).
+# The order of a line's keys as metrics.jsonl has always written them (a run from before the stats were typed),
+# with the recovered and unrecovered samples beside the failed attempts since.
 APPLIED_LINE = [
     "rollout/ok", "rollout/truncated", "rollout/failed", "rollout/timeout", "rollout/empty", "rollout/unscorable",
-    "rollout/attempts", "rollout/failed_frac", "rollout/unscorable_frac", "rollout/retries", "rollout/rounds",
+    "rollout/attempts", "rollout/failed_frac", "rollout/recovered", "rollout/unrecovered", "rollout/unrecovered_frac",
+    "rollout/unscorable_frac", "rollout/retries", "rollout/rounds",
     "rollout/reward_errors", "groups/trained", "groups/dropped_invalid", "groups/dropped_zero_std",
     "groups/zero_std_frac", "response/empty_frac", "response/truncated_frac", "reward/mean", "reward/std",
     "reward/min", "reward/max", "reward/accuracy", "reward/correct/mean", "reward/correct/std",

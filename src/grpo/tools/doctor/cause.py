@@ -20,7 +20,11 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
     policy_collapse      the reward fell with the infrastructure healthy
     disk_full            the last crash was the disk refusing a write (full, quota, read-only)
     crashed              the trainer ended with a recorded error after its last step
-    stalled              the steps stopped: a trainer killed without a word, or no step at all
+    stalled              the steps stopped: a trainer killed without a word, or no step at all (with
+                         the failed samples of the step that never logged, when it recorded any)
+
+A run that finished is healthy when nothing but events marred it: the failures it recovered from and
+its rollbacks (each with the learning-rate change it made) are named.
 """
 
 from __future__ import annotations
@@ -49,11 +53,17 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     first = {kind: items[0] for kind, items in by_kind.items()}
     model_side = [a for a in timeline if a.kind in MODEL_SIDE]
     if record.source == "grpo" and record.finished and not any(not a.from_event for a in model_side):
-        trouble = [a for a in timeline if a.from_event and a.kind not in ("restart", "server_restart")]
+        # Failed samples are counted apart: a stray empty answer at step 1 is not the failure to name.
+        trouble = [a for a in timeline if a.from_event
+                   and a.kind not in ("restart", "server_restart", "rollback", "samples_failed")]
         signs = [a for a in timeline if not a.from_event]  # e.g. entropy falling as the task is learned
+        retried = sorted({a.step for a in _of(record, {"samples_failed"})})
         return "healthy", None, _healthy_text(record, signs) + (
             f"; recovered from {len(trouble)} failure(s) on the way (first: {_describe(trouble[0])} at step "
-            f"{trouble[0].step})" if trouble else ""), []
+            f"{trouble[0].step})" if trouble else "") + (
+            f"; failed samples retried at step(s) {', '.join(map(str, retried[:10]))}"
+            + (" ..." if len(retried) > 10 else "") if retried else "") + "".join(
+            f"; at step {a.step} {a.detail}" for a in timeline if a.kind == "rollback"), []
     onset = min((a.step for a in model_side), default=None)
     # Every occurrence, not the timeline's first of each burst: a stray connection error at step 5
     # must not hide the outage at step 42.
@@ -134,14 +144,18 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
             return "disk_full", a.step, (f"the disk refused a write at step {a.step}: {a.detail}. Free space, "
                                          "then run the same command again"), [a]
         return "crashed", a.step, f"the trainer crashed at step {a.step}: {a.detail}", [a]
+    # The samples of the step that never logged, which failed while it retried them: what it was doing.
+    failing = [a for a in _of(record, {"samples_failed"}) if a.step > last_step]
+    failed_text = "".join(f"; step {a.step}'s samples failed: {a.detail}" for a in failing[-2:])
     if not record.metrics and not record.running:
-        return "stalled", 1, "no step was logged: the run never got through its first step", [
-            a for a in timeline if a.kind in ("restart", "server_restart")][:3]
+        return "stalled", 1, "no step was logged: the run never got through its first step" + failed_text, (
+            failing[-2:] + [a for a in timeline if a.kind in ("restart", "server_restart")])[:3]
     if _ended_without_a_word(record):
         last = record.steps()[-1] if record.steps() else 0
         return "stalled", last + 1, (f"the steps stopped after step {last}"
                                      + (f" of {record.total_steps}" if record.total_steps else "")
-                                     + " with no error recorded (killed by SIGKILL, out of memory, or power loss?)"), []
+                                     + " with no error recorded (killed by SIGKILL, out of memory, or power loss?)"
+                                     + failed_text), failing[-2:]
     warnings = [a for a in timeline if a.kind not in ("restart", "server_restart")]
     return "healthy", None, _healthy_text(record, warnings), []
 

@@ -56,6 +56,9 @@ def details(run_dir: Path) -> list[str]:
     out += _status(run_dir, cfg, steps, events, good)
     if steps:
         out += _update_lines(steps)
+    out += _replayed_rollout_lines(run_dir)
+    out += _failed_sample_lines(events, steps)
+    if steps:
         out += _reward_lines(steps)
         out += _time_lines(steps)
     out += _trip_lines(events)
@@ -168,14 +171,78 @@ def _update_lines(steps: list[dict[str, Any]]) -> list[str]:
     reasons = Counter(s.get(keys.SKIP_REASON) for s in steps if not s.get(keys.APPLIED))
     out = [f"UPDATES  {applied} of {len(steps)} steps applied an update"
            + ("; skipped: " + ", ".join(f"{n} x {r}" for r, n in reasons.most_common()) if reasons else "")]
-    counts = {k: sum(s.get(keys.status_count(k), 0) or 0 for s in steps) for k in _STATUSES}
+    counts = _status_counts(steps)
     bad_steps = [s["step"] for s in steps if (s.get(keys.FAILED_FRAC) or 0) > 0]
-    out.append("ROLLOUTS " + ", ".join(f"{k} {v}" for k, v in counts.items())
+    out.append("ROLLOUTS " + _counts_text(steps, counts)
                + (f"; failures at steps {_ranges(bad_steps)}" if bad_steps else ""))
     scored = counts["ok"] + counts["truncated"] + counts["unscorable"]
     if scored and counts["unscorable"] / scored >= 0.5:
         out.append(f"         {counts['unscorable']} answers could not be scored: the gold answers or the reward "
                    "function are at fault, not the model (check task data and task.reward)")
+    return out
+
+
+def _status_counts(steps: list[dict[str, Any]]) -> dict[str, int]:
+    """Attempts by status over these steps' lines."""
+    return {k: sum(s.get(keys.status_count(k), 0) or 0 for s in steps) for k in _STATUSES}
+
+
+def _counts_text(steps: list[dict[str, Any]], counts: dict[str, int]) -> str:
+    """'ok 60, ..., timeout 16 (attempts); 16 sample(s) recovered on a retry, 0 still failed after every
+    retry': the recovered and unrecovered samples where the lines count them (runs since they were)."""
+    text = ", ".join(f"{k} {v}" for k, v in counts.items()) + " (attempts)"
+    if any(keys.RECOVERED in s for s in steps):
+        recovered = sum(s.get(keys.RECOVERED) or 0 for s in steps)
+        unrecovered = sum(s.get(keys.UNRECOVERED) or 0 for s in steps)
+        text += f"; {recovered} sample(s) recovered on a retry, {unrecovered} still failed after every retry"
+    return text
+
+
+def _replayed_rollout_lines(run_dir: Path) -> list[str]:
+    """The rollouts of steps a rollback or a resume replays: their lines are kept apart from the steps
+    trained on, and their failures happened all the same."""
+    abandoned, _ = _read_log(run_dir / "metrics.abandoned.jsonl")
+    lines = [line for line in abandoned if isinstance(line.get("step"), int)]
+    if not lines:
+        return []
+    return [f"         and in {len(lines)} replayed step line(s) (steps {_ranges(sorted({l['step'] for l in lines}))},"
+            f" metrics.abandoned.jsonl): {_counts_text(lines, _status_counts(lines))}"]
+
+
+def _failed_sample_lines(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[str]:
+    """Steps whose samples failed, as the collector recorded them while it retried: the only word on a
+    step that never logged its line."""
+    failed = _rollout_failures(events)
+    if not failed:
+        return []
+    last = steps[-1]["step"] if steps else 0
+    out = []
+    for step in sorted(failed)[-5:]:
+        note = " (never logged)" if step > last else ""
+        out.append(("FAILED   " if not out else "         ") + f"step {step}{note}: {failed[step][0]}")
+    return out
+
+
+def _rollout_failures(events: list[dict[str, Any]]) -> dict[int, tuple[str, dict[str, Any]]]:
+    """step -> (what its rollout_failed events add up to, the last of them)."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for event in events:
+        if event.get("kind") == "rollout_failed" and isinstance(event.get("step"), int):
+            by_step.setdefault(event["step"], []).append(event)
+    out = {}
+    for step, mine in by_step.items():
+        retried, lost = Counter(), Counter()
+        for event in mine:
+            statuses = event["evidence"].get("statuses")
+            if isinstance(statuses, dict):
+                (retried if event["evidence"].get("retried") else lost).update(
+                    {str(k): v for k, v in statuses.items() if _is_number(v)})
+        total = retried + lost
+        text = (f"{sum(total.values())} attempt(s) failed ({', '.join(f'{n} {k}' for k, n in total.most_common())}):"
+                f" {sum(retried.values())} retried")
+        text += (f", {sum(lost.values())} sample(s) still failed after every retry (their groups dropped)" if lost
+                 else ", none left failed")
+        out[step] = (text, mine[-1])
     return out
 
 
@@ -230,10 +297,23 @@ def _recovery_lines(events: list[dict[str, Any]]) -> list[str]:
         ("group_restart", "group restart(s) by the launcher"),
         ("server_actor_lost", "server actor(s) lost")) if kinds[k]]
     out = [f"RECOVERY {', '.join(parts)}"] if parts else []
-    shown = ("repaired", "checkpoint_invalid", "rank_lost", "server_actor_lost")
+    shown = ("rollback", "repaired", "checkpoint_invalid", "rank_lost", "server_actor_lost")
     for event in [e for e in events if e.get("kind") in shown][-5:]:
-        out.append(f"         {event.get('kind')}: {event.get('message')}")
+        text = rollback_text(event) if event.get("kind") == "rollback" else event.get("message")
+        out.append(f"         {event.get('kind')} at step {event.get('step')}: {text}")
     return out
+
+
+def rollback_text(event: dict[str, Any]) -> str:
+    """'rolled back to step 0 after failed_rollouts: learning rate x0.5 from then on (0.5 x its schedule)'."""
+    evidence = event.get("evidence") or {}
+    scale, factor = evidence.get("lr_scale"), evidence.get("lr_factor")
+    text = str(event.get("message", ""))
+    if _is_number(factor) and _is_number(scale):
+        return text + f": learning rate x{factor:g} from then on ({scale:g} x its schedule)"
+    if _is_number(scale):
+        return text + f": learning rate {scale:g} x its schedule from then on"
+    return text
 
 
 def _checkpoint_lines(run_dir: Path, store: CheckpointStore, valid: list, invalid: list, good: list) -> list[str]:
@@ -264,7 +344,8 @@ def _file_lines(run_dir: Path, bad_metrics: int, bad_events: int) -> list[str]:
         abandoned = run_dir / name.replace(".jsonl", ".abandoned.jsonl")
         if abandoned.is_file():
             records, _ = _read_log(abandoned)
-            out.append(f"FILES    {len(records)} line(s) of replayed steps kept in {abandoned.name}")
+            out.append(f"FILES    {len(records)} line(s) of steps replayed after a rollback or resume kept in "
+                       f"{abandoned.name}")
     return out
 
 
@@ -348,6 +429,9 @@ def read_record(run_dir: Path) -> RunRecord:
         mark = _event_mark(event, Evidence(str(events_path), event["_line"], _event_text(event)))
         if mark is not None:
             record.marks.append(mark)
+    for step, (text, last) in _rollout_failures(events).items():
+        record.marks.append(Mark(step, "samples_failed", text, Evidence(str(events_path), last["_line"],
+                                                                         _event_text(last))))
     stop, _ = read_json(run_dir / "STOPPED.json")
     if isinstance(stop, dict) and isinstance(stop.get("step"), int):
         cause = str(stop.get("cause"))
@@ -403,13 +487,16 @@ def _event_mark(event: dict[str, Any], evidence: Evidence) -> Mark | None:
         return Mark(step, _BREAKER_MARKS.get(str(breaker), "trip"), f"{breaker} tripped: {message}", evidence)
     if kind in ("server_failed", "server_gave_up", "server_restart"):
         return Mark(step, _EVENT_MARKS[kind], message, evidence)  # events carry the step in progress
+    if kind == "rollback":
+        return Mark(step, "rollback", rollback_text(event), evidence)
     if kind in _EVENT_MARKS:
         return Mark(step, _EVENT_MARKS[kind], message, evidence)
     return None
 
 
 def _metric_text(line: dict[str, Any]) -> str:
-    shown = (keys.REWARD_MEAN, keys.ZERO_STD_FRAC, keys.FAILED_FRAC, keys.LOSS, keys.GRAD_NORM, keys.SKIP_REASON)
+    shown = (keys.REWARD_MEAN, keys.ZERO_STD_FRAC, keys.FAILED_FRAC, keys.UNRECOVERED_FRAC, keys.LOSS, keys.GRAD_NORM,
+             keys.SKIP_REASON)
     return "step {}: ".format(line.get("step")) + ", ".join(f"{k}={line[k]:.4g}" if _is_number(line.get(k)) else
                                                             f"{k}={line.get(k)}" for k in shown if k in line)
 

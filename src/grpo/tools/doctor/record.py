@@ -48,8 +48,9 @@ class Evidence:
 class Mark:
     """Something that happened at a step: a server death, a restart, a trip, a checkpoint save.
 
-    kind is one of: server_failure, server_restart, rollout_error, restart (the trainer resumed),
-    crash, trip, rollback, stop, nonfinite, reward_error, oom, interrupted."""
+    kind is one of: server_failure, server_restart, rollout_error, samples_failed (a step's failed samples,
+    retried or given up), restart (the trainer resumed), crash, trip, rollback, stop, nonfinite,
+    reward_error, oom, interrupted."""
 
     step: int
     kind: str

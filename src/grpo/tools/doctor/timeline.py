@@ -20,7 +20,7 @@ MARK_KINDS = {
     "rollout_error": "rollout_error", "nonfinite": "nonfinite", "reward_error": "reward_error", "restart": "restart",
     "crash": "crash", "rollback": "rollback", "zero_reward": "reward_zero", "loss_zero": "loss_zero",
     "reward_collapse": "reward_collapse", "kl_explosion": "kl_explosion", "grad_spike": "grad_spike",
-    "rank_lost": "rank_lost", "server_restart": "server_restart",
+    "rank_lost": "rank_lost", "server_restart": "server_restart", "samples_failed": "samples_failed",
 }
 
 
@@ -44,7 +44,7 @@ def anomalies(record: RunRecord) -> list[Anomaly]:
 
 
 RECURRING = {"restart", "server_failure", "rollback", "server_restart", "crash"}  # every distinct step
-BURSTY = {"server_unreachable", "rollout_error"}  # the first step of each burst
+BURSTY = {"server_unreachable", "rollout_error", "samples_failed"}  # the first step of each burst
 BURST_GAP = 5  # steps without one that end a burst
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from grpo.tools.doctor import examine
+from grpo.tools.doctor import examine, explain
 
 
 def test_a_server_failure_is_placed_on_the_step_in_progress_with_its_log_line(tmp_path):
@@ -36,3 +36,62 @@ def test_a_server_lost_before_the_first_step_stops_step_1(tmp_path):
     diagnosis, _ = examine(run_dir)
     assert diagnosis.cause == "server_failure" and diagnosis.first_bad_step == 1
     assert diagnosis.evidence[0].file.endswith("STOPPED.json") and "exited with status 3" in diagnosis.evidence[0].text
+
+
+def write_log(path, records: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def failed_round(step: int, statuses: dict[str, int], retried: bool) -> dict:
+    """A rollout_failed event as the collector records it."""
+    return {"time": 1.0, "step": step, "kind": "rollout_failed", "message": f"step {step}: ...",
+            "evidence": {"samples": sum(statuses.values()), "statuses": statuses, "retried": retried}}
+
+
+def test_a_run_that_never_logged_a_step_names_the_samples_that_timed_out(tmp_path):
+    """Issue 52: the doctor said only "stalled, no step logged" of a run whose 24 samples had timed out."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    write_log(run_dir / "events.jsonl", [
+        {"time": 0.5, "step": 0, "kind": "checkpoint", "message": "saved step_000000", "evidence": {}},
+        *[failed_round(1, {"timeout": 8}, retried=True) for _ in range(3)],
+        failed_round(1, {"timeout": 8}, retried=False)])
+    diagnosis, lines = explain(run_dir)
+    told = "32 attempt(s) failed (32 timeout): 24 retried, 8 sample(s) still failed after every retry"
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("stalled", 1)
+    assert f"step 1's samples failed: {told}" in diagnosis.explanation
+    assert diagnosis.evidence[0].file.endswith("events.jsonl") and diagnosis.evidence[0].line == 5
+    assert f"FAILED   step 1 (never logged): {told} (their groups dropped)" in lines
+
+
+def test_rollouts_count_the_recovered_samples_and_the_failures_of_replayed_steps(tmp_path):
+    """Issue 52: after a rollback the doctor read the replayed steps only, and said "failed 0, timeout 0"."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    counts = {"rollout/ok": 16, "rollout/truncated": 0, "rollout/failed": 16, "rollout/timeout": 0,
+              "rollout/empty": 0, "rollout/unscorable": 0, "rollout/failed_frac": 0.5, "rollout/recovered": 16,
+              "rollout/unrecovered": 0, "update/applied": 1}
+    write_log(run_dir / "metrics.jsonl", [{"step": 1, **counts}, {"step": 2, **counts, "rollout/timeout": 16,
+                                                                      "rollout/failed": 0}])
+    write_log(run_dir / "metrics.abandoned.jsonl", [{"step": 1, **counts, "rollout/recovered": 8,
+                                                     "rollout/unrecovered": 8}])
+    write_log(run_dir / "events.jsonl", [])
+    lines = explain(run_dir)[1]
+    assert ("ROLLOUTS ok 32, truncated 0, failed 16, timeout 16, empty 0, unscorable 0 (attempts); 32 sample(s) "
+            "recovered on a retry, 0 still failed after every retry; failures at steps 1-2") in lines
+    assert ("         and in 1 replayed step line(s) (steps 1, metrics.abandoned.jsonl): ok 16, truncated 0, "
+            "failed 16, timeout 0, empty 0, unscorable 0 (attempts); 8 sample(s) recovered on a retry, 8 still "
+            "failed after every retry") in lines
+
+
+def test_a_rollback_is_named_with_its_learning_rate_change_in_old_runs_too(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    write_log(run_dir / "metrics.jsonl", [{"step": s, "reward/mean": 0.4} for s in range(1, 4)])
+    write_log(run_dir / "events.jsonl", [  # before the event named its factor
+        {"time": 1.0, "step": 2, "kind": "rollback", "message": "rolled back to step 0 after nonfinite",
+         "evidence": {"checkpoint": "c", "lr_scale": 0.25, "rollbacks": 2}}])
+    diagnosis, lines = explain(run_dir)
+    said = "rolled back to step 0 after nonfinite: learning rate 0.25 x its schedule from then on"
+    assert {(a.step, a.kind, a.detail) for a in diagnosis.timeline} == {(2, "rollback", said)}
+    assert f"         rollback at step 2: {said}" in lines
