@@ -119,17 +119,21 @@ def _interrupts_as_keyboard_interrupt():
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
     from grpo.tools.plan import (architecture, available_memory, device_kind, gpu_total, plan_memory, prompt_tokens,
-                                 render, suggestion)
+                                 render, server_verdict, suggestion)
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)
-    plan = plan_memory(cfg, device, architecture(cfg), prompt_tokens(cfg))
+    arch, prompt_len = architecture(cfg), prompt_tokens(cfg)
+    plan = plan_memory(cfg, device, arch, prompt_len)
     available = available_memory(cfg, device)
     lines = render(plan, available)
-    if plan.peak_bytes > available.bytes:
+    fits = plan.peak_bytes <= available.bytes
+    if not fits:
         lines.append(suggestion(cfg, plan, available.bytes, device, gpu_total() if device == "cuda" else None))
+    cache_lines, refused = server_verdict(cfg, device, arch, prompt_len, plan, available)
+    lines += cache_lines + ([refused] if refused else [])
     _print("\n".join(lines))
-    return 0 if plan.peak_bytes <= available.bytes else 1
+    return 0 if fits and not refused else 1
 
 
 def _doctor(path: Path, as_json: bool) -> int:
