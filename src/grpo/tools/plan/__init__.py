@@ -33,20 +33,22 @@ from grpo.tools.plan.model import (
     render,
     suggestion,
 )
-from grpo.tools.plan.server import ServerCache, describe, server_cache, sizes_a_cache
+from grpo.tools.plan.server import describe, server_cache, sizes_a_cache
 from grpo.tools.plan.server import refusal as cache_refusal
 
 __all__ = ["COSTS", "GIB", "SMOLLM2_135M", "Architecture", "Available", "Component", "Costs", "Phase", "Plan",
-           "ServerCache", "architecture", "available_memory", "device_kind", "gpu_total", "plan_memory",
-           "probe_tokens", "prompt_tokens", "refusal", "render", "server_verdict", "suggestion"]
+           "architecture", "available_memory", "device_kind", "gpu_total", "plan_memory", "probe_tokens",
+           "prompt_tokens", "refusal", "render", "server_verdict", "suggestion"]
 
 
-def refusal(cfg: RunConfig, device: str) -> str | None:
+def refusal(cfg: RunConfig, device: str, sharded: bool = False) -> str | None:
     """One line when the run's predicted peak exceeds the memory available, or when its servers' KV cache is too
     small for its longest request or too large beside the trainer; else None. A model whose architecture cannot
-    be read is not judged here: loading it gives the error. memory.check=false judges the cache's size in tokens
-    only: a cache too small fails every request whatever the memory."""
-    if not cfg.memory.check and not sizes_a_cache(cfg):
+    be read is not judged here: loading it gives the error. With memory.check=false, and under torchrun
+    (`sharded`: each rank holds a share, which the plan does not model), only the cache's size in tokens is
+    judged: a cache too small fails every request whatever the memory."""
+    memory = cfg.memory.check and not sharded
+    if not memory and not sizes_a_cache(cfg):
         return None
     try:  # no download here: a hub model not yet cached is judged by nothing, and its load says what fails
         arch = architecture(cfg, download=False)
@@ -54,7 +56,7 @@ def refusal(cfg: RunConfig, device: str) -> str | None:
     except (ConfigError, OSError):
         return None
     plan = plan_memory(cfg, device, arch, prompt_len)
-    available = available_memory(cfg, device) if cfg.memory.check else None
+    available = available_memory(cfg, device) if memory else None
     if available is not None and plan.peak_bytes > available.bytes:
         what = "GPU memory" if device == "cuda" else "memory"
         change = suggestion(cfg, plan, available.bytes, device, gpu_total() if device == "cuda" else None)
@@ -65,7 +67,7 @@ def refusal(cfg: RunConfig, device: str) -> str | None:
 
 
 def server_verdict(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int, plan: Plan,
-            available: Available | None) -> tuple[list[str], str | None]:
+                   available: Available | None) -> tuple[list[str], str | None]:
     """The KV cache of the servers the run starts: `grpo plan`'s lines on it, and the refusal when it cannot hold
     the run's longest request or, on a CPU, when the servers do not fit in what `available` leaves beside the
     trainer's peak (None: not judged)."""

@@ -123,13 +123,17 @@ def test_plan_says_when_the_cache_holds_fewer_requests_than_each_server_is_sent(
     assert lines[2].startswith("1 sglang server(s) x ") and lines[2].endswith(": fits")
 
 
-def test_memory_check_false_runs_a_large_cache_but_never_one_too_small_for_a_request():
+def test_memory_check_false_and_torchrun_run_a_large_cache_but_never_one_too_small_for_a_request():
     tiny = ["rollout.engine=sglang", "memory.limit_gib=8"]
-    assert "left beside the trainer" in refusal(load_config("tiny", [*tiny, "rollout.server.kv_cache_gib=1000"]), "cpu")
-    unchecked = load_config("tiny", [*tiny, "rollout.server.kv_cache_gib=1000", "memory.check=false"])
-    assert refusal(unchecked, "cpu") is None
-    small = load_config("tiny", [*tiny, "rollout.server.kv_cache_gib=0.0001", "memory.check=false"])
-    assert "fewer than the longest request takes" in refusal(small, "cpu")
+    large = load_config("tiny", [*tiny, "rollout.server.kv_cache_gib=1000"])
+    assert "left beside the trainer" in refusal(large, "cpu")
+    assert refusal(load_config("tiny", [*tiny, "rollout.server.kv_cache_gib=1000", "memory.check=false"]), "cpu") \
+        is None
+    assert refusal(large, "cpu", sharded=True) is None  # each rank holds a share: the memory is not modelled
+    small = load_config("tiny", [*tiny, "rollout.server.kv_cache_gib=0.0001"])
+    unchecked = load_config("tiny", [*tiny, "rollout.server.kv_cache_gib=0.0001", "memory.check=false"])
+    for line in (refusal(unchecked, "cpu"), refusal(small, "cpu", sharded=True)):
+        assert "fewer than the longest request takes" in line
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])
