@@ -119,17 +119,21 @@ def _interrupts_as_keyboard_interrupt():
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
     from grpo.tools.plan import (architecture, available_memory, device_kind, gpu_total, plan_memory, prompt_tokens,
-                                 render, suggestion)
+                                 render, server_verdict, suggestion)
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)
-    plan = plan_memory(cfg, device, architecture(cfg), prompt_tokens(cfg))
+    arch, prompt_len = architecture(cfg), prompt_tokens(cfg)
+    plan = plan_memory(cfg, device, arch, prompt_len)
     available = available_memory(cfg, device)
     lines = render(plan, available)
-    if plan.peak_bytes > available.bytes:
+    fits = plan.peak_bytes <= available.bytes
+    if not fits:
         lines.append(suggestion(cfg, plan, available.bytes, device, gpu_total() if device == "cuda" else None))
+    cache_lines, refused = server_verdict(cfg, device, arch, prompt_len, plan, available)
+    lines += cache_lines + ([refused] if refused else [])
     _print("\n".join(lines))
-    return 0 if plan.peak_bytes <= available.bytes else 1
+    return 0 if fits and not refused else 1
 
 
 def _doctor(path: Path, as_json: bool) -> int:
@@ -237,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "eval.max_new_tokens=512 (keys eval does not use are refused)")
 
     plan = sub.add_parser("plan", help="the peak memory a run will need, by phase (load, generation, update), "
-                                       "predicted from the model's config before anything loads; exit 1 when it "
-                                       "does not fit")
+                                       "predicted from the model's config before anything loads, and a started "
+                                       "server's KV cache; exit 1 when it does not fit or the cache cannot work")
     plan.add_argument("--config", help="YAML file or preset name")
     plan.add_argument("overrides", nargs="*", help="dotted.key=value, as for grpo train")
 
@@ -277,8 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--out", help="the HTML file to write (default: RUN_DIR/report.html for a grpo run, else "
                                    "./<name>-report.html)")
 
-    health = sub.add_parser("health", help="is a run healthy now: servers generating, versions, memory, disk; "
-                                           "exit 0 when healthy, 1 when not")
+    health_exits = ("0 healthy (every server serving), 1 unhealthy (a problem: a server gone, given up on, "
+                    "not generating, serving old weights, starting past its startup timeout or failed with no "
+                    "restart left; the trainer stopped, crashed or stuck; too little disk), 2 not a run directory, "
+                    "3 not serving yet (a server starting within its startup timeout, or failed and to be "
+                    "restarted, and nothing else wrong)")
+    health = sub.add_parser("health", help=f"is a run healthy now: servers generating, versions, memory, disk; "
+                                           f"exit {health_exits}", description=f"Is a run healthy now: the trainer, "
+                            f"its servers generating and the weights they serve, memory, disk. Exit status "
+                            f"{health_exits}.")
     health.add_argument("run_dir", nargs="?", help="default: the most recently active run under ./runs")
 
     args, extra = parser.parse_known_args(argv)
@@ -309,9 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "health":
             from grpo.tools.health import check, find_run
 
-            lines, healthy = check(find_run(args.run_dir))
+            lines, status = check(find_run(args.run_dir))
             print("\n".join(lines))
-            return 0 if healthy else 1  # 1: unhealthy
+            return status
         if args.command == "export":
             from grpo.tools.export import export_checkpoint
 

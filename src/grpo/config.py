@@ -159,7 +159,10 @@ class ServerConfig:
                                          "after an OOM; null leaves the server's default", check=within("(0, 1]"))
     kv_cache_gib: float | None = knob(None, "the server's KV cache in GiB (vLLM-CPU VLLM_CPU_KVCACHE_SPACE, SGLang "
                                       "--max-total-tokens from the model's shape), a knob to "
-                                      "tune after an OOM; null leaves the server's default")
+                                      "tune after an OOM; null leaves the server's default. grpo refuses, before any "
+                                      "server starts, a cache too small for one sequence or too large for the "
+                                      "memory beside the trainer (grpo plan shows it)",
+                                      check=above(0, " (or null for the server's default)"))
     max_concurrent_requests: int = knob(64, "requests in flight per server (and the server's batch limit)",
                                         check=at_least(1))
     request_timeout_s: float = knob(300.0, "a generation request slower than this counts as timed out", check=above(0))

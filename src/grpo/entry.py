@@ -54,10 +54,9 @@ def open_run(cfg: RunConfig) -> OpenedRun:
     """The ranks set up, a run that cannot fit in memory refused, the hooks installed, the run directory
     locked and train.log opened. Raises ConfigError, RunDirLocked, DiskError, ... before any work."""
     ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
-    if not ranks.distributed:  # sharded ranks hold a share each: the plan models one process
-        refused = refusal(cfg, device_kind(cfg))
-        if refused:
-            raise ConfigError(refused)
+    refused = refusal(cfg, device_kind(cfg), sharded=ranks.distributed)
+    if refused:
+        raise ConfigError(refused)
     hooks = hooks_for(cfg, ranks.rank)
     # The lock comes first: a second trainer on this directory must not even open its log. Under
     # torchrun, rank 0 holds it and writes the run directory.

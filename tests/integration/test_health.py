@@ -1,9 +1,11 @@
-"""`grpo health` on a healthy run, a run whose server was killed, and a stopped run."""
+"""`grpo health` on a healthy run (exit 0), a run whose server was killed and a stopped run (1), and a run whose
+server is starting or failed and waits to restart (3: not serving yet)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import sys
 import pytest
 
 from grpo.cli import main
+from grpo.rundir.files import JsonlLog
 from tests.waiting import wait_until
 
 from .test_server_engine import SGLANG
@@ -91,11 +94,40 @@ def test_a_server_starting_is_reported_as_starting_with_its_new_process(tmp_path
         status = wait_until(starting_status, 30, "status.json saying the server is starting", interval=0.1)
         assert status["state"] == "starting" and status["incarnation"] == 1
         os.kill(status["pid"], 0)  # the process starting now
-        main(["health", str(run_dir)])
+        assert main(["health", str(run_dir)]) == 3  # not serving yet
         out = capsys.readouterr().out
-        assert "sglang-0: starting" in out and "is gone" not in out and "NOT generating" not in out
+        assert "sglang-0: starting for " in out and "is gone" not in out and "NOT generating" not in out
+        assert re.search(r"^NOT SERVING: sglang-0 is starting \(\d+s of its 600s startup timeout\)$", out, re.M)
     finally:
         loop.signals.event.set()  # a stop signal ends the start at once
+        starting.join(10)
+        loop.close()
+    assert not starting.is_alive()
+
+
+def test_a_server_that_failed_and_waits_to_restart_is_not_serving(tmp_path, capsys):
+    import threading
+
+    from grpo.config import load_config
+
+    run_dir = tmp_path / "r"
+    crash = f"{sys.executable} -c exit(3)"  # a server that dies as it starts
+    loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", "rollout.engine=sglang",
+                                          f"rollout.server.command={crash}", "rollout.server.restart_backoff_s=300"]))
+    starting = threading.Thread(target=loop.engine.start, args=(loop.policy,))
+    starting.start()
+    try:
+        def waiting_to_restart() -> bool:
+            return any(e.get("kind") == "server_restart" for e in JsonlLog(run_dir / "events.jsonl").read()[0])
+
+        wait_until(waiting_to_restart, 60, "the failed server's restart to be scheduled", interval=0.1)
+        assert json.loads((run_dir / "servers" / "status.json").read_text())["servers"][0]["state"] == "failed"
+        assert main(["health", str(run_dir)]) == 3
+        out = capsys.readouterr().out
+        assert re.search(r"^ +sglang-0: failed \d+s ago, to be restarted$", out, re.M)
+        assert re.search(r"^NOT SERVING: sglang-0 failed \d+s ago and is to be restarted$", out, re.M)
+    finally:
+        loop.signals.event.set()  # a stop signal ends the restart's wait at once
         starting.join(10)
         loop.close()
     assert not starting.is_alive()

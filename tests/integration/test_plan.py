@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.tools.plan import GIB, architecture, plan_memory, prompt_tokens
@@ -38,3 +40,29 @@ def test_a_run_that_cannot_fit_is_refused_with_the_knob_and_nothing_is_written(t
     assert main(["plan", "--config", "tiny", *WIDE, f"memory.limit_gib={limit}",
                  f"algo.micro_batch_size={match[3]}"]) == 0
     assert "fits" in capsys.readouterr().out
+
+
+# The tiny model with a KV token of 16 KiB: 0.001 GiB holds 65 tokens, fewer than the weight probe's 204.
+DEEP = ["model.tiny.hidden_size=256", "model.tiny.num_layers=8", "model.device=cpu", "memory.limit_gib=8"]
+
+
+@pytest.mark.parametrize("kv_cache_gib, why", [("1000", "more than the 7.5 GiB left beside the trainer"),
+                                               ("0.001", "a KV cache of 65 tokens of this model")])
+def test_a_server_cache_that_cannot_work_is_refused_before_any_server_starts(tmp_path, capsys, kv_cache_gib, why):
+    started = tmp_path / "started"
+    server = tmp_path / "server.py"
+    server.write_text(f"open({str(started)!r}, 'w').close()\n")  # what a launched server would leave
+    overrides = [*DEEP, "rollout.engine=sglang", f"rollout.server.command={{python}} {server}",
+                 f"rollout.server.kv_cache_gib={kv_cache_gib}"]
+    run_dir = tmp_path / "run"
+    assert main(["train", "--config", "tiny", "--run-dir", str(run_dir), *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"config error: rollout.server.kv_cache_gib={kv_cache_gib} ")
+    assert why in err, err
+    assert not run_dir.exists() and not started.exists()
+    # grpo plan says the same, and the value the line names is accepted.
+    assert main(["plan", "--config", "tiny", *overrides]) == 1
+    assert err.removeprefix("config error: ") in capsys.readouterr().out
+    value = re.search(r"set rollout.server.kv_cache_gib=([\d.]+)", err)[1]
+    assert main(["plan", "--config", "tiny", *overrides, f"rollout.server.kv_cache_gib={value}"]) == 0
+    assert re.search(r"^1 sglang server\(s\) x .* left beside the trainer: fits$", capsys.readouterr().out, re.M)

@@ -1,7 +1,12 @@
 """`grpo health [RUN_DIR]`: is this run healthy right now? Servers up and generating, restarts and
 recent failures, the policy version the servers serve against the trainer's, host and GPU memory,
 OOM kills where the kernel log is readable, disk free for checkpoints, the last good checkpoint, and
-the time since the last step. Exit status 0 when healthy, 1 when not.
+the time since the last step.
+
+Exit status (`check` returns it): 0 healthy, every server of a running trainer serving; 1 unhealthy, a
+problem someone must look at; 3 not serving, nothing wrong but a server not serving yet, starting within its
+rollout.server.startup_timeout_s or failed and to be restarted within its rollout.server.max_restarts (the
+CLI exits 2 for a path that is not a run directory).
 
 It reads the run directory and asks the servers directly; it never takes the run's lock.
 """
@@ -14,12 +19,14 @@ import time
 from pathlib import Path
 
 from grpo import metric_keys as keys
-from grpo.config import CheckpointConfig, ServerConfig
+from grpo.config import CheckpointConfig, ServerConfig, load_config
+from grpo.errors import ConfigError
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, read_json
 from grpo.rundir.lock import current_holder, describe_holder
 
 RECENT_S = 3600.0  # failures within the last hour count as recent
+HEALTHY, UNHEALTHY, NOT_SERVING = 0, 1, 3  # exit statuses
 
 
 def find_run(path: str | None) -> Path:
@@ -32,18 +39,25 @@ def find_run(path: str | None) -> Path:
     return max(candidates, key=lambda p: max(f.stat().st_mtime for f in p.iterdir()))
 
 
-def check(run_dir: Path) -> tuple[list[str], bool]:
-    """-> (report lines, healthy)."""
+def check(run_dir: Path) -> tuple[list[str], int]:
+    """-> (report lines, exit status: HEALTHY, UNHEALTHY or NOT_SERVING)."""
     run_dir = Path(run_dir)
     if not (run_dir / "events.jsonl").is_file() and not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no events.jsonl or config.yaml)")
     problems: list[str] = []
+    waiting: list[str] = []  # servers not serving yet, within their limits
     out = [f"run {run_dir}"]
     out += _trainer(run_dir, problems)
-    out += _servers(run_dir, problems)
+    out += _servers(run_dir, problems, waiting)
     out += _resources(run_dir, problems)
-    out.append("HEALTHY" if not problems else "UNHEALTHY: " + "; ".join(problems))
-    return out, not problems
+    if problems:
+        out.append("UNHEALTHY: " + "; ".join(problems + waiting))
+        return out, UNHEALTHY
+    if waiting:
+        out.append("NOT SERVING: " + "; ".join(waiting))
+        return out, NOT_SERVING
+    out.append("HEALTHY")
+    return out, HEALTHY
 
 
 def _trainer(run_dir: Path, problems: list[str]) -> list[str]:
@@ -76,7 +90,7 @@ def _trainer(run_dir: Path, problems: list[str]) -> list[str]:
     return out
 
 
-def _servers(run_dir: Path, problems: list[str]) -> list[str]:
+def _servers(run_dir: Path, problems: list[str], waiting: list[str]) -> list[str]:
     status, why = read_json(run_dir / "servers" / "status.json")
     if status is None:
         return ["SERVERS  none (embedded engine)" if why == "missing" else f"SERVERS  status.json is {why}"]
@@ -105,12 +119,11 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
         out.append(f"         {name}: {_seeds_line(server.get('seeds'))}")
         if not running:
             continue  # a finished or stopped run's servers are gone by design
-        if server.get("state") in ("starting", "failed"):  # status.json follows every start and failure
-            alive = pid is None or _alive(pid)
-            doing = "starting" if server.get("state") == "starting" else "failed, to be restarted"
-            out.append(f"         {name}: {doing}" + ("" if alive else f"; its process {pid} is gone"))
-            if not alive and server.get("state") == "starting":
-                problems.append(f"{name}'s process {pid} is gone while starting")
+        if server.get("state") == "starting":  # status.json follows every start and failure
+            out.append(f"         {name}: " + _starting(run_dir, server, events, problems, waiting))
+            continue
+        if server.get("state") == "failed":
+            out.append(f"         {name}: " + _failed(server, events, problems, waiting))
             continue
         if server.get("state") == "gave_up":
             problems.append(f"{name} was given up on")
@@ -132,6 +145,52 @@ def _servers(run_dir: Path, problems: list[str]) -> list[str]:
     for event in recent[-3:]:
         out.append(f"         failure: {event.get('message')}")
     return out
+
+
+def _starting(run_dir: Path, server: dict, events: list[dict], problems: list[str], waiting: list[str]) -> str:
+    """A server starting: not serving yet while its start is within the run's startup timeout; a problem past
+    it, or when its process is gone. -> what the report says of it."""
+    name, pid = server.get("name"), server.get("pid")
+    if pid is not None and not _alive(pid):
+        problems.append(f"{name}'s process {pid} is gone while starting")
+        return f"starting; its process {pid} is gone"
+    timeout = _server_config(run_dir).startup_timeout_s
+    start = next((e for e in reversed(events) if e.get("kind") == "server_start"
+                  and (e.get("evidence") or {}).get("server") == name
+                  and (e.get("evidence") or {}).get("incarnation") == server.get("incarnation")), None)
+    if start is None:
+        waiting.append(f"{name} is starting")
+        return "starting"
+    since = time.time() - start.get("time", 0)
+    if since > timeout:
+        problems.append(f"{name} has been starting for {since:.0f}s, past rollout.server.startup_timeout_s="
+                        f"{timeout:g}")
+        return f"starting for {since:.0f}s, past its {timeout:g}s startup timeout"
+    waiting.append(f"{name} is starting ({since:.0f}s of its {timeout:g}s startup timeout)")
+    return f"starting for {since:.0f}s (startup timeout {timeout:g}s)"
+
+
+def _failed(server: dict, events: list[dict], problems: list[str], waiting: list[str]) -> str:
+    """A failed server: not serving until its restart while one is under way or left; a problem once none is."""
+    name, used, most = server.get("name"), server.get("restarts") or 0, server.get("max_restarts") or 0
+    failures = server.get("failures") or []
+    when = f" {time.time() - failures[-1]['time']:.0f}s ago" if failures and "time" in failures[-1] else ""
+    last = next((e for e in reversed(events) if e.get("kind") in ("server_failed", "server_restart")
+                 and (e.get("evidence") or {}).get("server") == name), {})
+    if last.get("kind") != "server_restart" and used >= most:
+        problems.append(f"{name} failed with its {most} restarts used up (rollout.server.max_restarts): the run "
+                        "stops when it next needs it")
+        return f"failed{when}, its {most} restarts used up"
+    waiting.append(f"{name} failed{when} and is to be restarted")
+    return f"failed{when}, to be restarted"
+
+
+def _server_config(run_dir: Path) -> ServerConfig:
+    """The run's server section (config.yaml), else the defaults: a first start has not written it yet."""
+    try:
+        return load_config(str(run_dir / "config.yaml")).rollout.server
+    except (ConfigError, OSError, ValueError):
+        return ServerConfig()
 
 
 def _seeds_line(seeds: dict | None) -> str:

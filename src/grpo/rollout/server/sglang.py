@@ -23,7 +23,7 @@ from pathlib import Path
 
 from grpo.config import ServerConfig
 from grpo.rollout.engines.base import SamplingParams
-from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect
+from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect, kv_bytes_per_token
 from grpo.rollout.server.client import HttpClient, ServerError
 
 
@@ -32,6 +32,8 @@ FLUSH_WAIT_S = 60.0  # how long a cache flush waits for the server to be idle (i
 
 class SGLangBackend(Backend):
     name = "sglang"
+    # A request may fill the cache less one token, and its input five fewer (SGLang's max_req_input_len).
+    cache_slack_tokens = 6
 
     def __init__(self, on_cpu: bool = True) -> None:
         self.on_cpu = on_cpu
@@ -46,7 +48,8 @@ class SGLangBackend(Backend):
         if cfg.memory_fraction is not None:
             argv += ["--mem-fraction-static", str(cfg.memory_fraction)]
         if cfg.kv_cache_gib is not None:
-            argv += ["--max-total-tokens", str(kv_cache_tokens(model_dir, dtype, cfg.kv_cache_gib))]
+            tokens = self.kv_cache_tokens(cfg.kv_cache_gib, served_bytes_per_token(model_dir, dtype))
+            argv += ["--max-total-tokens", str(tokens)]
         if cfg.deterministic:
             argv.append("--enable-deterministic-inference")
         # grpo gives it local paths only; online, a bad path would be looked up as a hub name.
@@ -55,6 +58,10 @@ class SGLangBackend(Backend):
             return LaunchSpec(argv, env)
         return LaunchSpec(argv + ["--device", "cpu", "--attention-backend", "torch_native"],
                           env | {"SGLANG_USE_CPU_ENGINE": "1"})
+
+    def kv_cache_tokens(self, gib: float, bytes_per_token: int) -> int | None:
+        # --max-total-tokens; SGLang lowers it, with a warning in its log only, to what its memory fraction leaves.
+        return max(1, int(gib * 2**30 // bytes_per_token))
 
     def identify(self, client: HttpClient) -> None:
         answer = client.request("GET", "/get_model_info", retries=0)
@@ -112,12 +119,9 @@ class SGLangBackend(Backend):
         client.request("POST", f"/flush_cache?timeout={FLUSH_WAIT_S:g}", timeout_s=FLUSH_WAIT_S + 10, retries=0)
 
 
-def kv_cache_tokens(model_dir: Path, dtype: str, gib: float) -> int:
-    """SGLang sizes its KV cache in tokens (--max-total-tokens): how many `gib` holds for this model, a
-    key and a value per layer and KV head."""
+def served_bytes_per_token(model_dir: Path, dtype: str) -> int:
+    """The KV bytes of one token of the model in `model_dir`, from its config.json."""
     config = json.loads((model_dir / "config.json").read_text())
     heads = config["num_attention_heads"]
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
-    per_token = 2 * config["num_hidden_layers"] * config.get("num_key_value_heads", heads) * head_dim * (
-        4 if dtype == "float32" else 2)
-    return max(1, int(gib * 2**30 // per_token))
+    return kv_bytes_per_token(config["num_hidden_layers"], config.get("num_key_value_heads") or heads,
+                              config.get("head_dim") or config["hidden_size"] // heads, dtype)

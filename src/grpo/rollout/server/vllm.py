@@ -30,6 +30,9 @@ SERVED_NAME = "policy"
 class VLLMBackend(Backend):
     name = "vllm"
 
+    def __init__(self, on_cpu: bool = True) -> None:
+        self.on_cpu = on_cpu
+
     def launch(self, cfg: ServerConfig, python: str, model_dir: Path, host: str, port: int, dtype: str,
                seed: int) -> LaunchSpec:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--dtype", dtype,
@@ -42,8 +45,12 @@ class VLLMBackend(Backend):
         path = os.pathsep.join(p for p in (str(EXTENSION_DIR), os.environ.get("PYTHONPATH", "")) if p)
         env = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": path}
         if cfg.kv_cache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space(cfg.kv_cache_gib))
         return LaunchSpec(argv, env)
+
+    def kv_cache_tokens(self, gib: float, bytes_per_token: int) -> int | None:
+        # VLLM_CPU_KVCACHE_SPACE sizes vLLM-CPU's cache; vLLM on a GPU sizes its own from its memory fraction.
+        return cpu_kvcache_space(gib) * 2**30 // bytes_per_token if self.on_cpu else None
 
     def identify(self, client: HttpClient) -> None:
         answer = client.request("GET", "/v1/models", retries=0)
@@ -102,3 +109,7 @@ class VLLMBackend(Backend):
         expect(isinstance(results, list) and results and isinstance(results[0], dict), "fingerprint results")
         return results[0]
 
+
+def cpu_kvcache_space(gib: float) -> int:
+    """VLLM_CPU_KVCACHE_SPACE for rollout.server.kv_cache_gib=`gib`: whole GiB, at least one."""
+    return max(1, round(gib))

@@ -48,6 +48,7 @@ PROBE_TEXT = (
     "for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?"
 )
 PROBE_GENERATED = 4
+PROBE_MAX_TOKENS = 200
 
 
 class WeightSource(Protocol):
@@ -106,7 +107,7 @@ class ProbeResult:
 
 
 def probe_ids(tokenizer) -> list[int]:
-    return tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"][:200]
+    return tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"][:PROBE_MAX_TOKENS]
 
 
 def measure(backend: Backend, client: HttpClient, ids: list[int], source: WeightSource, dtype: str) -> ProbeResult:

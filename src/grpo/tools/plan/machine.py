@@ -79,6 +79,17 @@ def prompt_tokens(cfg: RunConfig) -> int:
     return math.ceil(chars / 3) + 40  # the chat template's own tokens
 
 
+def probe_tokens(cfg: RunConfig) -> int:
+    """The weight probe's length in tokens (grpo.rollout.server.weights), with the same tokenizer as the
+    prompts' or, where it is not on disk, estimated the same way."""
+    from grpo.rollout.server.weights import PROBE_MAX_TOKENS, PROBE_TEXT, probe_ids
+
+    tokenizer = _local_tokenizer(cfg)
+    if tokenizer is not None:
+        return len(probe_ids(tokenizer))
+    return min(math.ceil(len(PROBE_TEXT) / 3), PROBE_MAX_TOKENS)
+
+
 def _local_tokenizer(cfg: RunConfig):
     from grpo.policy.models import OFFLINE_MODELS, build_char_tokenizer, cache_dir
 

