@@ -170,20 +170,26 @@ def test_no_server_process_or_shared_memory_outlives_a_sigkill_of_the_server_or_
             proc.wait()
 
 
-def test_a_hang_is_found_in_seconds_and_a_kill_past_the_budget_saves_the_run_before_it_stops(tmp_path):
-    """SIGSTOP of the server mid-rollout: found by its stalled processes in seconds (the request timeout is
-    300 s), restarted; then SIGKILL with no restart left: the stop saves the last trained step (no periodic
-    checkpoints, as the quickstart had), and the same command resumes from it."""
+def test_two_recovered_faults_roll_nothing_back_a_hang_is_found_in_seconds_and_a_stop_saves_first(tmp_path):
+    """The seeds' story on a real server: SIGKILL at step 2 and SIGSTOP at step 3, every failed sample
+    recovered on a restarted server, so nothing is rolled back (the breaker judged the failed attempts and
+    rolled back to step 0); the hang is found by its stopped processes in seconds (the request timeout is
+    300 s); then SIGKILL with no restart left: the stop saves the last trained step (no periodic
+    checkpoints, as the quickstart had) and the same command resumes from it."""
     run_dir = tmp_path / "r"
     no_saves = ["train.steps=5", "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "rollout.server.stall_s=5"]
     with pytest.raises(RunStopped):
-        run(run_dir, *no_saves, "testing.faults.hang_server_at_steps=[2]", "testing.faults.kill_server_at_steps=[4]",
-            "rollout.server.max_restarts=1")
-    hung, killed = of_kind(run_dir, "server_failed")
+        run(run_dir, *no_saves, "testing.faults.kill_server_at_steps=[2,4]", "testing.faults.hang_server_at_steps=[3]",
+            "rollout.server.max_restarts=2")
+    killed, hung, killed_again = of_kind(run_dir, "server_failed")
     assert hung["message"].startswith("sglang-0: hung: its processes have been stopped (SIGSTOP) for 5."), hung
     (stopped,) = [e for e in of_kind(run_dir, "fault_injected") if e["message"].startswith("hang_server")]
     assert hung["time"] - stopped["time"] < 15
-    assert killed["step"] == 4 and killed["evidence"]["exit"] == "killed by SIGKILL"
+    assert [killed["step"], hung["step"], killed_again["step"]] == [2, 3, 4]
+    assert not of_kind(run_dir, "rollback") and [t["evidence"]["breaker"] for t in of_kind(run_dir, "trip")] == [
+        "inference_server"]
+    lines = {line["step"]: line for line in metric_lines(run_dir)}
+    assert sorted(lines) == [1, 2, 3] and all(lines[s]["rollout/unrecovered"] == 0 for s in (2, 3))
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))[-1] == "step_000003"
     run(run_dir, *no_saves)
     assert [e["step"] for e in of_kind(run_dir, "restart")] == [3]
