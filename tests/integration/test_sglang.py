@@ -194,7 +194,8 @@ def test_a_hang_is_found_in_seconds_and_a_kill_past_the_budget_saves_the_run_bef
 
 def scheduler_of(sid: int) -> int:
     """SGLang's scheduler among the processes of the server's session: it names itself sglang::scheduler."""
-    return next(pid for pid in session(sid) if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sglang::scheduler"))
+    return next(pid for pid in session(sid)
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sglang::scheduler"))
 
 
 def test_a_killed_scheduler_is_named_as_the_cause_not_the_import_noise_above_it(tmp_path):

@@ -9,7 +9,7 @@ by what it is, the first kind found winning:
 1. a child process killed by a signal (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with exit
    code -9"): nothing else a server logs explains a kill;
 2. a cause grpo knows, with the knob to change: memory refused at start, out of memory, a bad argument,
-   a taken port, a missing module, a request refused (HTTP 400) as longer than the server takes;
+   a taken port, a missing module, a request refused (HTTP 400) as longer than SGLang's KV cache;
 3. the server's own last error line (a traceback's last line), not a wrapper pointing at another one;
 4. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
    (exit code: None)", "MPClient: engine core exited unexpectedly").
@@ -26,7 +26,8 @@ from typing import Any
 
 MEMORY_KNOBS = ("lower rollout.server.memory_fraction (vLLM's --gpu-memory-utilization: on CPU, the fraction "
                 "of all host memory it reserves) or set rollout.server.kv_cache_gib (e.g. 2), or free memory")
-# (pattern in a log line, what to change): the first pattern any line matches names the cause.
+# (pattern in a log line, what to change): the first pattern any line matches names the cause, quoted from
+# the last line it matches.
 KNOWN_CAUSES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"Available memory .* is less than desired .*memory utilization"), MEMORY_KNOBS),
     (re.compile(r"less than requested memory for kv"), "lower rollout.server.kv_cache_gib, or free memory"),
@@ -40,26 +41,24 @@ KNOWN_CAUSES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"[Aa]ddress already in use"), "set rollout.server.port=0 (a free port) or free the port"),
     (re.compile(r"No module named"), "point rollout.server.python at the Python of the server's environment "
                                      "(e.g. .venv-vllm/bin/python)"),
-    # A request refused (HTTP 400): SGLang bounds an input by its KV cache and context length, vLLM by
-    # --max-model-len.
+    # A request SGLang refused (HTTP 400; vLLM logs no reason for one, only "Exception caught").
     (re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length"),
      "raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
      "the prompts or rollout.max_new_tokens"),
-    (re.compile(r"maximum context length is \d+ tokens|longer than the maximum model length"),
-     "raise --max-model-len in rollout.server.extra_args, or shorten the prompts or rollout.max_new_tokens"),
 ]
 # A child process's death as its parent logged it: `process` names the child, `code` its exit code
 # (multiprocessing's, negative for a signal) where the line gives one (vLLM may log "None": read too soon).
 CRASHES = [
     re.compile(r"Subprocess (?P<process>\S+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)"),  # SGLang
     re.compile(r"Worker proc (?P<process>\S+) died unexpectedly \(exit code: (?P<code>-?\d+|None)\)"),  # vLLM
-    re.compile(r"Process (?P<process>\S+) \(PID: \d+\) died with exit code (?P<code>-?\d+)"),  # vLLM
-    re.compile(r"Engine core process (?P<process>\S+) died unexpectedly"),  # vLLM
+    re.compile(r"Process (?P<process>\S+) \(PID: \d+\) died with exit code (?P<code>-?\d+)"),  # vLLM, API servers
+    re.compile(r"Engine core process (?P<process>\S+) died unexpectedly"),  # vLLM, API servers
     re.compile(r"MPClient: (?P<process>engine core) exited unexpectedly"),  # vLLM 0.32
     re.compile(r"Received sigquit from a child process|SIGQUIT received\..* one child failed"),  # SGLang
 ]
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
-HARMLESS = re.compile(r"\bWARNING\b|\w+Warning: |warnings\.warn\(|Ignore import error|init failed \(ModuleNotFoundError")
+HARMLESS = re.compile(r"\bWARNING\b|\w+Warning: |warnings\.warn\(|Ignore import error|"
+                      r"init failed \(ModuleNotFoundError")
 ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")  # a traceback's last line, as logged
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")

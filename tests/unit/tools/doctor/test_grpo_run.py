@@ -103,7 +103,8 @@ def test_a_server_failure_shows_the_crash_line_of_its_log_tail(tmp_path):
     """Real SGLang's last 20 lines after its scheduler was SIGKILLed: the crash, read as the supervisor reads it."""
     run_dir = tmp_path / "r"
     run_dir.mkdir()
-    event = {"time": 1.0, "step": 3, "kind": "server_failed", "message": "sglang-0: the server process was killed by SIGKILL",
+    event = {"time": 1.0, "step": 3, "kind": "server_failed",
+             "message": "sglang-0: the server process was killed by SIGKILL",
              "evidence": {"log_tail": server_log("sglang_scheduler_killed")[-20:]}}
     (run_dir / "events.jsonl").write_text(json.dumps(event) + "\n")
     diagnosis, _ = examine(run_dir)
