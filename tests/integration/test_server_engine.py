@@ -177,7 +177,7 @@ def test_a_server_killed_then_hung_on_the_next_step_every_sample_recovered_rolls
 
     doctor = diagnose(run_dir)
     assert doctor[1] == "DIAGNOSIS healthy"
-    assert "(first: server failure (sglang-0: the server process killed by SIGKILL) at step 3)" in doctor[2]
+    assert "(first: server failure (sglang-0: the server process was killed by SIGKILL) at step 3)" in doctor[2]
     assert doctor[2].endswith("; failed samples retried at step(s) 3, 4")
     (rollouts,) = [line for line in doctor if line.startswith("ROLLOUTS ")]
     assert f"{2 * samples} sample(s) recovered on a retry, 0 still failed after every retry" in rollouts

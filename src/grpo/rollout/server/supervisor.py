@@ -272,7 +272,7 @@ class Supervisor:
                                                                  self.cfg.health_timeout_s))
         except ServerError as exc:
             if self.process is not None and self.process.exited.is_set():
-                return f"the seed check failed: the server process {self.process.describe_exit()}"
+                return f"the seed check failed: the server process {ended(self.process.describe_exit())}"
             self.seeds = SeedVerdict(None, f"could not be checked ({exc}): whether samples are reproducible "
                                            "is unknown")
         self.record("server_seeds", f"{self.name}: {self.seeds.detail}", server=self.name,
