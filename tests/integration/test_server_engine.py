@@ -94,7 +94,7 @@ def test_sigkill_mid_rollout_is_detected_in_that_step_restarted_and_nothing_of_i
     assert sorted(lines) == [1, 2, 3, 4]
     doctor = "\n".join(diagnose(run_dir))  # the doctor's server section tells the same story
     assert "SERVERS  sglang-0: 2 start(s) (incarnations 1-2)" in doctor and "1 failure(s), 1 restart(s)" in doctor
-    assert "step 2: sglang-0#1 failed: the server process killed by SIGKILL" in doctor
+    assert "step 2: sglang-0#1 failed: the server process was killed by SIGKILL" in doctor
 
 
 def test_restarts_run_out_the_stop_saves_the_last_trained_step_and_the_same_command_resumes_from_it(tmp_path):
@@ -177,7 +177,7 @@ def test_a_server_killed_then_hung_on_the_next_step_every_sample_recovered_rolls
 
     doctor = diagnose(run_dir)
     assert doctor[1] == "DIAGNOSIS healthy"
-    assert "(first: server failure (sglang-0: the server process killed by SIGKILL) at step 3)" in doctor[2]
+    assert "(first: server failure (sglang-0: the server process was killed by SIGKILL) at step 3)" in doctor[2]
     assert doctor[2].endswith("; failed samples retried at step(s) 3, 4")
     (rollouts,) = [line for line in doctor if line.startswith("ROLLOUTS ")]
     assert f"{2 * samples} sample(s) recovered on a retry, 0 still failed after every retry" in rollouts

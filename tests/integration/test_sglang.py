@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from grpo.config import TinyModelConfig, load_config
 from grpo.errors import RunStopped
 from grpo.hooks import StepHooks
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
+from grpo.rollout.server.diagnosis import likely_cause
 from grpo.rundir.files import JsonlLog
 from grpo.tools.doctor import diagnose
 from grpo.tools.health import check as health_check
@@ -194,6 +196,38 @@ def test_two_recovered_faults_roll_nothing_back_a_hang_is_found_in_seconds_and_a
     run(run_dir, *no_saves)
     assert [e["step"] for e in of_kind(run_dir, "restart")] == [3]
     assert [line["step"] for line in metric_lines(run_dir)] == [1, 2, 3, 4, 5]
+
+
+def scheduler_of(sid: int) -> int:
+    """SGLang's scheduler among the processes of the server's session: it names itself sglang::scheduler."""
+    return next(pid for pid in session(sid)
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sglang::scheduler"))
+
+
+def test_a_killed_scheduler_is_named_as_the_cause_not_the_import_noise_above_it(tmp_path):
+    """SGLang prints "Ignore import error ... No module named 'cutlass'" at every start: the cause read is
+    the scheduler's crash, in the event, the health report and the sentence a give-up would stop with."""
+    run_dir = tmp_path / "r"
+    proc = trainer(run_dir)
+    try:
+        wait_until(lambda: started(run_dir, "server_ready", 1), 300, "the first server ready")
+        os.kill(scheduler_of(started(run_dir, "server_start", 1)["evidence"]["pid"]), signal.SIGKILL)
+        failed = wait_until(lambda: started(run_dir, "server_failed", 1), 60, "the scheduler's death recorded")
+        evidence = failed["evidence"]
+        assert re.fullmatch(r"Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -9\. Triggering SIGQUIT "
+                            r"for cleanup\.\.\.", evidence["server_error"]), evidence["server_error"]
+        assert evidence["knob"] is None and evidence["stopped_by_grpo"] is False
+        assert failed["message"].endswith(f"(the server said: {evidence['server_error']})")
+        assert likely_cause(evidence, attached=False).startswith("its scheduler_0 was killed by SIGKILL")
+        assert f"failure: {failed['message']}" in "\n".join(health_check(run_dir)[0])
+        assert "rollout.server.python" not in json.dumps(failed)
+        wait_until(lambda: started(run_dir, "server_ready", 2), 300, "the restarted server ready")
+        proc.terminate()
+        assert proc.wait(60) == 4, proc.stderr.read()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_server_killed_with_its_reaper_leaves_no_shared_memory(tmp_path):

@@ -32,7 +32,7 @@ from grpo.errors import ConfigError
 from grpo.rollout.engines.base import GenerationCancelled
 from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
-from grpo.rollout.server.diagnosis import likely_cause, same_failure, server_error
+from grpo.rollout.server.diagnosis import ended, likely_cause, same_failure, server_error
 from grpo.rollout.server.launcher import Launch, LaunchFailed, LocalLauncher, ServerHandle, ServerLauncher
 from grpo.rollout.server.process import Activity, oom_kills
 from grpo.rollout.server.seed_check import SeedVerdict, check_seeds
@@ -253,7 +253,7 @@ class Supervisor:
         last = "no answer yet"
         while time.monotonic() < deadline:
             if self.process is not None and self.process.exited.is_set():
-                return f"the server process {self.process.describe_exit()} while starting"
+                return f"the server process {ended(self.process.describe_exit())} while starting"
             try:
                 self._interruptible(lambda: self.backend.health_generate(self.client, self.health_ids,
                                                                          self.cfg.health_timeout_s))
@@ -272,7 +272,7 @@ class Supervisor:
                                                                  self.cfg.health_timeout_s))
         except ServerError as exc:
             if self.process is not None and self.process.exited.is_set():
-                return f"the seed check failed: the server process {self.process.describe_exit()}"
+                return f"the seed check failed: the server process {ended(self.process.describe_exit())}"
             self.seeds = SeedVerdict(None, f"could not be checked ({exc}): whether samples are reproducible "
                                            "is unknown")
         self.record("server_seeds", f"{self.name}: {self.seeds.detail}", server=self.name,
@@ -309,7 +309,7 @@ class Supervisor:
         """From the watcher thread, the moment the process ends on its own."""
         with self._lock:
             if process is self.process and self.state in (ServerState.READY, ServerState.STARTING):
-                self._fail(f"the server process {process.describe_exit()}", kill=False,
+                self._fail(f"the server process {ended(process.describe_exit())}", kill=False,
                            while_starting=self.state == ServerState.STARTING)
 
     def check_health(self) -> bool:
@@ -325,7 +325,7 @@ class Supervisor:
                 # A refused or reset connection is how a dying process looks for a moment before its
                 # watcher sees the exit (0.1 s after a SIGKILL): wait for that, and name the exit.
                 if self.process is not None and self.process.exited.wait(2.0 if exc.kind != "timeout" else 0):
-                    self._fail(f"the server process {self.process.describe_exit()}", kill=False)
+                    self._fail(f"the server process {ended(self.process.describe_exit())}", kill=False)
                 elif exc.kind == "timeout":
                     self._fail(f"hung: no one-token generation in {self.cfg.health_timeout_s:g}s ({exc})", kill=True)
                 else:
@@ -366,13 +366,13 @@ class Supervisor:
                                    "time": time.time(), "while_starting": while_starting}
         if self.process is not None:
             said, knob = server_error(self.process.output())
-            failure.update(exit=self.process.describe_exit(), pid=self.process.pid, server_error=said, knob=knob,
+            failure.update(exit=self.process.describe_exit(), stopped_by_grpo=self.process.expected_exit,
+                           pid=self.process.pid, server_error=said, knob=knob,
                            log_tail=self.process.tail(20), oom_kills=oom_kills(self.process.started_at))
         self.failures.append(failure)
-        # A kill is not explained in the server's log: its error line is quoted for its own exits only.
-        quote = failure.get("server_error") and "killed by" not in failure.get("exit", "")
-        self.record("server_failed", f"{self.name}: {reason}" + (f" (the server said: {failure['server_error']})"
-                                                                if quote else ""), **failure)
+        said = failure.get("server_error")
+        self.record("server_failed", f"{self.name}: {reason}" + (f" (the server said: {said})" if said else ""),
+                    **failure)
 
     def _give_up(self, why: str) -> ServerGaveUp:
         self.state = ServerState.GAVE_UP

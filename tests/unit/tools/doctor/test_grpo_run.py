@@ -7,6 +7,8 @@ import json
 
 from grpo.tools.doctor import examine, explain
 
+from tests.server_logs import server_log
+
 
 def test_a_server_failure_is_placed_on_the_step_in_progress_with_its_log_line(tmp_path):
     run_dir = tmp_path / "r"
@@ -95,3 +97,16 @@ def test_a_rollback_is_named_with_its_learning_rate_change_in_old_runs_too(tmp_p
     said = "rolled back to step 0 after nonfinite: learning rate 0.25 x its schedule from then on"
     assert {(a.step, a.kind, a.detail) for a in diagnosis.timeline} == {(2, "rollback", said)}
     assert f"         rollback at step 2: {said}" in lines
+
+
+def test_a_server_failure_shows_the_crash_line_of_its_log_tail(tmp_path):
+    """Real SGLang's last 20 lines after its scheduler was SIGKILLed: the crash, read as the supervisor reads it."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    event = {"time": 1.0, "step": 3, "kind": "server_failed",
+             "message": "sglang-0: the server process was killed by SIGKILL",
+             "evidence": {"log_tail": server_log("sglang_scheduler_killed")[-20:]}}
+    (run_dir / "events.jsonl").write_text(json.dumps(event) + "\n")
+    diagnosis, _ = examine(run_dir)
+    assert diagnosis.evidence[0].text.endswith(
+        "| its log: Subprocess scheduler_0 (pid=6766) crashed with exit code -9. Triggering SIGQUIT for cleanup...")
