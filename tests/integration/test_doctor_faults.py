@@ -49,7 +49,8 @@ def assert_diagnosis(result: dict, run_dir: Path, cause: str) -> None:
     assert result["source"] == "grpo" and result["status"] == "problem"
     assert result["cause"] == cause, result["explanation"]
     assert result["first_bad_step"] == BAD, result["timeline"]
-    assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000003")
+    # The crash came after step 5 was whole: the loop saved it before the crash went on (saves are every 3)
+    assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000005")
     assert result["evidence"] and all(Path(e["file"]).is_file() for e in result["evidence"])
     assert f"resume_from={run_dir / 'checkpoints' / 'step_000003'}" in result["resume"]
 
