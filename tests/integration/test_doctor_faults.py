@@ -49,8 +49,7 @@ def assert_diagnosis(result: dict, run_dir: Path, cause: str) -> None:
     assert result["source"] == "grpo" and result["status"] == "problem"
     assert result["cause"] == cause, result["explanation"]
     assert result["first_bad_step"] == BAD, result["timeline"]
-    # The crash came after step 5 was whole: the loop saved it before the crash went on (saves are every 3)
-    assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000005")
+    assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000003")
     assert result["evidence"] and all(Path(e["file"]).is_file() for e in result["evidence"])
     assert f"resume_from={run_dir / 'checkpoints' / 'step_000003'}" in result["resume"]
 
@@ -135,7 +134,8 @@ def test_a_crash_with_a_recorded_error_is_a_crash_at_the_step_that_did_not_finis
     code, result = doctor_json(run_dir, capsys)
     assert code == 1 and result["cause"] == "crashed" and result["first_bad_step"] == 6
     assert result["evidence"][0]["file"].endswith("events.jsonl") and "injected crash" in result["evidence"][0]["text"]
-    assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000003")
+    # The crash came after step 5 was whole: the loop saved it before the crash went on (saves are every 3)
+    assert result["last_good_checkpoint"] == str(run_dir / "checkpoints" / "step_000005")
 
 
 def test_a_trainer_killed_without_a_word_is_stalled(tmp_path, capsys):
