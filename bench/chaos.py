@@ -2,8 +2,8 @@
 
 An unbroken reference run, then the same command under a monkey that, at moments drawn from a seed,
 does from outside what production does to a run: SIGKILL or SIGTERM the trainer, SIGKILL a server's
-processes (its reaper spared, as the OOM killer does) or its whole group, SIGSTOP them past the hang
-detection's bound, fill the run directory's filesystem (a small tmpfs; the
+processes (its reaper spared, as the OOM killer does) or its whole group, SIGSTOP them until the trainer
+finds the hang, fill the run directory's filesystem (a small tmpfs; the
 filler is freed again), and tear the newest checkpoint's weights as a crash mid-write would. After
 every trainer death it runs the same command again, as a scheduler would. At the end it checks:
 every step's metrics line present exactly once and equal to the reference's, the final weights'
@@ -71,7 +71,8 @@ FAULT_KINDS = {
     "torn_checkpoint": "SIGKILL to the trainer, then its newest checkpoint's weights cut in half",
     "sigkill_server": "SIGKILL to a server's own processes, its reaper spared (as the OOM killer picks one)",
     "sigkill_server_group": "SIGKILL to a server's whole process group, its reaper too (another job's kill)",
-    "sigstop_server": "SIGSTOP to a server's processes for twice the longer of its hang bounds, then SIGCONT",
+    "sigstop_server": "SIGSTOP to a server's processes until the trainer finds it hung (or twice the longer of its "
+                      "hang bounds), then SIGCONT",
 }
 NOISY = ("time", "time/", "perf/", "memory/", "rollout/sources", "sync/seconds")
 PR_SET_CHILD_SUBREAPER = 36
@@ -182,12 +183,13 @@ class Chaos:
                 fault.note = f"pid {pid}: its whole group"
             else:
                 _signal_server(pid, signal.SIGSTOP)
-                end = time.monotonic() + self.stop_s
-                while time.monotonic() < end and proc.poll() is None:
+                stopped, end = time.monotonic(), time.monotonic() + self.stop_s
+                while time.monotonic() < end and proc.poll() is None and pid in self._ready_pids():
                     self._note_progress()
                     time.sleep(0.05)
-                _signal_server(pid, signal.SIGCONT)
-                fault.note = f"pid {pid} stopped {self.stop_s:g}s"
+                _signal_server(pid, signal.SIGCONT)  # a hang the trainer found: it killed the server meanwhile
+                found = "" if pid in self._ready_pids() else ", until the trainer took it down"
+                fault.note = f"pid {pid} stopped {time.monotonic() - stopped:.1f}s{found}"
         self.faults.append(fault)
 
     def _fill_disk(self, proc: subprocess.Popen) -> str:
@@ -208,12 +210,16 @@ class Chaos:
         return "trainer exited while full" if proc.poll() is not None else "freed while the trainer ran"
 
     def _server_pid(self) -> int | None:
+        pids = self._ready_pids()
+        return self.rng.choice(pids) if pids else None
+
+    def _ready_pids(self) -> list[int]:
+        """The reapers of the servers the trainer counts as ready (servers/status.json)."""
         try:
             status = json.loads((self.run_dir / "servers" / "status.json").read_text())
         except (OSError, ValueError):
-            return None
-        pids = [s["pid"] for s in status.get("servers", []) if s.get("state") == "ready" and s.get("pid")]
-        return self.rng.choice(pids) if pids else None
+            return []
+        return [s["pid"] for s in status.get("servers", []) if s.get("state") == "ready" and s.get("pid")]
 
     def _newest_step(self) -> int:
         try:
