@@ -39,7 +39,7 @@ def test_ten_faults_end_where_the_unbroken_run_does(tmp_path, setup):
 @pytest.mark.skipif(not SGLANG_PYTHON.is_file(), reason="no SGLang environment (scripts/setup_sglang_env.sh)")
 def test_a_real_sglang_server_killed_stopped_and_killed_with_its_reaper(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "chaos.py"), "--setup", "sglang", "--faults", "3",
-                           "--kinds", "sigkill_server,sigstop_server,sigkill_server_group", "--steps", "16",
+                           "--kinds", "sigkill_server,sigstop_server,sigkill_server_group", "--steps", "24",
                            "--seed", "0", "--out", str(tmp_path), "--server-python", str(SGLANG_PYTHON)],
                           capture_output=True, text=True, env=env_with_src(), timeout=1500)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
