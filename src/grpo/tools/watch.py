@@ -12,9 +12,10 @@ given by `--pid` exits), it is judged once more as the doctor judges a finished 
 Logs are followed by name (`Tail`): a log that does not exist yet is waited for, a rotated one is read
 to its end and then the new file from its start, a truncated one from its new start (what was written
 just before the truncation, from logrotate's copy when there is one), and a torn last line is held
-until its newline arrives. Every line read is kept, so the reader sees the whole run
-across rotations. Directories (a grpo run, a TRL output directory) are read again when a file in
-them changes.
+until its newline arrives. Each poll reads only what is new and feeds it to the reader, which keeps
+the run's record (not its lines), so a poll costs what was written since the last one plus one
+judgement. Directories (a grpo run, a TRL output directory) are read again when a file in them
+changes.
 
 Exit status, as the doctor's: 0 the run ended healthy (or the watch was interrupted on a healthy
 run), 1 a problem, 2 nothing readable (permission denied, or the trainer exited before its files
@@ -31,35 +32,40 @@ from pathlib import Path
 from typing import Callable
 
 from grpo.tools.doctor import judge, read, render
-from grpo.tools.doctor import areal, grpo_run, trl, verl
+from grpo.tools.doctor import areal, grpo_run, logreader, trl, verl
+from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
+from grpo.tools.doctor.textlog import CHUNK, LineSplitter, open_regular
 
 TRAINER_EXIT_WAIT_S = 30.0  # after signalling the trainer, how long to wait to say it exited
+MAX_CATCH_UP = 1 << 30  # what is read from logrotate's copy after a truncation
 
 
 class Tail:
-    """A growing text file, followed by its path; `lines` holds every complete line read so far."""
+    """A growing text file, followed by its path: `poll` returns the complete lines added since the
+    last poll (lines as editors count them, NULs dropped, each at most textlog.MAX_LINE long)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lines: list[str] = []
+        self.count = 0  # lines read so far
         self.rotations = 0
         self.truncations = 0
         self._file = None
-        self._partial = b""
+        self._splitter = LineSplitter()
+        self._new: list[str] = []
         self._seen = b""  # the last bytes read: still there at the same place, or the file was rewritten
 
     @property
     def opened(self) -> bool:
-        return self._file is not None or bool(self.lines)
+        return self._file is not None or self.count > 0
 
-    def poll(self) -> bool:
-        """Read what was added since the last poll; -> whether any complete line came."""
-        before = len(self.lines)
+    def poll(self) -> list[str]:
+        """The lines added since the last poll (none while the file does not exist)."""
+        self._new = []
         if self._file is None:
             self._open()
         if self._file is None:
-            return False
+            return []
         if self._rewritten():
             self._truncated()
         self._drain()
@@ -78,7 +84,8 @@ class Tail:
         elif held.st_size < self._file.tell():
             self._truncated()
             self._drain()
-        return len(self.lines) > before
+        self.count += len(self._new)
+        return self._new
 
     def _rewritten(self) -> bool:
         """Truncated in place and grown again past where it was read to (logrotate's copytruncate
@@ -95,49 +102,42 @@ class Tail:
         end = self._file.tell()
         for copy in sorted(self.path.parent.glob(self.path.name + "[.-]*"), key=_mtime, reverse=True)[:3]:
             try:
-                with open(copy, "rb") as f:
+                with open_regular(copy) as f:
                     f.seek(max(0, end - len(self._seen)))
                     if self._seen and f.read(len(self._seen)) == self._seen:
-                        self._take(f.read())
-                        if self._partial:  # the copy's torn last line, as it was left
-                            self._close_partial()
+                        self._take(f.read(MAX_CATCH_UP))
+                        self._new += self._splitter.flush()  # the copy's torn last line, as it was left
                         break
-            except OSError:
+            except (OSError, UnreadableRun):
                 continue
         self.truncations += 1
         self._file.seek(0)
-        self._partial = b""  # the torn line was cut off with the rest
+        self._splitter = LineSplitter()  # the torn line was cut off with the rest
         self._seen = b""
 
     def _open(self) -> None:
         try:
-            self._file = open(self.path, "rb")
-        except FileNotFoundError:
-            self._file = None
-        except OSError as exc:
-            raise UnreadableRun(f"{self.path} cannot be read ({exc.strerror or exc}): check its permissions") from None
+            self._file = open_regular(self.path)
+        except UnreadableRun:
+            if not os.path.lexists(self.path):
+                self._file = None
+                return
+            raise
 
     def _drain(self) -> None:
-        self._take(self._file.read())
+        while True:
+            data = self._file.read(CHUNK)
+            if not data:
+                return
+            self._take(data)
 
     def _take(self, data: bytes) -> None:
-        if not data:
-            return
-        self._seen = (self._seen + data)[-64:]
-        self._partial += data
-        complete, newline, rest = self._partial.rpartition(b"\n")
-        if newline:
-            # decoded whole lines only: a newline never falls inside a UTF-8 sequence
-            self.lines += (complete + newline).decode("utf-8", errors="replace").splitlines()
-            self._partial = rest
-
-    def _close_partial(self) -> None:
-        self.lines += self._partial.decode("utf-8", errors="replace").splitlines()
-        self._partial = b""
+        if data:
+            self._seen = (self._seen + data[-64:])[-64:]
+            self._new += self._splitter.feed(data)
 
     def _close_rotated(self) -> None:
-        if self._partial:  # the old file's last line, torn as it was left
-            self._close_partial()
+        self._new += self._splitter.flush()  # the old file's last line, torn as it was left
         self._file.close()
         self._file = None
         self._seen = b""
@@ -157,25 +157,30 @@ class Follower:
 
 
 class LogFollower(Follower):
-    """A console log (AReaL's trainer.log with its llm_server.log, verl's, TRL's) read by its reader
-    from the lines the tails kept."""
+    """A console log (AReaL's trainer.log with its llm_server.log, verl's, TRL's, or one of any
+    framework that has shown no step yet): each poll's new lines fed to its reader."""
 
-    def __init__(self, kind: str, log: Path, reader: Callable[..., RunRecord], server_log: Path | None = None):
+    def __init__(self, kind: str, log: Path, reader: LogReader, server_log: Path | None = None):
         self.kind, self.log, self.reader = kind, log, reader
         self.tail = Tail(log)
-        self.server = Tail(server_log) if server_log is not None else None
+        self.server_tail = Tail(server_log) if server_log is not None else None
+        self.server = None
 
     def poll(self) -> bool:
-        changed = self.tail.poll()
-        if self.server is not None:
-            changed = self.server.poll() or changed
+        lines = self.tail.poll()
+        self.reader.feed_all(lines)
+        changed = bool(lines)
+        if self.server_tail is not None:
+            server_lines = self.server_tail.poll()
+            if server_lines:
+                if self.server is None:
+                    self.server = self.reader.follow_server(self.server_tail.path)
+                self.server.feed_all(server_lines)
+                changed = True
         return changed
 
     def record(self) -> RunRecord:
-        if self.server is not None:
-            return self.reader(self.log, lines=self.tail.lines,
-                               server_lines=self.server.lines if self.server.opened else None)
-        return self.reader(self.log, lines=self.tail.lines)
+        return self.reader.result()
 
 
 class DirectoryFollower(Follower):
@@ -233,28 +238,41 @@ def identify(path: Path) -> Follower | None:
             return _areal(log)
         log = verl.find_log(path)
         if log is not None:
-            return LogFollower(f"a verl console log ({log.name})", log, verl.read_record)
+            return LogFollower(f"a verl console log ({log.name})", log, verl.VerlReader(log))
         log = trl.find_log(path)
         if log is not None:
-            return LogFollower(f"a TRL console log ({log.name})", log, trl.read_log_record)
+            return LogFollower(f"a TRL console log ({log.name})", log, trl.TrlLogReader(log))
         if trl.find_root(path) is not None:
             return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves)", path)
-        return None
-    if path.is_file():
+        found = logreader.find_console_log(path)
+        return _console(*found) if found is not None else None
+    if path.is_file() or (path.exists() and not path.is_dir()):
         if path.name == trl.STATE:
             return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves)", path.parent)
         if areal.find_trainer_log(path) is not None:
             return _areal(path)
         if verl.looks_like_verl(path):
-            return LogFollower("a verl console log", path, verl.read_record)
+            return LogFollower("a verl console log", path, verl.VerlReader(path))
         if trl.looks_like_log(path):
-            return LogFollower("a TRL console log", path, trl.read_log_record)
+            return LogFollower("a TRL console log", path, trl.TrlLogReader(path))
+        found = logreader.find_console_log(path)
+        return _console(*found) if found is not None else None
     return None
+
+
+def _console(log: Path, source: str) -> LogFollower:
+    """A log that names its framework (or has crashed) before any step: read by that framework's reader,
+    which takes the steps when they come."""
+    readers = {"verl": verl.VerlReader, "areal": areal.ArealReader, "trl": trl.TrlLogReader}
+    if source == "areal":
+        return _areal(log)
+    reader = readers[source](log) if source in readers else logreader.ConsoleReader(log, source)
+    return LogFollower(f"a {source} console log ({log.name}) with no step yet", log, reader)
 
 
 def _areal(log: Path) -> LogFollower:
     return LogFollower(f"an AReaL trainer log ({log.name}, with {areal.SERVER_LOG} beside it)", log,
-                       areal.read_record, log.parent / areal.SERVER_LOG)
+                       areal.ArealReader(log), log.parent / areal.SERVER_LOG)
 
 
 @dataclass

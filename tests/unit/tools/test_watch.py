@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from grpo.tools.doctor.record import UnreadableRun
 from grpo.tools.watch import Tail, parse_signal
 
 
@@ -20,38 +21,51 @@ def append(path, text: str) -> None:
 def test_a_log_that_does_not_exist_yet_then_a_torn_line_held_until_complete(tmp_path):
     log = tmp_path / "train.log"
     tail = Tail(log)
-    assert not tail.poll() and tail.lines == []
+    assert tail.poll() == []
     append(log, "step:1 - a:1\nstep:2 - critic/score/mean:0.")
-    assert tail.poll() and tail.lines == ["step:1 - a:1"]  # the torn half is not a line yet
+    assert tail.poll() == ["step:1 - a:1"]  # the torn half is not a line yet
     append(log, "45\n")
-    assert tail.poll() and tail.lines == ["step:1 - a:1", "step:2 - critic/score/mean:0.45"]
-    assert not tail.poll()
+    assert tail.poll() == ["step:2 - critic/score/mean:0.45"]
+    assert tail.poll() == [] and tail.count == 2
+
+
+def test_lines_are_counted_as_editors_count_them_and_nuls_dropped(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, "\0\0\0a\rb\x0cc\x85d\n2\n")
+    assert Tail(log).poll() == ["a\rb\x0cc\x85d", "2"]
+
+
+def test_a_fifo_in_place_of_the_log_is_refused_not_waited_on(tmp_path):
+    log = tmp_path / "train.log"
+    os.mkfifo(log)
+    with pytest.raises(UnreadableRun, match="not a regular file"):
+        Tail(log).poll()
 
 
 def test_rotation_reads_the_old_file_to_its_end_then_the_new_one(tmp_path):
     log = tmp_path / "train.log"
     append(log, "1\n")
     tail = Tail(log)
-    tail.poll()
+    lines = tail.poll()
     append(log, "2\n")  # written after the last look, before the rotation
     os.replace(log, tmp_path / "train.log.1")
     append(log, "3\n")
-    tail.poll()
-    assert tail.lines == ["1", "2", "3"] and tail.rotations == 1
+    lines += tail.poll()
+    assert lines == ["1", "2", "3"] and tail.rotations == 1
 
 
 def test_copytruncate_grown_past_the_old_end_is_caught_and_the_copy_read(tmp_path):
     log = tmp_path / "train.log"
     append(log, "line 1\n")
     tail = Tail(log)
-    tail.poll()
+    lines = tail.poll()
     append(log, "line 2\n")
     shutil.copy(log, tmp_path / "train.log.1")
     with open(log, "r+") as f:
         f.truncate(0)
     append(log, "line 3, longer than the first two together\n")
-    tail.poll()
-    assert tail.lines == ["line 1", "line 2", "line 3, longer than the first two together"]
+    lines += tail.poll()
+    assert lines == ["line 1", "line 2", "line 3, longer than the first two together"]
     assert tail.truncations == 1
 
 
@@ -59,12 +73,12 @@ def test_a_truncation_without_a_copy_starts_again_from_the_top(tmp_path):
     log = tmp_path / "train.log"
     append(log, "a long first line\n")
     tail = Tail(log)
-    tail.poll()
+    lines = tail.poll()
     with open(log, "r+") as f:
         f.truncate(0)
     append(log, "b\n")
-    tail.poll()
-    assert tail.lines == ["a long first line", "b"]
+    lines += tail.poll()
+    assert lines == ["a long first line", "b"]
 
 
 def test_signals():

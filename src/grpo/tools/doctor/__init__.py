@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo.tools.doctor import areal, cause, grpo_run, timeline, trl, verl
+from grpo.tools.doctor import areal, cause, grpo_run, logreader, timeline, trl, verl
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
+from grpo.tools.doctor.textlog import iter_lines
 
 __all__ = ["Diagnosis", "RunRecord", "UnreadableRun", "diagnose", "examine", "explain", "judge", "read", "render"]
 
@@ -47,12 +48,17 @@ def _read(path: Path) -> RunRecord:
     log = trl.find_log(path)
     if log is not None:
         return trl.read_log_record(log)
+    found = logreader.find_console_log(path)
+    if found is not None:
+        log, source = found
+        return logreader.ConsoleReader(log, source).feed_all(iter_lines(log)).result()
     raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: {KNOWN}")
 
 
 KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a "
          "verl console log (step:N - key:value lines), a TRL output directory (trainer_state.json, checkpoint-N/) "
-         "or a TRL console log ({'loss': ..., 'reward': ...} lines)")
+         "or a TRL console log ({'loss': ..., 'reward': ...} lines), or any of their console logs that ended in a "
+         "traceback")
 
 
 def examine(path: Path) -> tuple[Diagnosis, RunRecord]:

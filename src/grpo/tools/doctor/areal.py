@@ -10,6 +10,10 @@ refused, server disconnected, timeouts) land in the same log between steps: they
 after the last one printed. The SGLang server's own log has wall-clock stamps; its failures are
 placed at the step whose "done" line came first after them. Checkpoints are directories named
 `epoch{E}epochstep{S}globalstep{G}`; G counts from 0, so one holds the state after `Train step G+1`.
+
+A step's table is taken once it is whole (its bottom border, or the next step's line): a watch that
+polls between its rows must not judge half a table. Lines may carry launchers' prefixes (`docker
+logs -t`, Kubernetes) and colours: `textlog.clean` takes them off first.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from pathlib import Path
 from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
                                 Mark, RunRecord)
-from grpo.tools.doctor.textlog import number, read_head, read_lines, timestamp
+from grpo.tools.doctor.logreader import LogReader
+from grpo.tools.doctor.textlog import as_step, clean, iter_lines, number, read_ends, timestamp
 
 TRAINER_LOG = "trainer.log"
 SERVER_LOG = "llm_server.log"
@@ -34,8 +39,9 @@ _KEYS = (
     ("task_reward/avg", REWARD), ("task_reward/std", REWARD_STD), ("rollout/reward", REWARD),
     ("correct_ratio/avg", ACCURACY), ("actor_loss/avg", LOSS), ("kl_rewards/avg", KL), ("approx_kl/avg", KL),
     ("entropy/avg", ENTROPY), ("grad_norm", GRAD_NORM), ("response_length/avg", LENGTH), ("seq_len/avg", LENGTH),
-    ("no_eos_ratios/avg", TRUNCATED), ("zero_std_ratio", ZERO_STD), ("eval-rollout/task_reward/avg", EVAL_ACCURACY),
+    ("no_eos_ratios/avg", TRUNCATED), ("zero_std_ratio", ZERO_STD),
 )
+_EVAL_KEYS = ("eval-rollout/task_reward/avg", "eval-rollout/reward")  # held-out: never the training reward
 _TIMING = re.compile(r"^timeperf/(.+)$")
 # What in a trainer log says the inference server could not be reached (so rollouts failed).
 UNREACHABLE = re.compile(r"connection refused|ConnectionRefusedError|ClientConnectorError|Cannot connect to host|"
@@ -62,59 +68,96 @@ def find_trainer_log(path: Path) -> Path | None:
 
 
 def _looks_like_areal(path: Path) -> bool:
-    head = read_head(path, 1 << 20)
-    return bool(_DONE.search(head) or "StatsLogger" in head or "RemoteSGLangEngine" in head)
+    text = read_ends(path)
+    return bool(_DONE.search(text) or "StatsLogger" in text or "RemoteSGLangEngine" in text)
 
 
-def read_record(trainer_log: Path, lines: list[str] | None = None, server_lines: list[str] | None = None) -> RunRecord:
-    """`lines`, `server_lines`: the two logs' lines, when the caller has read them already (a watcher
-    that follows them as they grow)."""
-    record = RunRecord("areal", str(trainer_log))
-    lines = read_lines(trainer_log) if lines is None else lines
-    step_ends: list[tuple[float, int]] = []  # (time the step was printed done, step)
-    current = 0  # the last step printed done
-    previous_done: float | None = None
-    for number_, line in enumerate(lines, 1):
+class ArealReader(LogReader):
+    source = "areal"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.step_ends: list[tuple[float, int]] = []  # (time the step was printed done, step)
+        self.previous_done: float | None = None
+        self.table: list[tuple[str, Evidence]] = []  # the rows of the current step's table so far
+        self.server: ServerScanner | None = None
+
+    def line(self, number_: int, line: str) -> None:
+        record = self.record
+        stripped = line.lstrip()
+        if stripped.startswith(("│", "|")) and self.current:
+            self.table.append((stripped, Evidence(str(self.path), number_, stripped.strip()[:300])))
+            return
+        if stripped.startswith(("╘", "+=", "+-")) and self.table:
+            self._take_table()
+            return
         stamp = timestamp(line)
-        done = _DONE.search(line)
+        done = _DONE.search(line) if "Train step" in line else None
         if done:
-            step, total = int(done.group(1)), int(done.group(2))
-            if step <= current:
-                record.marks.append(Mark(step, "restart", f"the step count went back from {current} to {step} "
-                                         "(the trainer restarted)", Evidence(str(trainer_log), number_, line.strip())))
-            current, record.total_steps = step, total
-            record.evidence_by_step[step] = Evidence(str(trainer_log), number_, line.strip())
+            self._take_table()
+            step, total = as_step(int(done.group(1)[:12])), as_step(int(done.group(2)[:12]))
+            if step is None:
+                return
+            evidence = Evidence(str(self.path), number_, line.strip()[:300])
+            if step <= self.current:
+                record.marks.append(Mark(step, "restart", f"the step count went back from {self.current} to {step} "
+                                         "(the trainer restarted)", evidence))
+            self.current, record.total_steps = step, total
+            record.evidence_by_step[step] = evidence
             if stamp is not None:
-                step_ends.append((stamp, step))
-                if previous_done is not None and stamp > previous_done:
-                    record.put(step, STEP_S, stamp - previous_done)
-                previous_done = stamp
-            continue
-        if line.startswith(("│", "|")) and current:
-            _table_row(record, current, line, Evidence(str(trainer_log), number_, line.strip()))
-            continue
-        evidence = Evidence(str(trainer_log), number_, line.strip()[:300])
+                self.step_ends.append((stamp, step))
+                if self.previous_done is not None and stamp > self.previous_done:
+                    record.put(step, STEP_S, stamp - self.previous_done)
+                self.previous_done = stamp
+            return
+        evidence = Evidence(str(self.path), number_, line.strip()[:300])
         if UNREACHABLE.search(line):
-            record.marks.append(Mark(current + 1, "server_unreachable", line.strip()[:200], evidence))
+            record.marks.append(Mark(self.current + 1, "server_unreachable", line.strip()[:200], evidence))
         elif ROLLOUT_ERROR.search(line):
-            record.marks.append(Mark(current + 1, "rollout_error", line.strip()[:200], evidence))
+            record.marks.append(Mark(self.current + 1, "rollout_error", line.strip()[:200], evidence))
         elif NONFINITE.search(line):
-            record.marks.append(Mark(current + 1, "nonfinite", line.strip()[:200], evidence))
+            record.marks.append(Mark(self.current + 1, "nonfinite", line.strip()[:200], evidence))
         elif RESTART.search(line):
-            record.marks.append(Mark(current + 1, "restart", line.strip()[:200], evidence))
+            record.marks.append(Mark(self.current + 1, "restart", line.strip()[:200], evidence))
         memory = _MEMORY.search(line)
-        if memory and current:
-            record.put(current, MEMORY_GIB, float(memory.group(1)))
-        for match in _CHECKPOINT.finditer(line):
-            if "sav" in line.lower():
-                _add_checkpoint(record, match, line)
+        if memory and self.current:
+            value = number(memory.group(1))
+            if value is not None:
+                record.put(self.current, MEMORY_GIB, value)
+        if "globalstep" in line:
+            for match in _CHECKPOINT.finditer(line):
+                if "sav" in line.lower():
+                    _add_checkpoint(record, match, line)
         if "Training completes" in line or "training completes" in line:
             record.finished = True
+
+    def _take_table(self) -> None:
+        for row, evidence in self.table:
+            _table_row(self.record, self.current, row, evidence)
+        self.table = []
+
+    def follow_server(self, server_log: Path) -> "ServerScanner":
+        self.server = ServerScanner(server_log)
+        return self.server
+
+    def finish(self) -> None:
+        record = self.record
+        record.marks = [m for m in record.marks if m.kind not in ("server_failure", "server_log")
+                        or m.evidence is None or m.evidence.file != str(self.server.path if self.server else "")]
+        if self.server is not None:
+            record.marks += self.server.marks(self.step_ends, max(record.steps(), default=0))
+        _scan_checkpoint_dirs(record, self.path.parent)
+
+
+def read_record(trainer_log: Path, lines=None, server_lines=None) -> RunRecord:
+    """`lines`, `server_lines`: the two logs' lines, when the caller has them (a test)."""
+    reader = ArealReader(trainer_log)
+    reader.feed_all(iter_lines(trainer_log) if lines is None else lines)
     server_log = trainer_log.parent / SERVER_LOG
     if server_lines is not None or server_log.is_file():
-        _server_marks(record, server_log, step_ends, read_lines(server_log) if server_lines is None else server_lines)
-    _scan_checkpoint_dirs(record, trainer_log.parent)
-    return record
+        server = reader.follow_server(server_log)
+        server.feed_all(iter_lines(server_log) if server_lines is None else server_lines)
+    return reader.result()
 
 
 def _table_row(record: RunRecord, step: int, line: str, evidence: Evidence) -> None:
@@ -127,43 +170,70 @@ def _table_row(record: RunRecord, step: int, line: str, evidence: Evidence) -> N
         if timing:
             record.put(step, PHASE_PREFIX + timing.group(1), value)
             continue
+        if key.startswith(_EVAL_KEYS) or any(key.endswith("/" + k) for k in _EVAL_KEYS):
+            record.put(step, EVAL_ACCURACY, value)
+            continue
+        if "eval" in key:
+            continue
         for suffix, name in _KEYS:
             if key == suffix or key.endswith("/" + suffix):
-                if name == EVAL_ACCURACY or name not in record.metrics.get(step, {}):
+                if name not in record.metrics.get(step, {}):
                     record.put(step, name, value)
                     if name == REWARD:
                         record.evidence_by_step[step] = evidence
                 break
 
 
-def _server_marks(record: RunRecord, server_log: Path, step_ends: list[tuple[float, int]], lines: list[str]) -> None:
-    """One server_failure mark per step the server's log shows it dying in; its detail and evidence
-    the most telling line (an OOM over a generic exception)."""
-    ends = sorted(step_ends)
-    times = [t for t, _ in ends]
-    last_time: float | None = None
-    last_step = max(record.metrics) if record.metrics else 0
-    deaths: dict[int, list[Evidence]] = {}
-    for number_, line in enumerate(lines, 1):
+class ServerScanner:
+    """llm_server.log, fed line by line: the lines that say the server died, with the time before them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.line_no = 0
+        self.last_time: float | None = None
+        self.deaths: list[tuple[float | None, Evidence]] = []
+
+    def feed(self, raw: str) -> None:
+        self.line_no += 1
+        line = clean(raw)
         stamp = timestamp(line)
         if stamp is not None:
-            last_time = stamp
-        if not SERVER_DEATH.search(line):
-            continue
-        if last_time is None:
+            self.last_time = stamp
+        if SERVER_DEATH.search(line) and len(self.deaths) < 1000:
+            self.deaths.append((self.last_time, Evidence(str(self.path), self.line_no, line.strip()[:300])))
+
+    def feed_all(self, lines) -> "ServerScanner":
+        for raw in lines:
+            self.feed(raw)
+        return self
+
+    def marks(self, step_ends: list[tuple[float, int]], last_step: int) -> list[Mark]:
+        return _server_marks(self.deaths, step_ends, last_step)
+
+
+def _server_marks(found: list[tuple[float | None, Evidence]], step_ends: list[tuple[float, int]],
+                  last_step: int) -> list[Mark]:
+    """One server_failure mark per step the server's log shows it dying in (the step whose "done" line
+    came first after the death); its detail and evidence the most telling line (an OOM over a generic
+    exception)."""
+    ends = sorted(step_ends)
+    times = [t for t, _ in ends]
+    deaths: dict[int, list[Evidence]] = {}
+    for when, evidence in found:
+        if when is None:
             step = last_step + 1
         else:
-            at = bisect.bisect_left(times, last_time)  # the first step printed done after the failure
+            at = bisect.bisect_left(times, when)
             step = ends[at][1] if at < len(ends) else (ends[-1][1] + 1 if ends else 1)
-        deaths.setdefault(step, []).append(Evidence(str(server_log), number_, line.strip()[:300]))
+        deaths.setdefault(step, []).append(evidence)
+    marks = []
     for step, lines in sorted(deaths.items()):
         oom = [e for e in lines if OOM.search(e.text)]
         telling = (oom or lines)[0]
         what = "died of CUDA out of memory" if oom else "died"
-        record.marks.append(Mark(step, "server_failure", f"the inference server {what}: {telling.text[:160]}", telling))
-        for other in lines:
-            if other is not telling:
-                record.marks.append(Mark(step, "server_log", other.text[:200], other))
+        marks.append(Mark(step, "server_failure", f"the inference server {what}: {telling.text[:160]}", telling))
+        marks += [Mark(step, "server_log", other.text[:200], other) for other in lines if other is not telling]
+    return marks
 
 
 def _add_checkpoint(record: RunRecord, match: re.Match, text: str) -> None:

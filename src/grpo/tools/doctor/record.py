@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpo.tools.doctor.crashes import Crash
 
 # Canonical metric names, shared by every reader, the timeline and the report.
 REWARD = "reward"  # mean reward of the step's samples
@@ -78,12 +81,14 @@ class RunRecord:
     running: bool = False  # a trainer holds the run now (grpo runs only can tell)
     stop_checkpoint: str | None = None  # the last good checkpoint the guard named when it stopped the run
     notes: list[str] = field(default_factory=list)  # torn lines skipped, files missing: said, never fatal
+    crashes: list[Crash] = field(default_factory=list)  # tracebacks and fatal lines read from a console log
 
     def steps(self) -> list[int]:
-        return sorted(self.metrics)
+        """The training steps logged (a step with only an evaluation, e.g. verl's step 0, is not one)."""
+        return sorted(s for s, values in self.metrics.items() if len(values) > 1 or EVAL_ACCURACY not in values)
 
     def series(self, name: str) -> list[tuple[int, float]]:
-        return [(s, self.metrics[s][name]) for s in self.steps() if name in self.metrics[s]]
+        return [(s, self.metrics[s][name]) for s in sorted(self.metrics) if name in self.metrics[s]]
 
     def finite_series(self, name: str) -> list[tuple[int, float]]:
         """The series without its NaN and infinite values (the anomalies that read them judge those apart)."""

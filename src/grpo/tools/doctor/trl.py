@@ -19,7 +19,8 @@ from typing import Any
 
 from grpo.tools.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
                                 TRUNCATED, ZERO_STD, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
-from grpo.tools.doctor.textlog import number, read_head, read_lines
+from grpo.tools.doctor.logreader import LogReader
+from grpo.tools.doctor.textlog import as_step, iter_lines, number, read_ends, read_lines
 
 STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -63,11 +64,18 @@ def read_record(root: Path) -> RunRecord:
     for path in candidates:
         if not path.is_file():
             continue
-        lines = read_lines(path)
+        try:
+            lines = read_lines(path)
+        except UnreadableRun as exc:
+            record.notes.append(f"{exc}: skipped")
+            continue
         try:
             state = json.loads("\n".join(lines))
         except json.JSONDecodeError as exc:
             record.notes.append(f"{path} is torn or not JSON ({exc.msg} at line {exc.lineno}): skipped")
+            continue
+        except (RecursionError, ValueError) as exc:  # nested past any real state; a 5,000-digit integer
+            record.notes.append(f"{path} is not a trainer state the doctor can read ({type(exc).__name__}): skipped")
             continue
         if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
             record.notes.append(f"{path} has no log_history: skipped")
@@ -77,11 +85,11 @@ def read_record(root: Path) -> RunRecord:
     if best is None:
         raise UnreadableRun(f"{root} has no readable {STATE} (the output directory's, or a checkpoint-N/ one's)")
     path, state, lines = best
-    if isinstance(state.get("max_steps"), int) and state["max_steps"] > 0:
+    if isinstance(state.get("max_steps"), int) and 0 < state["max_steps"] < 10**12:
         record.total_steps = state["max_steps"]
     step_lines = _step_lines(lines)
     for entry in state["log_history"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
+        if not isinstance(entry, dict) or as_step(entry.get("step")) is None or not isinstance(entry["step"], int):
             continue
         step = entry["step"]
         if "train_runtime" in entry:
@@ -95,37 +103,55 @@ def read_record(root: Path) -> RunRecord:
 def put_entry(record: RunRecord, step: int, entry: dict[str, Any], evidence: Evidence) -> None:
     """One logged step of TRL's (what `Trainer.log` passes its callbacks and keeps in `log_history`)
     into the record, under canonical names; values that are not numbers are skipped."""
-    for key, value in entry.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+    for key, raw in entry.items():
+        value = _float(raw)
+        if value is None:
+            if key == "reward" and (raw is None or isinstance(raw, str)):  # a reward TRL could not average
+                record.put(step, REWARD, math.nan)
             continue
         if key in _KEYS:
-            record.put(step, _KEYS[key], float(value))
+            record.put(step, _KEYS[key], value)
         elif _ACCURACY.match(key):
-            record.put(step, ACCURACY, float(value))
+            record.put(step, ACCURACY, value)
         elif key in ("eval_reward", "eval_accuracy"):
-            record.put(step, EVAL_ACCURACY, float(value))
+            record.put(step, EVAL_ACCURACY, value)
     if step in record.metrics and step not in record.evidence_by_step:
         record.evidence_by_step[step] = evidence
-    if any(isinstance(entry.get(k), float) and not math.isfinite(entry[k]) for k in ("loss", "grad_norm")):
-        record.marks.append(Mark(step, "nonfinite", f"loss {entry.get('loss')}, grad_norm {entry.get('grad_norm')}",
-                                 record.evidence_by_step.get(step)))
+    if any(isinstance(entry.get(k), float) and not math.isfinite(entry[k]) for k in ("loss", "grad_norm", "reward")):
+        record.marks.append(Mark(step, "nonfinite", f"loss {entry.get('loss')}, grad_norm {entry.get('grad_norm')}, "
+                                 f"reward {entry.get('reward')}", record.evidence_by_step.get(step)))
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer no float holds: not a metric
+        return None
 
 
 # TRL's console log: what `Trainer.log` prints for each logged step (ProgressCallback into tqdm's bar,
 # PrinterCallback without it): the logs as a Python dict, floats formatted as strings since
 # transformers 4.5x, e.g. {'loss': '2.98e-07', 'grad_norm': '1.5', ..., 'reward': '0.7375', 'epoch': '0.03'}.
-# The dict has no step: the training bar's `N/M` drawn just before it gives it; without a bar, the
-# count of training entries does (the step itself when logging_steps=1).
-_LOG_ENTRY = re.compile(r"\{'[\w/.-]+': .*'(?:reward|frac_reward_zero_std)': ", re.MULTILINE)
+# The dict has no step. With the bar and unbuffered output, the bar's `N/M` drawn just before it is the
+# step; the bar goes to stderr unbuffered while the dicts go to stdout, so under nohup or `> log`
+# without PYTHONUNBUFFERED the dicts come in bursts after the bar has moved on: a burst of n dicts
+# after steps `last` is spread evenly over (last, bar], at the logging interval learnt from dicts that
+# came one per bar update. Without a bar, the count of dicts gives the step (at the interval learnt,
+# else 1). ms-swift prints `'global_step/max_steps': '5/100'` in the dict itself: that is the step.
+_LOG_ENTRY = re.compile(r"\{'[\w/.-]+': .*'(?:reward|frac_reward_zero_std|rewards/[^']*)': ")
 _PAIR = re.compile(r"'([^']+)': (?:'([^']*)'|([^,}]+))")
 _BAR = re.compile(r"^\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")
+_RESUMED = re.compile(r"Continuing training from global step (\d+)")
+_SWIFT_STEP = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _SHOWN = ("loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 
 def looks_like_log(path: Path) -> bool:
-    """A training entry anywhere in the head, however the log ends."""
-    return bool(_LOG_ENTRY.search(read_head(path, 4 << 20)))
+    """A training entry in the log's first or last megabytes, however the log ends."""
+    return any(_LOG_ENTRY.search(line) for line in read_ends(path).splitlines() if "{'" in line)
 
 
 def find_log(path: Path) -> Path | None:
@@ -139,44 +165,116 @@ def find_log(path: Path) -> Path | None:
     return None
 
 
-def read_log_record(log: Path, lines: list[str] | None = None) -> RunRecord:
-    """A TRL console log (`lines`: the log's lines, when the caller has read them already). Checkpoints
-    are the checkpoint-N directories beside the log, or one folder down (the output directory)."""
-    record = RunRecord("trl", str(log))
-    lines = read_lines(log) if lines is None else lines
-    bar_step, counted, current = None, 0, 0
-    for line_no, line in enumerate(lines, 1):
-        bar = _BAR.match(line)
-        if bar:
-            bar_step, record.total_steps = int(bar.group(1)), int(bar.group(2))
-            continue
-        start = line.find("{'")
-        if start < 0:
-            continue
-        entry = {}
-        for key, quoted, bare in _PAIR.findall(line[start:]):
+class TrlLogReader(LogReader):
+    """A TRL console log. Checkpoints are the checkpoint-N directories beside the log, or one folder
+    down (the output directory)."""
+
+    source = "trl"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.bar_step: int | None = None
+        self.bar_moved = False  # the bar was drawn since the last dict
+        self.interval: int | None = None  # steps between logged dicts, once learnt
+        self.burst: list[tuple[dict[str, float], int, str, int | None]] = []  # dicts not placed yet
+        self.bursts = 0  # bursts of several dicts in one flush: buffered output
+
+    def line(self, number_: int, line: str) -> None:
+        if "Continuing training from global step" in line:
+            resumed = _RESUMED.search(line)
+            if resumed:
+                self._close_burst()
+                step = int(resumed.group(1)[:12])
+                self.record.marks.append(Mark(step + 1, "restart", f"resumed from the checkpoint of step {step}",
+                                              Evidence(str(self.path), number_, line.strip()[:300])))
+                self.current = min(self.current, step)
+                self.bar_step, self.bar_moved = None, False
+        for segment in line.split("\r") if "\r" in line else (line,):
+            bar = _BAR.match(segment)
+            if bar:
+                step, total = as_step(int(bar.group(1)[:12])), as_step(int(bar.group(2)[:12]))
+                if step is not None and step != self.bar_step:
+                    self._close_burst()
+                    self.bar_step, self.bar_moved = step, True
+                self.record.total_steps = total or self.record.total_steps
+                continue
+            start = segment.find("{'")
+            if start >= 0:
+                self._entry(number_, segment[start:])
+
+    def _entry(self, number_: int, text: str) -> None:
+        entry: dict[str, float] = {}
+        swift_step = None
+        for key, quoted, bare in _PAIR.findall(text[:20000]):
+            if key == "global_step/max_steps":
+                swift = _SWIFT_STEP.match(quoted or bare)
+                swift_step = as_step(int(swift.group(1)[:12])) if swift else None
+                continue
             value = number(quoted if quoted else bare)
             if value is not None:
                 entry[key] = value
+            elif key == "reward" and (bare.strip() in ("None", "nan") or quoted in ("None", "nan")):
+                entry[key] = math.nan
         if "train_runtime" in entry:
-            record.finished = True
-            continue
+            self._close_burst()
+            self.record.finished = True
+            return
         if not any(k in entry for k in _KEYS) or all(k.startswith("eval_") for k in entry if k != "epoch"):
-            continue
-        counted += 1
-        step = bar_step if bar_step is not None else counted
-        if step <= current:
-            if bar_step is not None and step == current:
-                continue  # a second entry at the same step: not a training step
-            record.marks.append(Mark(step, "restart", f"the step count went back from {current} to {step}",
-                                     Evidence(str(log), line_no, line.strip()[:300])))
-        current = step
+            return
+        if swift_step is not None:
+            self._put(swift_step, entry, number_, text)
+        elif self.bar_step is None:
+            self._put(self.current + (self.interval or 1), entry, number_, text)
+        else:
+            # held until the next bar update says whether it came alone (its step is the bar's) or in a burst
+            self.burst.append((entry, number_, text, self.bar_step if self.bar_moved else None))
+            self.bar_moved = False
+
+    def _close_burst(self) -> None:
+        """Place the dicts since the last bar update: one that came alone right after the bar moved is at
+        the bar's step; a flush of several is spread over the steps up to the bar."""
+        if not self.burst:
+            return
+        if len(self.burst) == 1 and self.burst[0][3] is not None:
+            entry, number_, text, bar_step = self.burst[0]
+            if 0 < self.current < bar_step and self.interval is None:
+                self.interval = bar_step - self.current
+            self._put(bar_step, entry, number_, text)
+            self.burst = []
+            return
+        n = len(self.burst)
+        if n > 1:
+            self.bursts += 1
+        start = self.current
+        end = self.bar_step if self.bar_step is not None and self.bar_step >= start + n else None
+        for k, (entry, number_, text, _) in enumerate(self.burst, 1):
+            step = start + k * self.interval if self.interval else (
+                start + round(k * (end - start) / n) if end is not None else self.current + 1)
+            self._put(max(step, self.current + 1), entry, number_, text)
+        self.burst = []
+
+    def _put(self, step: int, entry: dict[str, float], number_: int, text: str) -> None:
+        if step <= self.current:
+            self.record.marks.append(Mark(step, "restart", f"the step count went back from {self.current} to {step}",
+                                          Evidence(str(self.path), number_, text.strip()[:300])))
+        self.current = step
         shown = ", ".join(f"{k}: {entry[k]:g}" for k in _SHOWN if k in entry)
-        put_entry(record, step, entry, Evidence(str(log), line_no, f"step {step}: {shown}"))
-    for path in _checkpoints_near(log.parent):
-        record.checkpoints.append(Checkpoint(int(path.name.split("-")[1]), str(path)))
-    record.checkpoints.sort(key=lambda c: c.step)
-    return record
+        put_entry(self.record, step, entry, Evidence(str(self.path), number_, f"step {step}: {shown}"))
+
+    def finish(self) -> None:
+        self._close_burst()
+        record = self.record
+        record.notes = [n for n in record.notes if not n.startswith("buffered output")]
+        if self.bursts:
+            record.notes.append(f"buffered output: {self.bursts} time(s) several logged steps came in one flush, "
+                                "so their steps are spread between the progress bar's; run with PYTHONUNBUFFERED=1 "
+                                "(or python -u) for exact steps")
+        record.checkpoints = sorted((Checkpoint(int(p.name.split("-")[1]), str(p))
+                                     for p in _checkpoints_near(self.path.parent)), key=lambda c: c.step)
+
+
+def read_log_record(log: Path, lines=None) -> RunRecord:
+    return TrlLogReader.read(log, lines)
 
 
 def _checkpoints_near(root: Path) -> list[Path]:

@@ -2,9 +2,12 @@
 
     (TaskRunner pid=2231) step:12 - global_seqlen/mean:81234.000 - critic/score/mean:0.412 - ...
 
-(values plain, or as pformat prints them: `np.float64(0.49)`), checkpoint saves naming
-`global_step_N` (the state after step N), Ray's and vLLM's errors in between. Lines from other
-processes interleave and the last line may be torn: a line is read only as far as it parses.
+(`(main_task pid=N)` in releases before 0.3; values plain, or as pformat prints them:
+`np.float64(0.49)`), checkpoint saves naming `global_step_N` (the state after step N), Ray's and
+vLLM's errors in between. Lines from other processes interleave and the last line may be torn: a
+line is read only as far as it parses. A step line with validation metrics only (`step:0 -
+val-core/...`, before training) is an evaluation, not a training step; a resume line (`Load from
+checkpoint folder: .../global_step_40`) starts a new attempt at the step after the one it loads.
 """
 
 from __future__ import annotations
@@ -12,17 +15,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
-                                PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
-                                Mark, RunRecord)
-from grpo.tools.doctor.textlog import number, read_head, read_lines
+                                      PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint,
+                                      Evidence, Mark, RunRecord)
+from grpo.tools.doctor.textlog import as_step, clean, number, read_ends
 
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
 _STEP_ANYWHERE = re.compile(_STEP.pattern, re.MULTILINE)  # a step line at any position in a log's head
-_CHECKPOINT = re.compile(r"(\S*global_step_(\d+))")
+_CHECKPOINT = re.compile(r"global_step_(\d+)")
 _KEYS = {
     "critic/score/mean": REWARD, "critic/rewards/mean": REWARD, "critic/score/std": REWARD_STD,
-    "actor/pg_loss": LOSS, "actor/kl_loss": KL, "actor/ppo_kl": KL, "actor/entropy": ENTROPY,
+    "actor/pg_loss": LOSS, "actor/kl_loss": KL, "critic/kl": KL, "actor/entropy": ENTROPY,
     "actor/grad_norm": GRAD_NORM, "response_length/mean": LENGTH, "response_length/clip_ratio": TRUNCATED,
     "timing_s/step": STEP_S, "perf/max_memory_allocated_gb": MEMORY_GIB, "critic/score/zero_std_frac": ZERO_STD,
     "critic/accuracy/mean": ACCURACY,
@@ -37,10 +41,9 @@ RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .*g
 
 
 def looks_like_verl(path: Path) -> bool:
-    """A step line anywhere in the head: however the log ends (a checkpoint save, a traceback, Ray's
-    shutdown lines, a torn line)."""
-    head = read_head(path, 4 << 20)
-    return bool(_STEP_ANYWHERE.search(head))
+    """A step line in the log's first or last megabytes: however the log ends (a checkpoint save, a
+    traceback, Ray's shutdown lines, a torn line) and however much start-up output came first."""
+    return any(_STEP.search(clean(line)) for line in read_ends(path).splitlines() if "step:" in line)
 
 
 def find_log(path: Path) -> Path | None:
@@ -53,41 +56,64 @@ def find_log(path: Path) -> Path | None:
     return None
 
 
-def read_record(log: Path, lines: list[str] | None = None) -> RunRecord:
-    """`lines`: the log's lines, when the caller has read them already (a watcher following it)."""
-    record = RunRecord("verl", str(log))
-    current = 0
-    for line_no, line in enumerate(read_lines(log) if lines is None else lines, 1):
-        evidence = Evidence(str(log), line_no, line.strip()[:300])
-        match = _STEP.search(line)
-        if match:
-            step = int(match.group(1))
-            if step <= current:
-                record.marks.append(Mark(step, "restart", f"the step count went back from {current} to {step}",
-                                         evidence))
-            current = step
-            _pairs(record, step, match.group(2))
-            record.evidence_by_step[step] = evidence
-            continue
+class VerlReader(LogReader):
+    source = "verl"
+
+    def line(self, number_: int, line: str) -> None:
+        record = self.record
+        evidence = None
+        if "step:" in line:
+            match = _STEP.search(line)
+            if match and as_step(int(match.group(1)[:12])) is not None:
+                step = int(match.group(1)[:12])
+                evidence = Evidence(str(self.path), number_, line.strip()[:300])
+                if not _pairs(record, step, match.group(2)):
+                    return  # validation only (step:0 before training, or a test_freq step's extra line)
+                if step <= self.current:
+                    record.marks.append(Mark(step, "restart", f"the step count went back from {self.current} to "
+                                             f"{step}", evidence))
+                self.current = step
+                record.evidence_by_step[step] = evidence
+                return
         if OOM.search(line) or INFRA.search(line):
-            record.marks.append(Mark(current + 1, "server_failure", line.strip()[:200], evidence))
+            evidence = Evidence(str(self.path), number_, line.strip()[:300])
+            record.marks.append(Mark(self.current + 1, "server_failure", line.strip()[:200], evidence))
         elif RESTART.search(line):
-            record.marks.append(Mark(current + 1, "restart", line.strip()[:200], evidence))
-        checkpoint = _CHECKPOINT.search(line)
-        if checkpoint and ("sav" in line.lower() or "folder" in line.lower()) and "load" not in line.lower():
-            step = int(checkpoint.group(2))
-            if all(c.step != step for c in record.checkpoints):
-                record.checkpoints.append(Checkpoint(step, checkpoint.group(1).strip("'\",")))
+            evidence = Evidence(str(self.path), number_, line.strip()[:300])
+            loaded = _CHECKPOINT.search(line)
+            step = int(loaded.group(1)[:12]) + 1 if loaded else self.current + 1
+            record.marks.append(Mark(step, "restart", f"resumed from the checkpoint of step {step - 1}" if loaded
+                                     else line.strip()[:200], evidence))
+            self.current = step - 1 if loaded else self.current
+            return
+        if "global_step_" in line:
+            checkpoint = _CHECKPOINT.search(line)
+            lower = line.lower()
+            if checkpoint and ("sav" in lower or "folder" in lower) and "load" not in lower:
+                step = int(checkpoint.group(1)[:12])
+                start = max(line.rfind(" ", 0, checkpoint.start()), line.rfind(":", 0, checkpoint.start())) + 1
+                path = line[start:checkpoint.end()].strip("'\",")
+                if all(c.step != step for c in record.checkpoints):
+                    record.checkpoints.append(Checkpoint(step, path))
         if "Final validation metrics" in line or "Training Progress: 100%" in line:
             record.finished = True
-    for path in _checkpoint_dirs(log.parent):
-        step = int(path.name.rsplit("_", 1)[1])
-        record.checkpoints = [c for c in record.checkpoints if c.step != step] + [Checkpoint(step, str(path))]
-    record.checkpoints.sort(key=lambda c: c.step)
-    return record
+
+    def finish(self) -> None:
+        record = self.record
+        for path in _checkpoint_dirs(self.path.parent):
+            step = int(path.name.rsplit("_", 1)[1])
+            record.checkpoints = [c for c in record.checkpoints if c.step != step] + [Checkpoint(step, str(path))]
+        record.checkpoints.sort(key=lambda c: c.step)
 
 
-def _pairs(record: RunRecord, step: int, text: str) -> None:
+def read_record(log: Path, lines=None) -> RunRecord:
+    return VerlReader.read(log, lines)
+
+
+def _pairs(record: RunRecord, step: int, text: str) -> bool:
+    """Put a step line's metrics into the record; -> whether it held a training metric (not only
+    validation ones)."""
+    trained = False
     for pair in text.split(" - "):
         key, sep, value_text = pair.partition(":")
         value = number(value_text) if sep else None
@@ -96,12 +122,14 @@ def _pairs(record: RunRecord, step: int, text: str) -> None:
         key = key.strip()
         if key in _KEYS:
             record.put(step, _KEYS[key], value)
+            trained = True
         elif key in _PHASES:
             record.put(step, PHASE_PREFIX + _PHASES[key], value)
         elif key.startswith("val-core/") and "mean@1" in key:
             record.put(step, EVAL_ACCURACY, value)
         elif key == "training/total_steps" or key == "trainer/total_training_steps":
-            record.total_steps = int(value)
+            record.total_steps = as_step(value) or record.total_steps
+    return trained
 
 
 def _checkpoint_dirs(root: Path) -> list[Path]:

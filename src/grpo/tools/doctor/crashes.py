@@ -1,0 +1,132 @@
+"""Crashes read from a console log: Python tracebacks and the fatal lines that end runs without one
+(NCCL's watchdog, the kernel's OOM killer, a segfault), each classified by what it says.
+
+A crash is a cause only when the run ended with it: one followed by more steps was recovered from
+(`cause` decides that). Classes, most telling first, since a crash says several things at once (a
+Ray actor that died *because* CUDA ran out of memory is out of memory):
+
+    out_of_memory    CUDA or host memory ran out (OutOfMemoryError, the OOM killer, Ray's monitor)
+    disk_full        a write refused: no space, quota, read-only file system
+    gpu_failure      a CUDA error or an NCCL error or timeout (illegal access, device-side assert)
+    reward_broken    raised inside the reward function (its frames, or a reward's own message)
+    server_failure   the inference engine died (vLLM's EngineDeadError, SGLang's scheduler)
+    worker_failure   a Ray actor or worker process died or could not start, a segfault
+    interrupted      stopped on purpose (KeyboardInterrupt, SIGTERM)
+    crashed          any other exception
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from grpo.tools.doctor.record import Evidence
+
+CLASSES = {
+    "out_of_memory": re.compile(
+        r"out of memory|OutOfMemoryError|OOM[- ]?kill|oom_kill|Killed process \d+|killed by the memory monitor|"
+        r"RayOutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|memory usage .* exceeds|Cannot allocate memory|"
+        r"std::bad_alloc|not enough memory|insufficient memory|KV cache .*(?:too small|not enough)", re.I),
+    "disk_full": re.compile(r"No space left on device|Disk quota exceeded|Read-only file system", re.I),
+    "gpu_failure": re.compile(
+        r"CUDA error|CUDA kernel errors|NCCL error|nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error|"
+        r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:timeout|timed out|abort)|"
+        r"illegal memory access|device-side assert|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|NCCL communicator|"
+        r"HIP error|hipError|Xid \d+|uncorrectable ECC|GPU is lost|no CUDA-capable device|"
+        r"DistBackendError|CUDA driver", re.I),
+    "reward_broken": re.compile(
+        r"Reward function is not implemented|reward.{0,40}(?:not implemented|failed|error)|"
+        r"(?:compute_score|reward_fn|reward_func|reward_score|_reward\b|rewards?\.py|reward_manager)", re.I),
+    "server_failure": re.compile(
+        r"EngineDeadError|EngineCore.*(?:died|failed|encountered)|Engine core .*(?:died|failed)|"
+        r"Scheduler hit an exception|sglang.*(?:crash|terminated)|vllm.*(?:crash|terminated)|"
+        r"No healthy SGLang servers|llm server.*(?:died|exit)", re.I),
+    "worker_failure": re.compile(
+        r"ActorDiedError|RayActorError|The actor died|WorkerCrashedError|RaySystemError|raylet .*died|"
+        r"node .* (?:dead|died)|ActorUnschedulableError|RuntimeEnvSetupError|placement group|"
+        r"ChildFailedError|Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|core dumped|worker .*(?:died|crashed)|"
+        r"Failed to (?:start|create|register) .*(?:worker|actor)|exitcode\s*:\s*-?\d+|GetTimeoutError", re.I),
+    "interrupted": re.compile(r"^KeyboardInterrupt|SIGTERM received|Received SIGTERM|Terminated$", re.I),
+}
+ORDER = ("out_of_memory", "disk_full", "gpu_failure", "reward_broken", "server_failure", "worker_failure",
+         "interrupted", "crashed")
+# Fatal on their own, without a traceback (the process was killed, or aborted from C++).
+FATAL = re.compile(
+    r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
+    r"Segmentation fault|Fatal Python error|terminate called after throwing|"
+    r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError|RayOutOfMemoryError|"
+    r"^\*\*\* SIG(?:SEGV|ABRT|BUS)|CUDA error: |RuntimeError: NCCL|Error executing job with overrides", re.I)
+TRACEBACK = "Traceback (most recent call last)"
+# The line that ends a traceback: `pkg.module.SomeError: message` or a bare exception name.
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning|"
+                        r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
+_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
+MAX_KEPT = 40  # crashes kept per log: the first few and the latest
+
+
+@dataclass(frozen=True)
+class Crash:
+    step: int  # the step in progress when it happened (the last logged step + 1)
+    kind: str  # one of ORDER
+    text: str  # the exception line or fatal line
+    evidence: Evidence
+
+
+def classify(text: str, frames: list[str]) -> str:
+    """The class of an exception line with its innermost frames (the reward function's own frames say
+    it raised there; the trainer's frames that merely call it do not)."""
+    for kind in ORDER[:-1]:
+        if kind == "reward_broken":
+            inner = " ".join(frames[-3:])
+            if CLASSES[kind].search(text) or (inner and CLASSES[kind].search(inner)):
+                return kind
+        elif CLASSES[kind].search(text):
+            return kind
+    return "crashed"
+
+
+class CrashScanner:
+    """Fed a log's cleaned lines in order; keeps the crashes it read."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.crashes: list[Crash] = []
+        self._frames: list[str] | None = None  # inside a traceback: its frames so far
+        self._traceback_line = 0
+
+    def feed(self, line_no: int, line: str, step: int) -> None:
+        stripped = line.strip()
+        if not stripped:
+            return
+        if TRACEBACK in stripped:
+            self._frames, self._traceback_line = [], line_no
+            return
+        if self._frames is not None:
+            frame = _FRAME.match(stripped)
+            if frame:
+                self._frames.append(f"{frame.group(1)} {frame.group(2)}")
+                return
+            if _EXCEPTION.match(stripped):
+                self._add(line_no, stripped, step, self._frames)
+                self._frames = None
+                return
+            if line_no - self._traceback_line > 400:  # never closed: not a traceback after all
+                self._frames = None
+            return
+        if FATAL.search(stripped):
+            self._add(line_no, stripped, step, [])
+
+    def _add(self, line_no: int, text: str, step: int, frames: list[str]) -> None:
+        crash = Crash(step, classify(text, frames), text[:300], Evidence(self.file, line_no, text[:300]))
+        if len(self.crashes) >= MAX_KEPT:
+            del self.crashes[MAX_KEPT // 4]  # keep the first ones, and the latest
+        self.crashes.append(crash)
+
+
+def final(crashes: list[Crash], after_step: int) -> Crash | None:
+    """The crash that ended the run: of those after its last logged step, the most telling class (a
+    chained traceback says the same crash several times, its first link often the real one)."""
+    late = [c for c in crashes if c.step > after_step]
+    if not late:
+        return None
+    return min(late, key=lambda c: (ORDER.index(c.kind), -c.evidence.line))

@@ -1,0 +1,104 @@
+"""What every console-log reader shares: lines fed in order (from a file streamed once, or from a
+watch as the log grows), cleaned of launchers' prefixes, scanned for crashes, and a `RunRecord` that
+can be taken at any point (`result`) and taken again after more lines.
+
+A reader per framework (`verl.VerlReader`, `areal.ArealReader`, `trl.TrlLogReader`) reads its step
+lines; `ConsoleReader` reads a log of any framework that never logged a step, for its crash.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable
+
+from grpo.tools.doctor.crashes import FATAL, TRACEBACK, CrashScanner
+from grpo.tools.doctor.record import RunRecord
+from grpo.tools.doctor.textlog import clean, iter_lines, read_ends
+
+# What a framework prints at launch (its modules in a traceback, its config dump, its actors): enough
+# to name the framework of a log that crashed before its first step.
+MARKERS = {
+    "verl": re.compile(r"\bverl[./]|\(TaskRunner pid=|\(main_task pid=|RayPPOTrainer|ray_trainer\.py|"
+                       r"actor_rollout_ref\.|data\.train_files"),
+    "areal": re.compile(r"\bareal[./]|AReaL|StatsLogger|RemoteSGLangEngine|name_resolve"),
+    "trl": re.compile(r"\btrl[./]|GRPOTrainer|GRPOConfig|[Uu]nsloth"),
+    "openrlhf": re.compile(r"openrlhf[./]|OpenRLHF"),
+    "ms-swift": re.compile(r"\bswift[./]|ms-swift|swift rlhf"),
+}
+
+
+def framework_of(text: str) -> str | None:
+    """The framework whose launch markers show most in `text`, or None."""
+    counts = {name: len(pattern.findall(text[:4 << 20])) for name, pattern in MARKERS.items()}
+    best = max(counts, key=counts.get)
+    return best if counts[best] else None
+
+
+class LogReader:
+    source = "log"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.record = RunRecord(self.source, str(path))
+        self.scanner = CrashScanner(str(path))
+        self.line_no = 0
+        self.current = 0  # the last step logged
+
+    def feed(self, raw: str) -> None:
+        self.line_no += 1
+        line = clean(raw)
+        self.scanner.feed(self.line_no, line, self.current + 1)
+        self.line(self.line_no, line)
+
+    def feed_all(self, lines: Iterable[str]) -> "LogReader":
+        for raw in lines:
+            self.feed(raw)
+        return self
+
+    def line(self, number: int, line: str) -> None:
+        """One cleaned line of the log (number: as editors count it)."""
+
+    def finish(self) -> None:
+        """What is read once the lines so far are in (checkpoints on disk): called by every `result`."""
+
+    def result(self) -> RunRecord:
+        self.finish()
+        self.record.crashes = list(self.scanner.crashes)
+        return self.record
+
+    @classmethod
+    def read(cls, path: Path, lines: Iterable[str] | None = None) -> RunRecord:
+        return cls(path).feed_all(iter_lines(path) if lines is None else lines).result()
+
+
+class ConsoleReader(LogReader):
+    """A log that shows no step of any known format: read for what ended it, under the framework its
+    launch lines name (`source`)."""
+
+    def __init__(self, path: Path, source: str = "log") -> None:
+        self.source = source
+        super().__init__(path)
+
+
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+
+
+def find_console_log(path: Path) -> tuple[Path, str] | None:
+    """(the log, its framework or "log") for a console log that shows no step but names its framework
+    or ended in a crash: the file itself, or the first such file in a directory."""
+    if path.is_file():
+        candidates = [path]
+    elif path.is_dir():
+        try:
+            candidates = sorted(p for p in path.iterdir() if p.suffix in LOG_SUFFIXES and p.is_file())
+        except OSError:
+            return None
+    else:
+        return None
+    for candidate in candidates:
+        text = read_ends(candidate)
+        source = framework_of(text)
+        if source is not None or TRACEBACK in text or any(FATAL.search(clean(line)) for line in text.splitlines()):
+            return candidate, source or "log"
+    return None
