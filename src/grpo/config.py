@@ -352,44 +352,52 @@ class BreakerConfig:
     enabled: bool = knob(True, "false turns this breaker off")
 
 
+def _breaker(name: str) -> BreakerConfig:
+    """A breaker's defaults: the check's own, from the one registry the doctor and the watch read too."""
+    from grpo.guard.checks import CHECKS
+
+    check = CHECKS[name]
+    return BreakerConfig(check.threshold, check.action, check.patience)  # type: ignore[arg-type]
+
+
 @dataclass
 class GuardConfig:
     """Circuit breakers. Defaults are loose enough that a healthy run never trips them."""
 
     enabled: bool = knob(True, "false turns every breaker off")
-    failed_rollouts: BreakerConfig = knob(factory=lambda: BreakerConfig(0.5, "rollback", 2), help=(
+    failed_rollouts: BreakerConfig = knob(factory=lambda: _breaker("failed_rollouts"), help=(
         "fraction of a step's samples still failed, timed out or empty after every retry (their groups dropped); "
         "a sample a retry recovered does not count"
     ))
-    unscorable_rewards: BreakerConfig = knob(factory=lambda: BreakerConfig(0.5, "stop", 2), help=(
+    unscorable_rewards: BreakerConfig = knob(factory=lambda: _breaker("unscorable_rewards"), help=(
         "fraction of generated answers the reward could not score: bad gold answers or a broken reward function; a "
         "stop, because rolling back cannot fix data"
     ))
-    zero_reward: BreakerConfig = knob(factory=lambda: BreakerConfig(0.0, "rollback", 10), help=(
+    zero_reward: BreakerConfig = knob(factory=lambda: _breaker("zero_reward"), help=(
         "mean reward exactly 0 for `patience` steps in a row"
     ))
-    reward_collapse: BreakerConfig = knob(factory=lambda: BreakerConfig(0.2, "warn", 5), help=(
+    reward_collapse: BreakerConfig = knob(factory=lambda: _breaker("reward_collapse"), help=(
         "mean reward below `threshold` x its moving baseline, for `patience` steps"
     ))
-    zero_loss: BreakerConfig = knob(factory=lambda: BreakerConfig(0.0, "warn", 20), help=(
+    zero_loss: BreakerConfig = knob(factory=lambda: _breaker("zero_loss"), help=(
         "loss exactly 0 with an update applied, for `patience` steps"
     ))
-    nonfinite: BreakerConfig = knob(factory=lambda: BreakerConfig(0.0, "rollback", 1), help=(
+    nonfinite: BreakerConfig = knob(factory=lambda: _breaker("nonfinite"), help=(
         "a non-finite loss, gradient or parameter (the update is never applied)"
     ))
-    grad_norm_spike: BreakerConfig = knob(factory=lambda: BreakerConfig(50.0, "warn", 1), help=(
+    grad_norm_spike: BreakerConfig = knob(factory=lambda: _breaker("grad_norm_spike"), help=(
         "grad norm above `threshold` x its moving median (after warm-up)"
     ))
-    kl_explosion: BreakerConfig = knob(factory=lambda: BreakerConfig(10.0, "rollback", 2), help=(
+    kl_explosion: BreakerConfig = knob(factory=lambda: _breaker("kl_explosion"), help=(
         "KL to the reference (or to the sampling policy) above `threshold`"
     ))
-    empty_responses: BreakerConfig = knob(factory=lambda: BreakerConfig(1.0, "rollback", 2), help=(
+    empty_responses: BreakerConfig = knob(factory=lambda: _breaker("empty_responses"), help=(
         "fraction of responses that came back empty (a dead server looks like this)"
     ))
-    truncated_responses: BreakerConfig = knob(factory=lambda: BreakerConfig(1.0, "warn", 10), help=(
+    truncated_responses: BreakerConfig = knob(factory=lambda: _breaker("truncated_responses"), help=(
         "fraction of responses cut at max_new_tokens (rambling, or a length budget too small)"
     ))
-    offpolicy_kl: BreakerConfig = knob(factory=lambda: BreakerConfig(0.5, "rollback", 2), help=(
+    offpolicy_kl: BreakerConfig = knob(factory=lambda: _breaker("offpolicy_kl"), help=(
         "with rollout.max_staleness > 0: KL(behaviour || proximal) per token over a batch, before its update"
     ))
     baseline_steps: int = knob(20, "healthy steps in the moving baselines (reward, grad norm)", check=at_least(1))

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo.tools.doctor.timeline import STREAK
+from grpo.guard.checks import CHECKS
+
+STREAK = CHECKS["zero_reward"].patience  # a dead reward trips its checks after this many steps
 
 from tests.processes import env_with_src
 

@@ -14,14 +14,10 @@ from typing import Any, Literal
 
 from grpo.config import BreakerConfig, GuardConfig
 from grpo import metric_keys as k
+from grpo.guard.checks import GUARD_PHASES as PHASES, collapsed, kl_exploded, spiked
 from grpo.rundir.checkpoints import CheckpointInfo
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}
-ROLLOUT_BREAKERS = ("failed_rollouts", "unscorable_rewards", "zero_reward", "reward_collapse", "empty_responses", "truncated_responses")
-UPDATE_BREAKERS = ("nonfinite", "zero_loss", "grad_norm_spike", "kl_explosion")
-OFFPOLICY_BREAKERS = ("offpolicy_kl",)
-PHASES = {"rollout": ROLLOUT_BREAKERS, "offpolicy": OFFPOLICY_BREAKERS, "update": UPDATE_BREAKERS}
-MIN_HISTORY = 5
 
 
 @dataclass
@@ -146,12 +142,11 @@ class Guard:
 
     def _reward_collapse(self, b: BreakerConfig, m: dict[str, Any]):
         reward = m.get(k.REWARD_MEAN)
-        if reward is None or len(self.reward_history) < MIN_HISTORY:
+        bad = None if reward is None else collapsed(reward, self.reward_history, b.threshold)
+        if bad is None:  # no baseline yet, or none worth collapsing from
             return None
         baseline = statistics.fmean(self.reward_history)
-        if baseline <= 0.05:  # no baseline worth collapsing from
-            return None
-        return reward < b.threshold * baseline, (
+        return bad, (
             f"mean reward {reward:.3f} fell below {b.threshold:g} x its baseline {baseline:.3f}"
         ), {"reward_mean": reward, "baseline": baseline, "recent": self.reward_history[-5:]}
 
@@ -182,17 +177,18 @@ class Guard:
 
     def _grad_norm_spike(self, b: BreakerConfig, m: dict[str, Any]):
         norm = m.get(k.GRAD_NORM)
-        if norm is None or not math.isfinite(norm) or len(self.grad_norm_history) < MIN_HISTORY:
+        bad = None if norm is None else spiked(norm, self.grad_norm_history, b.threshold)
+        if bad is None:
             return None
         median = statistics.median(self.grad_norm_history)
-        return norm > b.threshold * median, f"grad norm {norm:.3g} > {b.threshold:g} x median {median:.3g}", {
+        return bad, f"grad norm {norm:.3g} > {b.threshold:g} x median {median:.3g}", {
             "grad_norm": norm, "median": median}
 
     def _kl_explosion(self, b: BreakerConfig, m: dict[str, Any]):
         kl = m.get(k.KL, m.get(k.APPROX_KL_OLD))
         if kl is None:
             return None
-        return (not math.isfinite(kl)) or kl > b.threshold, f"KL {kl:.3g} > {b.threshold:g}", {"kl": kl}
+        return kl_exploded(kl, b.threshold), f"KL {kl:.3g} > {b.threshold:g}", {"kl": kl}
 
     def _offpolicy_kl(self, b: BreakerConfig, m: dict[str, Any]):
         kl = m.get(k.OFFPOLICY_KL)

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from grpo.config import BreakerConfig, GuardConfig
-from grpo.guard.breakers import OFFPOLICY_BREAKERS, PHASES, ROLLOUT_BREAKERS, UPDATE_BREAKERS, Guard, Trip, most_severe
+from grpo.guard.breakers import PHASES, Guard, Trip, most_severe
+from grpo.guard.checks import BREAKERS
 
 HEALTHY_REWARD = 0.5
 HEALTHY_GRAD_NORM = 1.0
@@ -52,7 +53,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 
 
 def test_cases_cover_every_breaker():
-    assert set(CASES) == set(ROLLOUT_BREAKERS + OFFPOLICY_BREAKERS + UPDATE_BREAKERS)
+    assert set(CASES) == set(BREAKERS)
     assert all(CASES[name][0] == phase for phase, names in PHASES.items() for name in names)
 
 

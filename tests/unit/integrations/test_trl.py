@@ -8,7 +8,9 @@ import json
 import subprocess
 import sys
 
-from grpo.tools.doctor.timeline import STREAK
+from grpo.guard.checks import CHECKS
+
+STREAK = CHECKS["zero_reward"].patience  # a dead reward trips its checks after this many steps
 
 
 def test_importing_the_integration_imports_neither_torch_nor_trl():

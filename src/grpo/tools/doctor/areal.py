@@ -58,7 +58,8 @@ NONFINITE = re.compile(r"\b(?:nan|inf) (?:loss|grad)|loss is nan|non-finite|grad
 
 
 def find_trainer_log(path: Path) -> Path | None:
-    if path.is_file() and path.name.endswith(".log") and _looks_like_areal(path):
+    """AReaL's trainer.log, or any log file that shows AReaL's steps (a `docker logs` capture)."""
+    if path.is_file() and _looks_like_areal(path):
         return path
     if path.is_dir():
         direct = path / TRAINER_LOG

@@ -4,13 +4,17 @@ A dead server makes every reward 0 and every group identical, which looks like a
 no learning signal; so server evidence at (or just before) the first bad step wins. A reward that
 fell while the servers were healthy is the model's doing. Order of the rules, first match wins:
 
-    nonfinite            a NaN/inf loss or gradient, first of all anomalies (or with the first)
+    nonfinite            a NaN/inf loss, gradient or reward, first of all anomalies (or with the first)
     server_failure       the server died or could not be reached, from 3 steps before the first
                          model-side anomaly to one step after it (a server that died long after the
                          reward fell did not cause it; a stray connection error long before, with
                          healthy steps after it, did not either)
     rollout_failure      rollouts failed with no server evidence
     reward_broken        answers the reward could not score, or a reward function that raised
+    reward_not_wired     the reward exactly 0 from the first logged step and never anything else: it never
+                         scored an answer (its wiring, the answer format it expects), not a collapse
+    truncation           completions ran to the length limit (clipped ratio near 1, having been low)
+                         as the reward fell: the budget, not the policy's skill
     reward_source_died   the reward fell abruptly from a healthy level to exactly 0, identical in every
                          group, with no server evidence: what a dead reward server or inference server
                          looks like (every completion empty or an error, scored 0), after the groups'
@@ -18,21 +22,26 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
     no_learning_signal   every group's rewards identical (loss and gradient at 0), a task that gives
                          no signal
     policy_collapse      the reward fell with the infrastructure healthy
-    disk_full            the last crash was the disk refusing a write (full, quota, read-only)
-    crashed              the trainer ended with a recorded error after its last step
+    kl_drift             KL to the reference exploded while the reward stayed where it was
+    out_of_memory, disk_full, gpu_failure, worker_failure, server_failure, reward_broken, crashed
+                         the run ended in a crash after its last step (or before its first), classified
+                         by what its traceback or fatal line says (`crashes`)
     stalled              the steps stopped: a trainer killed without a word, or no step at all (with
                          the failed samples of the step that never logged, when it recorded any)
 
 A run that finished is healthy when nothing but events marred it: the failures it recovered from and
-its rollbacks (each with the learning-rate change it made) are named.
+its rollbacks (each with the learning-rate change it made) are named. Healthy needs evidence: a run
+whose reward the doctor could not read at any step is `unknown`, never healthy.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from grpo.tools.doctor.record import (GRAD_NORM, REWARD, REWARD_STD, ZERO_STD, Anomaly, Checkpoint, Evidence,
-                                      RunRecord)
+from grpo.guard.checks import CHECKS
+from grpo.tools.doctor import crashes
+from grpo.tools.doctor.record import (ACCURACY, GRAD_NORM, KL, LOSS, REWARD, REWARD_STD, TRUNCATED, ZERO_STD, Anomaly,
+                                      Checkpoint, Evidence, RunRecord)
 
 DISK_WORDS = ("no space", "quota", "read-only", "diskerror")
 SERVER_SLACK = 1  # a server failure up to one step after the first bad step still explains it
@@ -40,9 +49,26 @@ SERVER_LEAD = 3  # ... and one up to 3 steps before it (rollouts in flight drain
                  # were followed by healthy steps, so they did not cause it
 # Anomalies that are trouble on their own; the rest (entropy, length, gradient spikes, step time,
 # memory, restarts) are signs that explain them, or warnings on a run that is otherwise fine.
-MODEL_SIDE = {"reward_zero", "reward_collapse", "zero_variance", "loss_zero", "failures", "nonfinite", "reward_error"}
-COLLAPSE_SIGNS = {"entropy_collapse": "entropy collapsing", "length_limit": "responses running to the length limit",
-                  "grad_spike": "gradient spikes", "kl_explosion": "KL exploding"}
+MODEL_SIDE = {"zero_reward", "reward_collapse", "zero_variance", "zero_loss", "failed_rollouts", "nonfinite",
+              "unscorable_rewards"}
+COLLAPSE_SIGNS = {"entropy_collapse": "entropy collapsing", "truncated_responses": "responses running to the length "
+                  "limit", "grad_norm_spike": "gradient spikes", "kl_explosion": "KL exploding"}
+CRASH_TEXT = {
+    "out_of_memory": "ran out of memory", "disk_full": "the disk refused a write", "gpu_failure": "a CUDA or NCCL error",
+    "reward_broken": "the reward function raised", "server_failure": "the inference engine died",
+    "worker_failure": "a worker process died or could not start", "crashed": "an exception",
+}
+CRASH_ADVICE = {
+    "out_of_memory": "lower the batch, the sequence lengths or the inference server's memory share (gpu memory "
+                     "utilization / mem_fraction_static), or offload",
+    "disk_full": "free space (old checkpoints), then run the same command again",
+    "gpu_failure": "check the GPUs (nvidia-smi, Xid errors in dmesg) and the NCCL setup (NCCL_DEBUG=INFO); a "
+                   "library built for another CUDA or GPU architecture fails the same way",
+    "reward_broken": "fix the reward function for these inputs (its traceback names the line)",
+    "server_failure": "read the inference server's own log for why it died",
+    "worker_failure": "read the failed worker's own log (Ray: /tmp/ray/session_latest/logs) for why it died",
+    "crashed": "fix what the traceback says",
+}
 
 
 def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None, str, list[Anomaly]]:
@@ -70,6 +96,15 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     servers = _of(record, {"server_failure", "server_gave_up", "server_unreachable"})
     errors = _of(record, {"rollout_error"})
 
+    last_step = max(record.steps(), default=0)
+    last_evidence = record.evidence_by_step.get(last_step)
+    last_line = last_evidence.line if last_evidence is not None and last_evidence.file == record.path else None
+    crash = None if record.running else crashes.final(record.crashes, last_step, last_line if last_step else 0)
+    if crash is not None and crash.kind == "interrupted":
+        crash = None  # stopped on purpose: judged by its steps
+    if not any(REWARD in record.metrics[s] or ACCURACY in record.metrics[s] for s in record.steps()) \
+            and record.source != "grpo" and crash is None and record.steps():
+        return "unknown", None, _unknown_text(record), []
     if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
         a = first["nonfinite"]
         return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
@@ -91,21 +126,37 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                         "bring the server back (memory, restarts) and resume from before it"), backing
     late = [s for s in servers if onset is not None and s.step > onset + SERVER_SLACK]
     late_note = (f" (the server failure at step {late[0].step} came after, so it is not the cause)" if late else "")
-    if "failures" in first and first["failures"].step == onset:
-        a = first["failures"]
+    if "failed_rollouts" in first and first["failed_rollouts"].step == onset:
+        a = first["failed_rollouts"]
         return "rollout_failure", a.step, (f"rollouts failed from step {a.step} ({a.detail}) with no sign of a "
                                            f"server failure{late_note}"), [a] + _near(errors, onset)[:2]
     near = _near(errors, onset)
-    if near and onset is not None and _telling(model_side).kind in ("reward_zero", "reward_collapse", "zero_variance"):
+    if near and onset is not None and _telling(model_side).kind in ("zero_reward", "reward_collapse", "zero_variance"):
         a = near[0]
         return "rollout_failure", min(a.step, onset), (
             f"rollout errors at step {a.step} ({a.detail}) as the reward fell ({_describe(_telling(model_side))}), "
             f"with no sign of a server failure{late_note}"), near[:3] + [_telling(model_side)]
-    if "reward_error" in first and first["reward_error"].step == onset:
-        a = first["reward_error"]
+    if "unscorable_rewards" in first and first["unscorable_rewards"].step == onset:
+        a = first["unscorable_rewards"]
         return "reward_broken", a.step, (f"the reward could not score the answers from step {a.step} ({a.detail}): "
                                          "the gold answers or the reward function are at fault, not the model"), [a]
-    signal = [first[k] for k in ("zero_variance", "loss_zero") if k in first]
+    signal = [first[k] for k in ("zero_variance", "zero_loss") if k in first]
+    never = _never_scored(record, first)
+    if never is not None:
+        return "reward_not_wired", never.step, (
+            f"the mean reward was exactly 0 at every logged step from the first ({len(record.finite_series(REWARD))} "
+            "steps): the reward function never scored a single answer, which is its wiring (the answer format it "
+            "parses, the dataset's gold or data_source field, a reward never attached), not the model collapsing. "
+            "Score a few of the completions by hand with the reward function to see which"), [never] + [
+            a for a in signal if a.step == never.step]
+    truncated = _truncation(record, first, onset)
+    if truncated is not None:
+        a, before, after = truncated
+        return "truncation", a.step, (
+            f"from step {a.step} {a.detail}, and the reward fell with it (mean {before:.3g} before, {after:.3g} "
+            "after): answers cut off before they end score nothing. Raise the completion length limit, or reward "
+            f"shorter answers, and resume from before step {a.step}{late_note}"), [a] + [
+            x for x in model_side if x.step >= a.step][:2]
     died = _reward_source_died(record, first, onset)
     if died is not None:
         zero, before, mean_before = died
@@ -120,6 +171,13 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
             f"reward function instead. Bring the reward source back and resume from before step {step}"
             f"{late_note}"), [zero] + [a for a in signal if a.step == step]
     collapse = first.get("reward_collapse")
+    kl = first.get("kl_explosion")
+    if kl is not None and (onset is None or kl.step < onset) and _reward_flat(record, kl.step):
+        return "kl_drift", kl.step, (
+            f"KL to the reference exploded from step {kl.step} ({kl.detail}) while the reward stayed where it was: "
+            "the policy drifts away from the reference without getting better at the task (often with gradient "
+            "spikes). Raise the KL coefficient (beta), lower the learning rate, and resume from before step "
+            f"{kl.step}{late_note}"), [kl] + [first[k] for k in ("grad_norm_spike",) if k in first]
     if signal and min(a.step for a in signal) == onset and not (collapse and collapse.step < onset):
         step = min(a.step for a in signal)
         backing = signal + [first[k] for k in ("reward_zero",) if k in first]
@@ -128,18 +186,21 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                             f"{late_note}. More samples per group, a reward with partial credit, "
                                             "or problems of the right difficulty; a few groups' completions and "
                                             "rewards at that step confirm it (all right, or all wrong)"), backing
-    if collapse or "reward_zero" in first:
-        a = collapse or first["reward_zero"]
+    if crash is not None and (onset is None or crash.step <= onset):
+        return _crash_cause(crash)
+    if collapse or "zero_reward" in first:
+        a = collapse or first["zero_reward"]
         signs = [first[k] for k in COLLAPSE_SIGNS if k in first]
         said = ", ".join(COLLAPSE_SIGNS[s.kind] + f" (step {s.step})" for s in signs) or "no other sign"
         # the collapse began at its first sign, when that came before the reward fell
         return "policy_collapse", min([a.step] + [s.step for s in signs]), (
             f"the reward collapsed at step {a.step} with the infrastructure healthy{late_note}: {said}. "
             "Lower the learning rate, raise the KL penalty or clip, and resume from before it"), [a] + signs
-    last_step = max(record.metrics, default=0)
-    crashes = [a for a in _of(record, {"crash"}) if a.step > last_step]  # not one a resume got past
-    if crashes:
-        a = crashes[-1]
+    if crash is not None:
+        return _crash_cause(crash)
+    recorded = [a for a in _of(record, {"crash"}) if a.step > last_step]  # not one a resume got past
+    if recorded:
+        a = recorded[-1]
         if any(s in a.detail.lower() for s in DISK_WORDS):
             return "disk_full", a.step, (f"the disk refused a write at step {a.step}: {a.detail}. Free space, "
                                          "then run the same command again"), [a]
@@ -147,7 +208,7 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     # The samples of the step that never logged, which failed while it retried them: what it was doing.
     failing = [a for a in _of(record, {"samples_failed"}) if a.step > last_step]
     failed_text = "".join(f"; step {a.step}'s samples failed: {a.detail}" for a in failing[-2:])
-    if not record.metrics and not record.running:
+    if not record.steps() and not record.running:
         return "stalled", 1, "no step was logged: the run never got through its first step" + failed_text, (
             failing[-2:] + [a for a in timeline if a.kind in ("restart", "server_restart")])[:3]
     if _ended_without_a_word(record):
@@ -167,16 +228,22 @@ def _reward_source_died(record: RunRecord, first: dict[str, Anomaly],
                         onset: int | None) -> tuple[Anomaly, float, float] | None:
     """(the reward-zero anomaly, the reward the step before it, the mean of the 5 before) when the
     reward fell at once to exactly 0 in every group after a task that gave signal, else None."""
-    zero = first.get("reward_zero")
+    zero = first.get("zero_reward")
     if zero is None or zero.step != onset:
         return None
     logs_variance = any(name in record.metrics[s] for s in record.steps()
                         for name in (ZERO_STD, REWARD_STD, GRAD_NORM))
-    if logs_variance and not any(first[k].step == onset for k in ("zero_variance", "loss_zero") if k in first):
+    rewards = record.finite_series(REWARD)
+    zeros = [s for s, v in rewards if s >= onset]
+    identical = all(record.metrics[s].get(ZERO_STD, 1.0) >= 0.999 and record.metrics[s].get(REWARD_STD, 0.0) == 0
+                    and record.metrics[s].get(GRAD_NORM, 0.0) == 0 for s in zeros)
+    if logs_variance and not identical:
         return None  # exactly 0 on average, but the groups still differ: not one dead source
-    before = [v for s, v in record.finite_series(REWARD) if s < onset][-5:]
-    if not before or before[-1] <= 0 or before[-1] < ABRUPT * statistics.fmean(before):
-        return None  # it was falling already: a collapse, not a death
+    before = [v for s, v in rewards if s < onset][-5:]
+    if len(before) < 3 or before[-1] <= 0 or before[-1] < ABRUPT * statistics.fmean(before):
+        return None  # too few steps to have been healthy, or falling already: a collapse, not a death
+    if any(v != 0 for s, v in rewards if s > onset):
+        return None  # a dead source does not come back: a sparse reward does
     varied = [s for s in record.steps() if s < onset and (
         record.metrics[s].get(ZERO_STD, 1.0) < 0.999 or record.metrics[s].get(REWARD_STD, 0.0) > 0
         or record.metrics[s].get(GRAD_NORM, 0.0) > 0)]
@@ -185,7 +252,61 @@ def _reward_source_died(record: RunRecord, first: dict[str, Anomaly],
     return zero, before[-1], statistics.fmean(before)
 
 
-_TELLING = ("reward_zero", "reward_collapse", "failures", "zero_variance", "loss_zero", "reward_error", "nonfinite")
+_TELLING = ("zero_reward", "reward_collapse", "failed_rollouts", "zero_variance", "zero_loss", "unscorable_rewards",
+            "nonfinite")
+
+
+def _crash_cause(crash: crashes.Crash) -> tuple[str, int | None, str, list[Anomaly]]:
+    when = "before its first step" if crash.step <= 1 else f"in step {crash.step}, after step {crash.step - 1}"
+    backing = Anomaly(crash.step, "crash", crash.text, crash.evidence, from_event=True)
+    return crash.kind, crash.step, (f"the run ended {when}: {CRASH_TEXT[crash.kind]} ({crash.text[:200]}). "
+                                    f"{CRASH_ADVICE[crash.kind].capitalize()}"), [backing]
+
+
+def _never_scored(record: RunRecord, first: dict[str, Anomaly]) -> Anomaly | None:
+    """The zero_reward anomaly when the reward was exactly 0 from the first logged step to the last."""
+    zero = first.get("zero_reward")
+    rewards = record.finite_series(REWARD)
+    if zero is None or not rewards or zero.step != rewards[0][0] or any(v != 0 for _, v in rewards):
+        return None
+    return zero
+
+
+def _truncation(record: RunRecord, first: dict[str, Anomaly], onset: int | None):
+    """(the truncated_responses anomaly, mean reward before, after) when completions ran to the length
+    limit and the reward fell with them (a budget that cuts answers off); else None."""
+    a = first.get("truncated_responses")
+    if a is None or (onset is not None and onset < a.step - 1):
+        return None
+    rewards = record.finite_series(REWARD)
+    before = [v for s, v in rewards if s < a.step]
+    after = [v for s, v in rewards if s >= a.step]
+    if not before or not after:
+        return None
+    mean_before, mean_after = statistics.fmean(before[-5:]), statistics.fmean(after[:5])
+    if mean_after >= mean_before - 0.3 * abs(mean_before) or mean_before <= 0:
+        return None
+    return a, mean_before, mean_after
+
+
+def _reward_flat(record: RunRecord, step: int) -> bool:
+    """The reward from `step` on is not better than before it (within its own noise)."""
+    rewards = record.finite_series(REWARD)
+    before = [v for s, v in rewards if s < step]
+    after = [v for s, v in rewards if s >= step]
+    if len(before) < 3 or not after:
+        return not before  # no reward to compare: KL alone
+    spread = statistics.pstdev(before) or abs(statistics.fmean(before)) * 0.1
+    return statistics.fmean(after) <= statistics.fmean(before) + spread
+
+
+def _unknown_text(record: RunRecord) -> str:
+    steps = record.steps()
+    read = sorted({name for s in steps for name in record.metrics[s]} - {"eval_accuracy"})
+    return (f"{len(steps)} step(s) logged ({steps[0]}-{steps[-1]}), but no reward was read at any of them"
+            + (f" (only {', '.join(read[:6])})" if read else "") + ": without the reward the doctor cannot say the "
+            "run was healthy. Check that the log holds the reward (a framework's metric names change between "
+            "versions)")
 
 
 def _telling(anomalies: list[Anomaly]) -> Anomaly:
@@ -231,7 +352,16 @@ def _healthy_text(record: RunRecord, worth_a_look: list[Anomaly]) -> str:
     span = f"steps {steps[0]}-{steps[-1]}" + (f" of {record.total_steps}" if record.total_steps else "")
     looks = ", ".join(f"{_describe(a)} at step {a.step}" for a in worth_a_look[:3])
     return (f"{span}: " + (f"no problem; worth a look: {looks}" if worth_a_look else "no anomaly")
-            + ("" if record.finished or record.source != "grpo" else " (not finished)"))
+            + ("" if record.finished or record.source != "grpo" else " (not finished)") + f"; read {_read(record)}")
+
+
+def _read(record: RunRecord) -> str:
+    """What the verdict rests on: the reward's range and which other measures were read, over how many steps."""
+    rewards = [v for _, v in record.finite_series(REWARD)]
+    said = [f"the reward at {len(rewards)} step(s) ({min(rewards):.3g} to {max(rewards):.3g})"] if rewards else []
+    said += [f"{name} at {n}" for name in (LOSS, GRAD_NORM, KL, ZERO_STD, TRUNCATED)
+             if (n := len(record.series(name)))]
+    return ", ".join(said) or "no quality metric"
 
 
 def last_checkpoint_before(record: RunRecord, step: int | None) -> Checkpoint | None:

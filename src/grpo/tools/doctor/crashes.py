@@ -45,11 +45,18 @@ CLASSES = {
         r"ActorDiedError|RayActorError|The actor died|WorkerCrashedError|RaySystemError|raylet .*died|"
         r"node .* (?:dead|died)|ActorUnschedulableError|RuntimeEnvSetupError|placement group|"
         r"ChildFailedError|Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|core dumped|worker .*(?:died|crashed)|"
-        r"Failed to (?:start|create|register) .*(?:worker|actor)|exitcode\s*:\s*-?\d+|GetTimeoutError", re.I),
+        r"Failed to (?:start|create|register) .*(?:worker|actor)|exitcode\s*:\s*-?\d+|GetTimeoutError|"
+        r"failed to import on the worker|register_center|worker group", re.I),
     "interrupted": re.compile(r"^KeyboardInterrupt|SIGTERM received|Received SIGTERM|Terminated$", re.I),
 }
 ORDER = ("out_of_memory", "disk_full", "gpu_failure", "reward_broken", "server_failure", "worker_failure",
          "interrupted", "crashed")
+# An exception raised inside the inference engine's own code: the engine failed, whatever the exception.
+ENGINE_FRAMES = re.compile(r"/(?:sglang|vllm)/")
+# Crashes that only say another one happened (a launcher's or torchrun's wrapper, the shell's "Killed"):
+# the crash to name is the one before them.
+WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing job with overrides|"
+                      r"cannot schedule new futures after shutdown", re.I)
 # Fatal on their own, without a traceback (the process was killed, or aborted from C++).
 FATAL = re.compile(
     r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
@@ -76,6 +83,8 @@ def classify(text: str, frames: list[str]) -> str:
     """The class of an exception line with its innermost frames (the reward function's own frames say
     it raised there; the trainer's frames that merely call it do not)."""
     for kind in ORDER[:-1]:
+        if kind == "server_failure" and any(ENGINE_FRAMES.search(f) for f in frames[-3:]):
+            return kind
         if kind == "reward_broken":
             inner = " ".join(frames[-3:])
             if CLASSES[kind].search(text) or (inner and CLASSES[kind].search(inner)):
@@ -123,10 +132,21 @@ class CrashScanner:
         self.crashes.append(crash)
 
 
-def final(crashes: list[Crash], after_step: int) -> Crash | None:
-    """The crash that ended the run: of those after its last logged step, the most telling class (a
-    chained traceback says the same crash several times, its first link often the real one)."""
-    late = [c for c in crashes if c.step > after_step]
+SPECIFIC = ("out_of_memory", "disk_full", "gpu_failure", "reward_broken", "server_failure")
+
+
+def final(crashes: list[Crash], after_step: int, after_line: int | None = None) -> Crash | None:
+    """The crash that ended the run, of those after its last logged step (after that step's line, when
+    known): the most telling specific class (out of memory over the worker that died of it), else the
+    first that is not a wrapper of another (the root of the chain: a config error before torchrun's
+    ChildFailedError)."""
+    late = [c for c in crashes if (c.evidence.line > after_line if after_line is not None else c.step > after_step)]
     if not late:
         return None
-    return min(late, key=lambda c: (ORDER.index(c.kind), -c.evidence.line))
+    specific = [c for c in late if c.kind in SPECIFIC]
+    if specific:
+        chosen = min(specific, key=lambda c: (SPECIFIC.index(c.kind), c.evidence.line))
+        return Crash(after_step + 1, chosen.kind, chosen.text, chosen.evidence)
+    roots = [c for c in late if not WRAPPERS.search(c.text)]
+    chosen = (roots or late)[0]
+    return Crash(after_step + 1, chosen.kind, chosen.text, chosen.evidence)

@@ -373,9 +373,9 @@ _CANONICAL = {
 # A trip's breaker -> the mark it leaves on the timeline
 _BREAKER_MARKS = {
     "failed_rollouts": "rollout_error", "empty_responses": "rollout_error", "nonfinite": "nonfinite",
-    "unscorable_rewards": "reward_error", "zero_reward": "zero_reward", "zero_loss": "loss_zero",
-    "reward_collapse": "reward_collapse", "kl_explosion": "kl_explosion", "grad_norm_spike": "grad_spike",
-    "truncated_responses": "truncation",
+    "unscorable_rewards": "unscorable_rewards", "zero_reward": "zero_reward", "zero_loss": "zero_loss",
+    "reward_collapse": "reward_collapse", "kl_explosion": "kl_explosion", "grad_norm_spike": "grad_norm_spike",
+    "truncated_responses": "truncated_responses",
 }
 
 
@@ -417,7 +417,7 @@ def read_record(run_dir: Path) -> RunRecord:
                                      f"{line.get(keys.SKIP_REASON)}", record.evidence_by_step[step]))
         unscorable = line.get(keys.UNSCORABLE_FRAC)
         if _is_number(unscorable) and unscorable >= 0.5:
-            record.marks.append(Mark(step, "reward_error", f"{unscorable:.0%} of answers could not be scored",
+            record.marks.append(Mark(step, "unscorable_rewards", f"{unscorable:.0%} of answers could not be scored",
                                      record.evidence_by_step[step]))
     for line in _read_log(run_dir / "eval.jsonl")[0]:
         if isinstance(line.get("step"), int) and _is_number(line.get("accuracy")):

@@ -10,7 +10,8 @@ redrawn, not a new line). Files are streamed, so memory stays bounded however la
 longer than `MAX_LINE` keeps its head (a 10 MB config dump on one line is not worth a regex's time).
 
 `clean` takes off what launchers put before each line (`docker logs -t` and Kubernetes time stamps,
-`kubectl logs --prefix`, docker compose's `service-1  | `, Ray's `(TaskRunner pid=N)`) and ANSI
+`kubectl logs --prefix`, docker compose's `service-1  | `, Ray's `(TaskRunner pid=N)`, torchrun's
+`[rank0]:`) and ANSI
 colours, so each reader sees the line its framework printed.
 """
 
@@ -152,6 +153,8 @@ _PREFIXES = re.compile(
     r"|\[pod/[^\]\s]+(?:/[^\]\s]+)?\]\s"  # kubectl logs --prefix
     r"|[\w.-]+-\d+\s+\|\s"  # docker compose: trainer-1  | ...
     r"|\((?:[\w.:-]+ )?pid=\d+(?:, ip=[\d.:a-f]+)?\)\s?"  # Ray: (TaskRunner pid=2231) (pid=1, ip=10.0.0.1)
+    r"|\[(?:rank|default)\d+\]:\s?"  # torchrun's per-rank prefix
+    r"|\(AReaL\)\s"  # AReaL's launcher, on every line of its children
     r")")
 
 

@@ -1,46 +1,58 @@
-"""Every anomaly in a run, with the first step it showed: found in the metrics by the same rules for
-every source, plus the events the readers marked (server deaths, restarts, trips).
+"""Every anomaly in a run, with the first step it showed: found in the metrics by the checks of
+`grpo.guard.checks` (the guard's names, thresholds and patience) for every source, plus the events
+the readers marked (server deaths, restarts, trips, crashes).
 
-Thresholds are loose on purpose: the timeline must stay empty on a healthy run's ordinary noise.
+Patience counts steps, not logged entries: a streak of n entries logged every L steps covers n x L
+steps (TRL logs every 10 by default). A run that has ended inside a streak of two entries or more
+shows it too (its last steps are bad; no more will come). Every rule is one pass over the steps.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 
-from grpo.tools.doctor.record import (ENTROPY, GRAD_NORM, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S, TRUNCATED,
-                                ZERO_STD, Anomaly, Evidence, RunRecord)
+from grpo.guard.checks import CHECKS, KL_GROWTH, collapsed, kl_exploded
+from grpo.tools.doctor.record import (ENTROPY, GRAD_NORM, KL, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S,
+                                      TRUNCATED, ZERO_STD, Anomaly, Evidence, RunRecord)
 
-STREAK = 3  # steps in a row that make a streak (fewer when the run ends inside it)
-COLLAPSE_RATIO = 0.5  # reward below this fraction of its recent best
-# Marks that are anomalies in their own right, under their own names on the timeline.
-MARK_KINDS = {
-    "server_failure": "server_failure", "server_gave_up": "server_failure", "server_unreachable": "server_unreachable",
-    "rollout_error": "rollout_error", "nonfinite": "nonfinite", "reward_error": "reward_error", "restart": "restart",
-    "crash": "crash", "rollback": "rollback", "zero_reward": "reward_zero", "loss_zero": "loss_zero",
-    "reward_collapse": "reward_collapse", "kl_explosion": "kl_explosion", "grad_spike": "grad_spike",
-    "rank_lost": "rank_lost", "server_restart": "server_restart", "samples_failed": "samples_failed",
-}
+# Marks that are anomalies in their own right, under their own names on the timeline: every check's
+# (a grpo run's trips) and the events.
+EVENTS = ("server_failure", "server_unreachable", "rollout_error", "restart", "crash", "rollback", "rank_lost",
+          "server_restart", "samples_failed")
+MARK_KINDS = {**{name: name for name in CHECKS}, **{name: name for name in EVENTS}, "server_gave_up": "server_failure"}
+BASELINE_STEPS = 20  # the guard's guard.baseline_steps
 
 
 def anomalies(record: RunRecord) -> list[Anomaly]:
+    interval = logging_interval(record)
     found: list[Anomaly] = []
     found += _marks(record)
-    found += _reward_zero(record)
-    found += _reward_collapse(record)
-    found += _streak(record, ZERO_STD, lambda v: v >= 0.999, "zero_variance", "every group's rewards identical")
-    found += _streak(record, REWARD_STD, lambda v: v == 0.0, "zero_variance", "reward std exactly 0")
-    found += _streak_on(record, _loss_without_gradient(record), lambda v: v == 0.0, "loss_zero", "loss exactly 0")
-    found += _first(record, LOST, lambda v: v >= 0.5, "failures", "half or more of the groups lost to failed "
-                    "generations, after retries")
+    found += _zero_reward(record, interval)
+    found += _reward_collapse(record, interval)
+    found += _zero_variance(record, interval)
+    found += _streak_on(record, _loss_without_gradient(record), lambda v: v == 0.0, "zero_loss", "loss exactly 0",
+                        interval)
+    found += _first(record, LOST, lambda v: v >= CHECKS["failed_rollouts"].threshold, "failed_rollouts",
+                    "half or more of the groups lost to failed generations, after retries")
     found += _nonfinite(record)
-    found += _entropy_collapse(record)
-    found += _length_limit(record)
+    found += _entropy_collapse(record, interval)
+    found += _truncation(record, interval)
     found += _grad_spikes(record)
+    found += _kl_explosion(record, interval)
     found += _step_time_jump(record)
     found += _memory_growth(record)
     return _first_of_each(found)
+
+
+def logging_interval(record: RunRecord) -> int:
+    """Steps between logged entries: the commonest gap (1 when every step is logged)."""
+    steps = record.steps()
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    if not gaps:
+        return 1
+    return max(1, statistics.mode(gaps[-200:]))
 
 
 RECURRING = {"restart", "server_failure", "rollback", "server_restart", "crash"}  # every distinct step
@@ -91,8 +103,28 @@ def _runs(series: list[tuple[int, float]], bad) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _streak(record: RunRecord, name: str, bad, kind: str, what: str) -> list[Anomaly]:
-    return _streak_on(record, record.finite_series(name), bad, kind, what)
+def _long_enough(record: RunRecord, start: int, last: int, length: int, patience: int, interval: int,
+                 end: int | None) -> bool:
+    """A streak trips at `patience` steps (entries x the logging interval) and at least min(patience, 3)
+    entries (one entry logged every 10 steps is one noisy sample, not 10 bad steps), or at two entries
+    or more that reach the end of a run that has ended without finishing."""
+    if last == end and length >= 2 and not record.finished:
+        return True
+    return last - start + interval >= patience and length >= min(patience, 3)
+
+
+def _streak_on(record: RunRecord, series: list[tuple[int, float]], bad, kind: str, what: str,
+               interval: int = 1) -> list[Anomaly]:
+    """The first streak of `kind`'s patience (see _long_enough)."""
+    if not series:
+        return []
+    end = None if record.running else series[-1][0]
+    patience = CHECKS[kind].patience
+    for start, last, length in _runs(series, bad):
+        if _long_enough(record, start, last, length, patience, interval, end):
+            return [Anomaly(start, kind, f"{what} for {length} logged step(s) from step {start}"
+                            + (" to the end" if last == end else f" to {last}"), _evidence(record, start))]
+    return []
 
 
 def _loss_without_gradient(record: RunRecord) -> list[tuple[int, float]]:
@@ -110,48 +142,68 @@ def _first(record: RunRecord, name: str, bad, kind: str, what: str) -> list[Anom
     return []
 
 
-def _reward_zero(record: RunRecord) -> list[Anomaly]:
-    series = record.series(REWARD)
-    if not any(v > 0 for _, v in series):
-        return []
-    # zero after the reward had been positive: the dashboards' "reward fell to 0 at step N"
-    first_positive = next(s for s, v in series if v > 0)
-    later = [(s, v) for s, v in series if s > first_positive]
-    return _streak_on(record, later, lambda v: v == 0.0, "reward_zero", "mean reward exactly 0")
+def _zero_reward(record: RunRecord, interval: int) -> list[Anomaly]:
+    """Mean reward exactly 0 (the guard's zero_reward), from the first step or after real rewards."""
+    threshold = CHECKS["zero_reward"].threshold
+    return _streak_on(record, record.finite_series(REWARD), lambda v: v <= threshold and v >= 0, "zero_reward",
+                      "mean reward exactly 0", interval)
 
 
-def _streak_on(record: RunRecord, series: list[tuple[int, float]], bad, kind: str, what: str) -> list[Anomaly]:
-    """The first streak: STREAK steps in a row, or 2 that reach the end of the run (of a run that has
-    ended: a running one's last step is only the latest)."""
-    if not series:
-        return []
-    end = None if record.running else series[-1][0]
-    for start, last, length in _runs(series, bad):
-        if length >= STREAK or (last == end and length >= 2):
-            return [Anomaly(start, kind, f"{what} for {length} logged step(s) from step {start}"
-                            + (" to the end" if last == end else f" to {last}"), _evidence(record, start))]
+def _zero_variance(record: RunRecord, interval: int) -> list[Anomaly]:
+    """Groups whose rewards are all identical, averaged over a window of `patience` steps (at least 3
+    entries) that starts at such a step: a sparse reward a group hits now and then is still no signal,
+    while one group per step scoring the same by chance now and then is not. Per step: the fraction of
+    such groups, or 1 when the reward's spread is exactly 0."""
+    check = CHECKS["zero_variance"]
+    series = record.finite_series(ZERO_STD) or [(s, 1.0 if v == 0.0 else 0.0)
+                                                for s, v in record.finite_series(REWARD_STD)]
+    size = max(3, -(-check.patience // interval))
+    window: deque[tuple[int, float]] = deque()
+    total = 0.0
+    end = None if record.running or record.finished else (series[-1][0] if series else None)
+    trailing: int | None = None  # the first step of the current run of such steps
+    for step, value in series:
+        window.append((step, value))
+        total += value
+        if len(window) > size:
+            total -= window.popleft()[1]
+        trailing = (trailing or step) if value >= check.threshold else None
+        if step == end and trailing is not None and trailing < step:  # the run ended inside a streak
+            while window[0][0] < trailing:
+                total -= window.popleft()[1]
+        full = len(window) == size or (step == end and len(window) >= 2)
+        if full and window[0][1] >= check.threshold and total / len(window) >= check.threshold:
+            start = window[0][0]
+            return [Anomaly(start, "zero_variance", f"every group's rewards identical at {total / len(window):.0%} "
+                            f"of the groups over {len(window)} logged step(s) from step {start}",
+                            _evidence(record, start))]
     return []
 
 
-def _reward_collapse(record: RunRecord) -> list[Anomaly]:
-    """The reward falls below half its recent best (a rolling mean of 5) and stays there."""
+def _reward_collapse(record: RunRecord, interval: int) -> list[Anomaly]:
+    """The guard's reward_collapse: below threshold x the moving baseline of the healthy steps before
+    (their mean and spread), for its patience."""
+    check = CHECKS["reward_collapse"]
+    history: deque[float] = deque(maxlen=BASELINE_STEPS)
     series = record.finite_series(REWARD)
-    if len(series) < 10:
-        return []
-    values = [v for _, v in series]
-    best = None
-    for i in range(5, len(values)):
-        window = statistics.fmean(values[i - 5:i])
-        best = window if best is None else max(best, window)
-        rest = values[i:]
-        ahead = values[i:i + 5]
-        if record.running and len(ahead) < 5:  # a dip in the latest steps of a live run is not a collapse yet
-            break
-        if best > 0.05 and values[i] < COLLAPSE_RATIO * best and statistics.fmean(ahead) < COLLAPSE_RATIO * best \
-                and statistics.fmean(rest) < COLLAPSE_RATIO * best:
-            step = series[i][0]
-            return [Anomaly(step, "reward_collapse", f"mean reward fell to {values[i]:.3g} from a recent best "
-                            f"of {best:.3g} (mean {statistics.fmean(rest):.3g} after)", _evidence(record, step))]
+    end = None if record.running else (series[-1][0] if series else None)
+    start = None
+    count = 0
+    for step, value in series:
+        bad = collapsed(value, list(history), check.threshold)
+        if bad is None and len(history) >= 1 and value == 0.0:
+            continue  # zero_reward's: neither breaks a collapse nor joins the baseline
+        if bad:
+            if start is None:
+                start, baseline, count = step, statistics.fmean(history), 0
+            count += 1
+            if _long_enough(record, start, step, count, check.patience, interval, end):
+                return [Anomaly(start, "reward_collapse", f"mean reward fell to {record.metrics[start][REWARD]:.3g} "
+                                f"from a baseline of {baseline:.3g} and stayed below {check.threshold:g}x it for "
+                                f"{count} logged step(s)", _evidence(record, start))]
+            continue  # a bad step never enters the baseline
+        start = None
+        history.append(value)
     return []
 
 
@@ -168,64 +220,94 @@ def _early(values: list[float]) -> float | None:
     return statistics.median(head) if len(head) >= 3 else None
 
 
-def _entropy_collapse(record: RunRecord) -> list[Anomaly]:
+def _entropy_collapse(record: RunRecord, interval: int) -> list[Anomaly]:
+    check = CHECKS["entropy_collapse"]
     series = record.finite_series(ENTROPY)
     base = _early([v for _, v in series])
     if not base or base <= 0:
         return []
-    runs = _runs(series[10:], lambda v: v < 0.3 * base)
-    for start, last, length in runs:
-        if length >= STREAK:
+    for start, last, length in _runs(series[10:], lambda v: v < check.threshold * base):
+        if last - start + interval >= check.patience * interval:
             value = record.metrics[start][ENTROPY]
-            return [Anomaly(start, "entropy_collapse", f"entropy {value:.3g}, under a third of its early "
+            return [Anomaly(start, "entropy_collapse", f"entropy {value:.3g}, under {check.threshold:g} of its early "
                             f"{base:.3g}", _evidence(record, start))]
     return []
 
 
-def _length_limit(record: RunRecord) -> list[Anomaly]:
+def _truncation(record: RunRecord, interval: int) -> list[Anomaly]:
+    """truncated_responses: most completions cut at the length limit, having not been early on (a task
+    whose answers always run long is not truncating more). The cause decides whether the reward fell
+    with it."""
+    check = CHECKS["truncated_responses"]
     series = record.finite_series(TRUNCATED)
-    base = _early([v for _, v in series])
-    if base is None or base >= 0.2:
+    head = [v for _, v in series[:max(1, min(10, len(series) // 4))]]
+    base = statistics.median(head) if len(series) >= 2 else None
+    if base is None or base >= 0.5:
         return []
-    for start, last, length in _runs(series, lambda v: v >= 0.5):
-        if length >= STREAK:
-            return [Anomaly(start, "length_limit", f"{record.metrics[start][TRUNCATED]:.0%} of responses ran to "
-                            f"the length limit (early on {base:.0%})", _evidence(record, start))]
+    end = None if record.running else series[-1][0]
+    for start, last, length in _runs(series, lambda v: v >= check.threshold):
+        if length >= 2 or last == end:
+            return [Anomaly(start, "truncated_responses", f"{record.metrics[start][TRUNCATED]:.0%} of responses ran "
+                            f"to the length limit (early on {base:.0%})", _evidence(record, start))]
     return []
 
 
 def _grad_spikes(record: RunRecord) -> list[Anomaly]:
+    check = CHECKS["grad_norm_spike"]
     series = record.finite_series(GRAD_NORM)
-    for i in range(10, len(series)):
-        median = statistics.median(v for _, v in series[max(0, i - 20):i])
-        step, value = series[i]
-        if median > 0 and value > 10 * median:
-            return [Anomaly(step, "grad_spike", f"grad norm {value:.3g}, {value / median:.0f}x its recent median",
-                            _evidence(record, step))]
+    window: deque[float] = deque(maxlen=BASELINE_STEPS)
+    for i, (step, value) in enumerate(series):
+        if i >= 10 and window:
+            median = statistics.median(window)
+            if median > 0 and value > check.threshold * median:
+                return [Anomaly(step, "grad_norm_spike", f"grad norm {value:.3g}, {value / median:.0f}x its recent "
+                                "median", _evidence(record, step))]
+        window.append(value)
+    return []
+
+
+def _kl_explosion(record: RunRecord, interval: int) -> list[Anomaly]:
+    """KL past the guard's threshold, or grown KL_GROWTH-fold from its early level (the doctor reads
+    other frameworks' estimators, whose scale it does not know)."""
+    check = CHECKS["kl_explosion"]
+    series = record.series(KL)
+    early_values = [v for _, v in series[:10] if math.isfinite(v) and v > 0]
+    early = statistics.median(early_values) if len(early_values) >= 3 else None
+    end = None if record.running else (series[-1][0] if series else None)
+    for start, last, length in _runs(series, lambda v: kl_exploded(v, check.threshold, early)):
+        if _long_enough(record, start, last, length, check.patience, interval, end):
+            value = record.metrics[start][KL]
+            grown = f", {value / early:.0f}x its early {early:.3g}" if early and math.isfinite(value) else ""
+            return [Anomaly(start, "kl_explosion", f"KL {value:.3g}{grown} (threshold {check.threshold:g}, or "
+                            f"{KL_GROWTH:g}x its early level)", _evidence(record, start))]
     return []
 
 
 def _step_time_jump(record: RunRecord) -> list[Anomaly]:
+    check = CHECKS["step_time_jump"]
     series = record.finite_series(STEP_S)
-    for i in range(10, len(series)):
-        median = statistics.median(v for _, v in series[max(0, i - 20):i])
-        step, value = series[i]
-        if median > 0 and value > 5 * median and value > 1.0:
-            return [Anomaly(step, "step_time_jump", f"step took {value:.1f}s, {value / median:.0f}x its recent "
-                            f"median {median:.1f}s", _evidence(record, step))]
+    window: deque[float] = deque(maxlen=BASELINE_STEPS)
+    for i, (step, value) in enumerate(series):
+        if i >= 10 and window:
+            median = statistics.median(window)
+            if median > 0 and value > check.threshold * median and value > 1.0:
+                return [Anomaly(step, "step_time_jump", f"step took {value:.1f}s, {value / median:.0f}x its recent "
+                                f"median {median:.1f}s", _evidence(record, step))]
+        window.append(value)
     return []
 
 
 def _memory_growth(record: RunRecord) -> list[Anomaly]:
     """Memory that only grows: most steps up, and the last quarter 15% over the first."""
+    check = CHECKS["memory_growth"]
     series = record.finite_series(MEMORY_GIB)
-    if len(series) < 12:
+    if len(series) < check.patience:
         return []
     values = [v for _, v in series]
     quarter = len(values) // 4
     head, tail = statistics.fmean(values[:quarter]), statistics.fmean(values[-quarter:])
     rises = sum(1 for a, b in zip(values, values[1:]) if b >= a) / (len(values) - 1)
-    if head > 0 and tail > 1.15 * head and rises >= 0.8:
+    if head > 0 and tail > check.threshold * head and rises >= 0.8:
         start = next(s for s, v in series if v > head * 1.02)
         return [Anomaly(start, "memory_growth", f"memory grew steadily from {head:.2f} to {tail:.2f} GiB",
                         _evidence(record, start))]

@@ -20,7 +20,7 @@ from typing import Any
 from grpo.tools.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
                                 TRUNCATED, ZERO_STD, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
 from grpo.tools.doctor.logreader import LogReader
-from grpo.tools.doctor.textlog import as_step, iter_lines, number, read_ends, read_lines
+from grpo.tools.doctor.textlog import as_step, number, read_ends, read_lines
 
 STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -143,6 +143,14 @@ def _float(value: Any) -> float | None:
 _LOG_ENTRY = re.compile(r"\{'[\w/.-]+': .*'(?:reward|frac_reward_zero_std|rewards/[^']*)': ")
 _PAIR = re.compile(r"'([^']+)': (?:'([^']*)'|([^,}]+))")
 _BAR = re.compile(r"^\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")
+# Unsloth's notebooks print (and users paste) the logged steps as a table, one row per logged step:
+#   Step | Training Loss | reward | reward_std | completion_length | kl | rewards / match_format_exactly | ...
+#   1 | 0.000000 | -17.250000 | 1.500000 | 445.500000 | 0.000000 | 0.000000 | ...
+# (or tab-separated, as Jupyter's HTML table copies). The header names the columns.
+_TABLE_HEADER = re.compile(r"^\s*\|?\s*Step\s*(?:\||\t)\s*Training Loss\s*(?:\||\t)")
+_COLUMNS = {"training loss": "loss", "completion_length": "completions/mean_length", "kl": "kl", "reward": "reward",
+            "reward_std": "reward_std", "frac_reward_zero_std": "frac_reward_zero_std", "grad_norm": "grad_norm",
+            "completions / clipped_ratio": "completions/clipped_ratio", "entropy": "entropy"}
 _RESUMED = re.compile(r"Continuing training from global step (\d+)")
 _SWIFT_STEP = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _SHOWN = ("loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std")
@@ -150,8 +158,9 @@ LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 
 def looks_like_log(path: Path) -> bool:
-    """A training entry in the log's first or last megabytes, however the log ends."""
-    return any(_LOG_ENTRY.search(line) for line in read_ends(path).splitlines() if "{'" in line)
+    """A training entry (or Unsloth's table header) in the log's first or last megabytes, however it ends."""
+    return any(_LOG_ENTRY.search(line) or _TABLE_HEADER.match(line) for line in read_ends(path).splitlines()
+               if "{'" in line or "Training Loss" in line)
 
 
 def find_log(path: Path) -> Path | None:
@@ -178,6 +187,7 @@ class TrlLogReader(LogReader):
         self.interval: int | None = None  # steps between logged dicts, once learnt
         self.burst: list[tuple[dict[str, float], int, str, int | None]] = []  # dicts not placed yet
         self.bursts = 0  # bursts of several dicts in one flush: buffered output
+        self.columns: list[str] | None = None  # Unsloth's table: the header's column names
 
     def line(self, number_: int, line: str) -> None:
         if "Continuing training from global step" in line:
@@ -189,6 +199,9 @@ class TrlLogReader(LogReader):
                                               Evidence(str(self.path), number_, line.strip()[:300])))
                 self.current = min(self.current, step)
                 self.bar_step, self.bar_moved = None, False
+        if self.columns is not None or "Training Loss" in line:
+            if self._table(number_, line):
+                return
         for segment in line.split("\r") if "\r" in line else (line,):
             bar = _BAR.match(segment)
             if bar:
@@ -201,6 +214,24 @@ class TrlLogReader(LogReader):
             start = segment.find("{'")
             if start >= 0:
                 self._entry(number_, segment[start:])
+
+    def _table(self, number_: int, line: str) -> bool:
+        """Unsloth's table: its header, its separator, its rows; -> whether the line was one of them."""
+        if _TABLE_HEADER.match(line):
+            self.columns = [c.strip().lower() for c in re.split(r"\||\t", line.strip().strip("|"))]
+            return True
+        cells = [c.strip() for c in re.split(r"\||\t", line.strip().strip("|"))]
+        if len(cells) != len(self.columns or ()) or not cells[0].isdigit():
+            return set(line.strip()) <= set("-|: \t") and bool(line.strip())  # the separator row
+        entry = {}
+        for name, text in zip(self.columns[1:], cells[1:]):
+            value = number(text)
+            if name in _COLUMNS and value is not None:
+                entry[_COLUMNS[name]] = value
+        step = as_step(int(cells[0][:12]))
+        if step is not None and entry:
+            self._put(step, entry, number_, line)
+        return True
 
     def _entry(self, number_: int, text: str) -> None:
         entry: dict[str, float] = {}

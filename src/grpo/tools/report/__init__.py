@@ -44,8 +44,8 @@ PANELS = [
 MARKED = {"server_failure": "#d62728", "server_gave_up": "#d62728", "server_unreachable": "#ff7f0e",
           "server_restart": "#9467bd", "restart": "#2ca02c", "rollback": "#8c564b", "stop": "#000000",
           "crash": "#000000", "interrupted": "#7f7f7f", "rollout_error": "#ff7f0e", "nonfinite": "#e377c2",
-          "reward_error": "#bcbd22", "zero_reward": "#17becf", "loss_zero": "#17becf", "reward_collapse": "#d62728",
-          "kl_explosion": "#e377c2", "grad_spike": "#e377c2", "truncation": "#7f7f7f", "rank_lost": "#000000",
+          "unscorable_rewards": "#bcbd22", "zero_reward": "#17becf", "zero_loss": "#17becf", "reward_collapse": "#d62728",
+          "kl_explosion": "#e377c2", "grad_norm_spike": "#e377c2", "truncated_responses": "#7f7f7f", "rank_lost": "#000000",
           "trip": "#ff7f0e"}
 STATUS_COLORS = {"ok": "#2ca02c", "truncated": "#bcbd22", "failed": "#d62728", "timeout": "#ff7f0e",
                  "empty": "#7f7f7f", "unscorable": "#9467bd"}

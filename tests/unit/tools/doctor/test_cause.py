@@ -51,14 +51,27 @@ def test_an_abrupt_fall_to_exactly_zero_in_every_group_is_the_reward_source_not_
     assert "reward server" in explanation and "inference server" in explanation
     assert "completions of step 9" in explanation  # the evidence that would confirm it
     assert "partial credit" not in explanation  # no advice about the task
-    assert {a.kind for a in backing} >= {"reward_zero", "zero_variance"}
+    assert {a.kind for a in backing} >= {"zero_reward", "zero_variance"}
+
+
+def test_a_reward_that_never_scored_anything_is_not_wired_not_a_task_without_signal():
+    run = record([0.0] * 10, zero_std_frac=[1.0] * 10, loss=[0.0] * 10, grad_norm=[0.0] * 10)
+    assert decide(run) == ("reward_not_wired", 1)
 
 
 def test_a_task_that_never_had_variance_gives_no_signal():
-    run = record([0.0] * 10, zero_std_frac=[1.0] * 10, loss=[0.0] * 10, grad_norm=[0.0] * 10)
-    assert decide(run) == ("no_learning_signal", 1)
     run = record([1.0] * 10, zero_std_frac=[1.0] * 10, loss=[0.0] * 10)
     assert decide(run) == ("no_learning_signal", 1)
+    sparse = [0.0625 if s in (4, 9, 15) else 0.0 for s in range(1, 31)]  # a group hits it now and then
+    run = record(sparse, zero_std_frac=[0.75 if r else 1.0 for r in sparse], loss=[0.0] * 30)
+    assert decide(run) == ("no_learning_signal", 1)
+
+
+def test_one_group_per_step_scoring_the_same_now_and_then_is_signal():
+    """One prompt per step: its group's rewards are identical on a quarter of the steps, by chance."""
+    rewards = [0.0 if s % 4 == 0 else 0.4 + 0.01 * (s % 7) for s in range(1, 61)]
+    run = record(rewards, reward_std=[0.0 if r == 0 else 0.9 for r in rewards])
+    assert decide(run) == ("healthy", None)
 
 
 def test_a_reward_that_slid_to_zero_is_a_collapse_not_a_death():

@@ -35,9 +35,9 @@ def test_a_step_time_jump():
     assert kinds(run)["step_time_jump"] == 16
 
 
-def test_reward_zero_needs_a_streak_not_one_unlucky_step():
-    assert "reward_zero" not in kinds(record(reward=[0.3, 0.0, 0.4, 0.3, 0.0, 0.5, 0.3]))
-    assert kinds(record(reward=[0.3, 0.4, 0.0, 0.0, 0.0, 0.0]))["reward_zero"] == 3
+def test_zero_reward_needs_a_streak_not_one_unlucky_step():
+    assert "zero_reward" not in kinds(record(reward=[0.3, 0.0, 0.4, 0.3, 0.0, 0.5, 0.3]))
+    assert kinds(record(reward=[0.3, 0.4, 0.0, 0.0, 0.0, 0.0]))["zero_reward"] == 3
 
 
 def test_a_step_count_that_goes_back_is_a_restart(tmp_path):
