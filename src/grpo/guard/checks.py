@@ -92,10 +92,10 @@ GUARD_PHASES = {
     "update": ("nonfinite", "zero_loss", "grad_norm_spike", "kl_explosion"),
 }
 BREAKERS = tuple(name for names in GUARD_PHASES.values() for name in names)
-# Words a KL of the doctor's can grow by from its early level before it is an explosion (the doctor
+# Times a KL of the doctor's can grow by from its early level before it is an explosion (the doctor
 # reads estimators whose scale it does not know; the guard knows its own and uses the threshold).
-KL_GROWTH = 1000.0
-KL_FLOOR = 0.05  # ... and the least it must reach
+KL_GROWTH = 100.0
+KL_FLOOR = 0.5  # ... and the least it must reach (nats per token: far from the reference by any estimator)
 MIN_HISTORY = 5  # steps in a baseline before a relative check judges against it
 
 
@@ -123,6 +123,6 @@ def spiked(norm: float, history: list[float], threshold: float) -> bool | None:
 def kl_exploded(kl: float, threshold: float, early: float | None = None) -> bool:
     """kl_explosion's rule: past the threshold, non-finite, or (given its early level) KL_GROWTH times
     that and at least KL_FLOOR."""
-    if not math.isfinite(kl) or kl > threshold:
+    if math.isnan(kl) or kl > threshold:
         return True
     return early is not None and early > 0 and kl > KL_GROWTH * early and kl >= KL_FLOOR

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from grpo.tools.doctor import judge, read, render
+from grpo.tools.doctor import console_reader, judge, read, render
 from grpo.tools.doctor import areal, grpo_run, logreader, trl, verl
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
@@ -263,11 +263,9 @@ def identify(path: Path) -> Follower | None:
 def _console(log: Path, source: str) -> LogFollower:
     """A log that names its framework (or has crashed) before any step: read by that framework's reader,
     which takes the steps when they come."""
-    readers = {"verl": verl.VerlReader, "areal": areal.ArealReader, "trl": trl.TrlLogReader}
     if source == "areal":
         return _areal(log)
-    reader = readers[source](log) if source in readers else logreader.ConsoleReader(log, source)
-    return LogFollower(f"a {source} console log ({log.name}) with no step yet", log, reader)
+    return LogFollower(f"a {source} console log ({log.name}) with no step yet", log, console_reader(log, source))
 
 
 def _areal(log: Path) -> LogFollower:

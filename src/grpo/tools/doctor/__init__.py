@@ -51,8 +51,19 @@ def _read(path: Path) -> RunRecord:
     found = logreader.find_console_log(path)
     if found is not None:
         log, source = found
-        return logreader.ConsoleReader(log, source).feed_all(iter_lines(log)).result()
+        if source == "areal":
+            return areal.read_record(log)
+        return console_reader(log, source).feed_all(iter_lines(log)).result()
     raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: {KNOWN}")
+
+
+READERS = {"verl": verl.VerlReader, "trl": trl.TrlLogReader}
+
+
+def console_reader(log: Path, source: str) -> logreader.LogReader:
+    """The reader of a log that named its framework before showing a step: that framework's, which takes
+    the steps when they come; any other framework's crash is read by the plain console reader."""
+    return READERS[source](log) if source in READERS else logreader.ConsoleReader(log, source)
 
 
 KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a "
@@ -75,7 +86,7 @@ def judge(record: RunRecord) -> Diagnosis:
     if record.stop_checkpoint and what != "healthy":  # the guard's own choice when it stopped the run
         checkpoint = next((c for c in record.checkpoints if c.path == record.stop_checkpoint), checkpoint)
     diagnosis = Diagnosis(
-        source=record.source, status="healthy" if what == "healthy" else "problem", cause=what,
+        source=record.source, status=what if what in ("healthy", "unknown") else "problem", cause=what,
         first_bad_step=first_bad, explanation=explanation, evidence=cause.evidence_of(backing),
         last_good_checkpoint=checkpoint.path if checkpoint else None,
         resume=_resume(record, checkpoint, what), timeline=found)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import statistics
 
-from grpo.guard.checks import CHECKS
 from grpo.tools.doctor import crashes
 from grpo.tools.doctor.record import (ACCURACY, GRAD_NORM, KL, LOSS, REWARD, REWARD_STD, TRUNCATED, ZERO_STD, Anomaly,
                                       Checkpoint, Evidence, RunRecord)
@@ -108,6 +107,9 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
         a = first["nonfinite"]
         return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
+    before_crash = [s for s in servers if crash is not None and s.step == crash.step]
+    if crash is not None and onset is None and not (crash.kind in ("crashed", "worker_failure") and before_crash):
+        return _crash_cause(crash)  # what its traceback says, over the lines a reader marked on the way
     explaining = [s for s in servers if onset is None or onset - SERVER_LEAD <= s.step <= onset + SERVER_SLACK]
     if onset is None and _stopped_by(record, "server_gave_up"):
         # The failures of the step that never logged, ending in the stop: a failure in a step that
@@ -208,6 +210,12 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     # The samples of the step that never logged, which failed while it retried them: what it was doing.
     failing = [a for a in _of(record, {"samples_failed"}) if a.step > last_step]
     failed_text = "".join(f"; step {a.step}'s samples failed: {a.detail}" for a in failing[-2:])
+    if not record.steps() and record.progress:
+        return "unknown", None, (f"the run's progress reached step {record.progress}"
+                                 + (f" of {record.total_steps}" if record.total_steps else "")
+                                 + ", but the log holds no step's metrics (its logger wrote them elsewhere, e.g. "
+                                   "wandb only): without the reward the doctor cannot say the run was healthy. "
+                                   "Log to the console too (verl: trainer.logger=['console','wandb'])"), []
     if not record.steps() and not record.running:
         return "stalled", 1, "no step was logged: the run never got through its first step" + failed_text, (
             failing[-2:] + [a for a in timeline if a.kind in ("restart", "server_restart")])[:3]
@@ -296,8 +304,8 @@ def _reward_flat(record: RunRecord, step: int) -> bool:
     after = [v for s, v in rewards if s >= step]
     if len(before) < 3 or not after:
         return not before  # no reward to compare: KL alone
-    spread = statistics.pstdev(before) or abs(statistics.fmean(before)) * 0.1
-    return statistics.fmean(after) <= statistics.fmean(before) + spread
+    level = statistics.fmean(before)
+    return statistics.fmean(after) <= level + max(2 * statistics.pstdev(before), 0.1 * abs(level))
 
 
 def _unknown_text(record: RunRecord) -> str:

@@ -46,7 +46,7 @@ CLASSES = {
         r"node .* (?:dead|died)|ActorUnschedulableError|RuntimeEnvSetupError|placement group|"
         r"ChildFailedError|Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|core dumped|worker .*(?:died|crashed)|"
         r"Failed to (?:start|create|register) .*(?:worker|actor)|exitcode\s*:\s*-?\d+|GetTimeoutError|"
-        r"failed to import on the worker|register_center|worker group", re.I),
+        r"failed to import on the worker|register_center|worker group|got signal: 1\b|SIGHUP", re.I),
     "interrupted": re.compile(r"^KeyboardInterrupt|SIGTERM received|Received SIGTERM|Terminated$", re.I),
 }
 ORDER = ("out_of_memory", "disk_full", "gpu_failure", "reward_broken", "server_failure", "worker_failure",

@@ -81,7 +81,8 @@ class RunRecord:
     running: bool = False  # a trainer holds the run now (grpo runs only can tell)
     stop_checkpoint: str | None = None  # the last good checkpoint the guard named when it stopped the run
     notes: list[str] = field(default_factory=list)  # torn lines skipped, files missing: said, never fatal
-    crashes: list[Crash] = field(default_factory=list)  # tracebacks and fatal lines read from a console log
+    crashes: list[Crash] = field(default_factory=list)
+    progress: int = 0  # the last step a progress bar showed (a log whose metrics went elsewhere)  # tracebacks and fatal lines read from a console log
 
     def steps(self) -> list[int]:
         """The training steps logged (a step with only an evaluation, e.g. verl's step 0, is not one)."""

@@ -271,16 +271,35 @@ def _kl_explosion(record: RunRecord, interval: int) -> list[Anomaly]:
     other frameworks' estimators, whose scale it does not know)."""
     check = CHECKS["kl_explosion"]
     series = record.series(KL)
-    early_values = [v for _, v in series[:10] if math.isfinite(v) and v > 0]
-    early = statistics.median(early_values) if len(early_values) >= 3 else None
+    early_values = [v for _, v in series[:3] if math.isfinite(v) and v > 0]
+    early = min(early_values) if early_values else None  # where the policy started from the reference
     end = None if record.running else (series[-1][0] if series else None)
-    for start, last, length in _runs(series, lambda v: kl_exploded(v, check.threshold, early)):
+    # The guard's threshold is for grpo's own estimator; another framework's KL is judged by its growth.
+    threshold = check.threshold if record.source == "grpo" else math.inf
+    bad = lambda v: kl_exploded(v, threshold, early)  # noqa: E731
+    for start, last, length in _runs(series, bad):
         if _long_enough(record, start, last, length, check.patience, interval, end):
+            start = _onset(series, start, bad)
             value = record.metrics[start][KL]
             grown = f", {value / early:.0f}x its early {early:.3g}" if early and math.isfinite(value) else ""
-            return [Anomaly(start, "kl_explosion", f"KL {value:.3g}{grown} (threshold {check.threshold:g}, or "
+            return [Anomaly(start, "kl_explosion", f"KL {value:.3g}{grown} (threshold {threshold:g}, or "
                             f"{KL_GROWTH:g}x its early level)", _evidence(record, start))]
     return []
+
+
+def _onset(series: list[tuple[int, float]], start: int, bad, gap: int = 3) -> int:
+    """The first step of a drift confirmed at `start`: earlier bad entries at most `gap` entries apart
+    belong to it (a KL that crossed, dipped once, and crossed again for good began at its first crossing)."""
+    index = next(i for i, (s, _) in enumerate(series) if s == start)
+    onset, misses = start, 0
+    for step, value in reversed(series[:index]):
+        if bad(value):
+            onset, misses = step, 0
+        else:
+            misses += 1
+            if misses >= gap:
+                break
+    return onset
 
 
 def _step_time_jump(record: RunRecord) -> list[Anomaly]:

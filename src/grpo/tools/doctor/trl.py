@@ -333,7 +333,7 @@ def _step_lines(lines: list[str]) -> dict[int, int]:
     """step -> the line of its first `"step": N` in the file (json.dump with indent puts one per line)."""
     found: dict[int, int] = {}
     pattern = re.compile(r'"step":\s*(\d+)')
-    for number, line in enumerate(lines, 1):
+    for line_no, line in enumerate(lines, 1):
         for match in pattern.finditer(line):
-            found.setdefault(int(match.group(1)), number)
+            found.setdefault(int(match.group(1)), line_no)
     return found

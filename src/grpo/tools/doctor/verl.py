@@ -24,6 +24,7 @@ from grpo.tools.doctor.textlog import as_step, clean, number, read_ends
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
 _STEP_ANYWHERE = re.compile(_STEP.pattern, re.MULTILINE)  # a step line at any position in a log's head
 _CHECKPOINT = re.compile(r"global_step_(\d+)")
+_PROGRESS = re.compile(r"Training Progress:.*?\|\s*(\d+)/(\d+)")
 _KEYS = {
     "critic/score/mean": REWARD, "critic/rewards/mean": REWARD, "critic/score/std": REWARD_STD,
     "actor/pg_loss": LOSS, "actor/kl_loss": KL, "critic/kl": KL, "actor/entropy": ENTROPY,
@@ -95,6 +96,11 @@ class VerlReader(LogReader):
                 path = line[start:checkpoint.end()].strip("'\",")
                 if all(c.step != step for c in record.checkpoints):
                     record.checkpoints.append(Checkpoint(step, path))
+        if "Training Progress:" in line:
+            bar = _PROGRESS.search(line)
+            if bar:
+                record.progress = max(record.progress, int(bar.group(1)[:12]))
+                record.total_steps = record.total_steps or as_step(int(bar.group(2)[:12]))
         if "Final validation metrics" in line or "Training Progress: 100%" in line:
             record.finished = True
 
