@@ -152,7 +152,8 @@ class Follower:
     def poll(self) -> bool:
         raise NotImplementedError
 
-    def record(self) -> RunRecord:
+    def record(self, final: bool = False) -> RunRecord:
+        """The run as read so far; final: no more will come (its trainer exited)."""
         raise NotImplementedError
 
 
@@ -179,8 +180,8 @@ class LogFollower(Follower):
                 changed = True
         return changed
 
-    def record(self) -> RunRecord:
-        return self.reader.result()
+    def record(self, final: bool = False) -> RunRecord:
+        return self.reader.result(final)
 
 
 class DirectoryFollower(Follower):
@@ -196,7 +197,7 @@ class DirectoryFollower(Follower):
         changed, self._seen = now != self._seen, now
         return changed
 
-    def record(self) -> RunRecord:
+    def record(self, final: bool = False) -> RunRecord:
         return read(self.root)
 
 
@@ -324,7 +325,7 @@ class Watch:
 
     def _judge(self, ended: bool) -> int | None:
         """Judge the run as it stands; -> the exit status when the watch is over, else None."""
-        record = self.follower.record()
+        record = self.follower.record(final=ended)
         ended = ended or record.finished
         if record.source != "grpo":  # a grpo run says itself whether a trainer holds it
             record.running = not ended

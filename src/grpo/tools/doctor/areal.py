@@ -141,7 +141,7 @@ class ArealReader(LogReader):
         self.server = ServerScanner(server_log)
         return self.server
 
-    def finish(self) -> None:
+    def finish(self, final: bool) -> None:
         record = self.record
         record.marks = [m for m in record.marks if m.kind not in ("server_failure", "server_log")
                         or m.evidence is None or m.evidence.file != str(self.server.path if self.server else "")]

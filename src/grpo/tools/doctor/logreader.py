@@ -59,11 +59,13 @@ class LogReader:
     def line(self, number: int, line: str) -> None:
         """One cleaned line of the log (number: as editors count it)."""
 
-    def finish(self) -> None:
-        """What is read once the lines so far are in (checkpoints on disk): called by every `result`."""
+    def finish(self, final: bool) -> None:
+        """What is read once the lines so far are in (checkpoints on disk): called by every `result`.
+        final: no more lines will come (the whole file was read, or the trainer exited); a live reader
+        may still hold lines whose step the next ones decide."""
 
-    def result(self) -> RunRecord:
-        self.finish()
+    def result(self, final: bool = True) -> RunRecord:
+        self.finish(final)
         self.record.crashes = list(self.scanner.crashes)
         return self.record
 

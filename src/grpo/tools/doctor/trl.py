@@ -292,8 +292,9 @@ class TrlLogReader(LogReader):
         shown = ", ".join(f"{k}: {entry[k]:g}" for k in _SHOWN if k in entry)
         put_entry(self.record, step, entry, Evidence(str(self.path), number_, f"step {step}: {shown}"))
 
-    def finish(self) -> None:
-        self._close_burst()
+    def finish(self, final: bool) -> None:
+        if final:  # live, dicts not yet placed wait for the next bar update to say where they go
+            self._close_burst()
         record = self.record
         record.notes = [n for n in record.notes if not n.startswith("buffered output")]
         if self.bursts:

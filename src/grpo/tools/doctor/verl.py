@@ -104,7 +104,7 @@ class VerlReader(LogReader):
         if "Final validation metrics" in line or "Training Progress: 100%" in line:
             record.finished = True
 
-    def finish(self) -> None:
+    def finish(self, final: bool) -> None:
         record = self.record
         for path in _checkpoint_dirs(self.path.parent):
             step = int(path.name.rsplit("_", 1)[1])

@@ -1,0 +1,103 @@
+"""The doctor on real runs no one here wrote (tests/data/real_runs/, each with its SOURCE): the right
+cause, first bad step and checkpoint on at least 90% of them, and never an alarm on a healthy one; and
+the same verdict live, as `grpo watch` and the TRL callback reach it line by line or entry by entry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpo.tools.doctor import examine, judge
+from grpo.tools.doctor.record import Diagnosis
+from grpo.tools.doctor.textlog import iter_lines
+from grpo.tools.watch import LogFollower, identify
+from tests.real_runs import runs, score
+
+RUNS = runs()
+
+
+def test_the_corpus_is_large_varied_and_sourced():
+    assert len(RUNS) >= 30
+    frameworks = {run.source["framework"] for run in RUNS}
+    assert {"trl", "unsloth", "verl", "areal"} <= frameworks
+    assert 0.3 <= sum(run.healthy for run in RUNS) / len(RUNS) <= 0.7
+    for run in RUNS:
+        assert run.source["url"].startswith("https://github.com/") and run.source["truth"].strip(), run.name
+        assert run.target.exists(), run.name
+
+
+def test_the_doctor_is_right_on_nine_in_ten_real_runs_and_never_alarms_a_healthy_one():
+    verdicts = {run.name: score(run, examine(run.target)[0]) for run in RUNS}
+    wrong = {name: why for name, why in verdicts.items() if why}
+    alarms = {run.name for run in RUNS if run.healthy and wrong.get(run.name)}
+    assert not alarms, {name: wrong[name] for name in alarms}
+    assert len(wrong) <= 0.1 * len(RUNS), wrong
+
+
+def _verdict(d: Diagnosis) -> tuple:
+    return d.status, d.cause, d.first_bad_step, d.last_good_checkpoint
+
+
+LOGS = [run for run in RUNS if run.target.is_file() and run.target.name != "trainer_state.json"]
+
+
+@pytest.mark.parametrize("run", LOGS, ids=[run.name for run in LOGS])
+def test_the_watch_replaying_a_real_log_reaches_the_doctors_verdict_at_the_same_step(run):
+    """Fed line by line as the log grew, judged at each new step as a live run, then once more as one
+    whose trainer exited: the first problem it finds is the doctor's on the whole file."""
+    doctor = examine(run.target)[0]
+    follower = identify(run.target)
+    assert isinstance(follower, LogFollower)
+    reader, seen, live = follower.reader, 0, None
+    for line in iter_lines(run.target):
+        reader.feed(line)
+        record = reader.result(final=False)
+        if len(record.metrics) == seen:
+            continue
+        seen = len(record.metrics)
+        record.running = True
+        live = judge(record)
+        if live.status == "problem":
+            break
+    if live is None or live.status != "problem":
+        record = reader.result()
+        record.running = False
+        live = judge(record)
+    assert _verdict(live)[:3] == _verdict(doctor)[:3], (live.explanation, doctor.explanation)
+
+
+STATES = [run for run in RUNS if (run.target / "trainer_state.json").is_file() or run.target.name == "trainer_state.json"
+          or any(run.target.glob("checkpoint-*/trainer_state.json"))]
+
+
+@pytest.mark.parametrize("run", STATES, ids=[run.name for run in STATES])
+def test_the_trl_callback_on_a_real_history_stops_where_the_doctor_says(run, tmp_path):
+    """The callback fed the run's log_history as Trainer.log feeds it: it stops at the doctor's first
+    problem (same cause and first bad step), or never on a healthy run."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpo.integrations.trl import GrpoGuardCallback
+
+    doctor = examine(run.target)[0]
+    root = run.target.parent if run.target.is_file() else run.target
+    states = [root / "trainer_state.json"] + sorted(root.glob("checkpoint-*/trainer_state.json"))
+    history = max((json.loads(p.read_text()) for p in states if p.is_file()),
+                  key=lambda s: len(s["log_history"]))["log_history"]
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
+    state, control = TrainerState(max_steps=history[-1]["step"]), TrainerControl()
+    guard = GrpoGuardCallback(save=False)
+    guard.on_train_begin(args, state, control)
+    for entry in history:
+        state.global_step = entry["step"]
+        control = guard.on_log(args, state, control, logs=dict(entry))
+        if control.should_training_stop:
+            break
+    if doctor.status == "problem":
+        assert guard.diagnosis is not None and (guard.diagnosis.cause, guard.diagnosis.first_bad_step) == (
+            doctor.cause, doctor.first_bad_step)
+        report = json.loads((Path(args.output_dir) / "grpo-guard.json").read_text())
+        assert report["cause"] == doctor.cause
+    else:
+        assert guard.diagnosis is None, guard.diagnosis.explanation
