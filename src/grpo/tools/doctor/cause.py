@@ -93,7 +93,7 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     # Every occurrence, not the timeline's first of each burst: a stray connection error at step 5
     # must not hide the outage at step 42.
     servers = _of(record, {"server_failure", "server_gave_up", "server_unreachable"})
-    errors = _of(record, {"rollout_error"})
+    errors = _of(record, {"rollout_error", "empty_responses"})
 
     last_step = max(record.steps(), default=0)
     last_evidence = record.evidence_by_step.get(last_step)

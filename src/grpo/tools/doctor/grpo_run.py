@@ -15,6 +15,7 @@ from typing import Any
 from grpo import metric_keys as keys
 from grpo.config import CheckpointConfig, FaultsConfig, RunConfig, load_config
 from grpo.errors import ConfigError
+from grpo.guard.checks import CHECKS
 from grpo.rundir.resume import resume_command
 from grpo.rollout.server.diagnosis import server_error
 from grpo.rollout.server.history import server_history
@@ -370,15 +371,6 @@ _CANONICAL = {
     keys.TRUNCATED_FRAC: TRUNCATED, keys.ZERO_STD_FRAC: ZERO_STD, keys.FAILED_FRAC: FAILED,
     keys.STEP_S: STEP_S,
 }
-# A trip's breaker -> the mark it leaves on the timeline
-_BREAKER_MARKS = {
-    "failed_rollouts": "rollout_error", "empty_responses": "rollout_error", "nonfinite": "nonfinite",
-    "unscorable_rewards": "unscorable_rewards", "zero_reward": "zero_reward", "zero_loss": "zero_loss",
-    "reward_collapse": "reward_collapse", "kl_explosion": "kl_explosion", "grad_norm_spike": "grad_norm_spike",
-    "truncated_responses": "truncated_responses",
-}
-
-
 def read_record(run_dir: Path) -> RunRecord:
     """The run as the timeline and the cause see it. Server events and trips carry the step in progress
     when they happened, and a crash the step it crashed in."""
@@ -437,7 +429,7 @@ def read_record(run_dir: Path) -> RunRecord:
         cause = str(stop.get("cause"))
         breaker = cause.split(":")[0]
         server_side = breaker in ("inference_server", "weight_sync")
-        kind = "server_gave_up" if server_side else _BREAKER_MARKS.get(breaker, "stop")
+        kind = "server_gave_up" if server_side else (breaker if breaker in CHECKS else "stop")
         evidence = Evidence(str(run_dir / "STOPPED.json"), 0, f"cause: {cause}")
         # A breaker's stop carries the step it judged, whose metrics were logged. A server lost at
         # the start (step 0: before step 1) or in the middle of a step stopped the first step that
@@ -484,7 +476,8 @@ def _event_mark(event: dict[str, Any], evidence: Evidence) -> Mark | None:
         return None
     if kind == "trip":
         breaker = event["evidence"].get("breaker")
-        return Mark(step, _BREAKER_MARKS.get(str(breaker), "trip"), f"{breaker} tripped: {message}", evidence)
+        # the check's own name on the timeline, as in the guard's event and the report
+        return Mark(step, str(breaker) if breaker in CHECKS else "trip", f"{breaker} tripped: {message}", evidence)
     if kind in ("server_failed", "server_gave_up", "server_restart"):
         return Mark(step, _EVENT_MARKS[kind], message, evidence)  # events carry the step in progress
     if kind == "rollback":
