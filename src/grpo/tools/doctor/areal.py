@@ -54,6 +54,7 @@ SERVER_DEATH = re.compile(r"out of memory|OutOfMemoryError|Scheduler hit an exce
                           re.IGNORECASE)
 OOM = re.compile(r"out of memory|OutOfMemoryError|oom-kill", re.IGNORECASE)
 RESTART = re.compile(r"recover(?:ing)? from|resum(?:e|ing) from|Loaded recover info", re.IGNORECASE)
+_RESUMED_AT = re.compile(r"(?:resuming|resume) from step (\d+)", re.IGNORECASE)
 NONFINITE = re.compile(r"\b(?:nan|inf) (?:loss|grad)|loss is nan|non-finite|grad_norm is (?:nan|inf)", re.IGNORECASE)
 
 
@@ -119,7 +120,9 @@ class ArealReader(LogReader):
         elif NONFINITE.search(line):
             record.marks.append(Mark(self.current + 1, "nonfinite", line.strip()[:200], evidence))
         elif RESTART.search(line):
-            record.marks.append(Mark(self.current + 1, "restart", line.strip()[:200], evidence))
+            resumed = _RESUMED_AT.search(line)
+            record.marks.append(Mark(int(resumed.group(1)[:12]) if resumed else self.current + 1, "restart",
+                                     line.strip()[:200], evidence))
         memory = _MEMORY.search(line)
         if memory and self.current:
             value = number(memory.group(1))

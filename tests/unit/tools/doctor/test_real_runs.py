@@ -101,3 +101,8 @@ def test_the_trl_callback_on_a_real_history_stops_where_the_doctor_says(run, tmp
         assert report["cause"] == doctor.cause
     else:
         assert guard.diagnosis is None, guard.diagnosis.explanation
+
+
+def test_the_docs_table_names_every_run_of_the_corpus():
+    docs = (Path(__file__).parents[4] / "docs" / "guard-and-tools.md").read_text()
+    assert [run.name for run in RUNS if f"`{run.name}`" not in docs] == []
