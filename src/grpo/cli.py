@@ -150,7 +150,7 @@ def _doctor(path: Path, as_json: bool) -> int:
 
 def _watch(args: argparse.Namespace) -> int:
     from grpo.tools.doctor import UnreadableRun
-    from grpo.tools.watch import Watch, parse_signal
+    from grpo.tools.watch import Trainer, Watch, parse_signal
 
     if args.interval <= 0:
         raise ConfigError(f"--interval must be more than 0 seconds; got {args.interval}")
@@ -158,7 +158,11 @@ def _watch(args: argparse.Namespace) -> int:
         stop_signal = parse_signal(args.signal)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    watch = Watch(Path(args.path), pid=args.pid, stop_signal=stop_signal, interval_s=args.interval, say=_print)
+    try:
+        trainer = Trainer.of(args.pid) if args.pid is not None else None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    watch = Watch(Path(args.path), trainer=trainer, stop_signal=stop_signal, interval_s=args.interval, say=_print)
     try:
         return watch.run()
     except UnreadableRun as exc:

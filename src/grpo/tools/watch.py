@@ -274,12 +274,53 @@ def _areal(log: Path) -> LogFollower:
                        areal.ArealReader(log), log.parent / areal.SERVER_LOG)
 
 
+@dataclass(frozen=True)
+class Trainer:
+    """The process `--pid` names, pinned by its start time: the watch signals that process alone, and
+    not a process that took its pid after it exited."""
+
+    pid: int
+    started: str | None  # /proc/PID/stat's start time (clock ticks since boot); None where /proc is absent
+
+    @classmethod
+    def of(cls, pid: int) -> "Trainer":
+        """Raises ValueError (one line) for a pid that is not one trainer process: 0, 1 and negative pids
+        name process groups, init or every process; the watch's own and its parent's are never the trainer."""
+        if pid <= 0:
+            raise ValueError(f"--pid {pid} names a process group (or every process), not a trainer: give the "
+                             "trainer's own process id, a positive number")
+        if pid == 1:
+            raise ValueError("--pid 1 is init, not a trainer: give the trainer's own process id")
+        if pid in (os.getpid(), os.getppid()):
+            raise ValueError(f"--pid {pid} is this watch (or the shell that started it), not the trainer")
+        if not alive(pid):
+            raise ValueError(f"no process {pid} is running: give --pid the trainer's process id")
+        return cls(pid, _start_time(pid))
+
+    def alive(self) -> bool:
+        """Running, and still the process it was when the watch began."""
+        return alive(self.pid) and _start_time(self.pid) == self.started
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Raises ProcessLookupError when the process is gone or its pid now belongs to another one."""
+        if not self.alive():
+            raise ProcessLookupError(self.pid)
+        os.kill(self.pid, sig)  # a positive pid: that process alone, never a group
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 @dataclass
 class Watch:
     """What `grpo watch` was asked to do, and what it has seen."""
 
     path: Path
-    pid: int | None = None
+    trainer: Trainer | None = None
     stop_signal: signal.Signals = signal.SIGTERM
     interval_s: float = 10.0
     say: Callable[[str], None] = print
@@ -288,15 +329,17 @@ class Watch:
     diagnosis: Diagnosis | None = None
     record: RunRecord | None = field(default=None, repr=False)
 
+    @property
+    def pid(self) -> int | None:
+        return self.trainer.pid if self.trainer is not None else None
+
     def run(self) -> int:
-        if self.pid is not None and not alive(self.pid):
-            raise UnreadableRun(f"no process {self.pid} is running: give --pid the trainer's process id")
         self.say(f"watching {self.path} every {self.interval_s:g} s"
                  + (f"; the trainer is pid {self.pid} ({self.stop_signal.name} at the first problem)" if self.pid
                     else ""))
         waiting_said = False
         while True:
-            trainer_gone = self.pid is not None and not alive(self.pid)
+            trainer_gone = self.trainer is not None and not self.trainer.alive()
             if self.follower is None:
                 self.follower = identify(self.path)
                 if self.follower is not None:
@@ -348,7 +391,7 @@ class Watch:
 
     def _stop_trainer(self) -> None:
         try:
-            os.kill(self.pid, self.stop_signal)
+            self.trainer.signal(self.stop_signal)
         except ProcessLookupError:
             self.say(f"the trainer (pid {self.pid}) had already exited")
             return
@@ -358,7 +401,7 @@ class Watch:
         self.say(f"sent {self.stop_signal.name} to the trainer (pid {self.pid})")
         deadline = time.monotonic() + TRAINER_EXIT_WAIT_S
         while time.monotonic() < deadline:
-            if not alive(self.pid):
+            if not self.trainer.alive():
                 self.say(f"the trainer (pid {self.pid}) exited")
                 return
             time.sleep(0.1)

@@ -86,3 +86,35 @@ def test_signals():
     assert parse_signal("INT") == signal.SIGINT
     with pytest.raises(ValueError, match="not a signal"):
         parse_signal("NOPE")
+
+
+@pytest.mark.parametrize("pid, says", [(0, "process group"), (-1, "process group"), (-4242, "process group"),
+                                       (1, "init"), ("self", "this watch"), ("parent", "this watch")])
+def test_a_pid_that_is_not_one_trainer_is_refused_before_anything_is_sent(tmp_path, capsys, pid, says):
+    from grpo.cli import main
+
+    pid = {"self": os.getpid(), "parent": os.getppid()}.get(pid, pid)
+    assert main(["watch", str(tmp_path / "train.log"), "--pid", str(pid)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_pid_reused_by_another_process_is_not_signalled(monkeypatch):
+    """The trainer exited and its pid now names a process that started later: never signalled."""
+    import subprocess
+    import sys
+
+    from grpo.tools import watch as watch_module
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        trainer = watch_module.Trainer.of(child.pid)
+        assert trainer.alive()
+        reused = watch_module.Trainer(child.pid, started="1")  # what it was when the watch began: another start
+        assert not reused.alive()
+        with pytest.raises(ProcessLookupError):
+            reused.signal(signal.SIGTERM)
+        assert child.poll() is None  # nothing was sent
+    finally:
+        child.kill()
+        child.wait()
