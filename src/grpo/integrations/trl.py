@@ -58,6 +58,7 @@ def _build_callback() -> type:
             self.diagnosis = None
             self.tripped_at: int | None = None
             self.saved_checkpoint: str | None = None
+            self.earlier: dict[str, Any] | None = None  # the report of a stop this run resumed from
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.record = RunRecord("trl", str(args.output_dir), running=True)
@@ -65,6 +66,14 @@ def _build_callback() -> type:
             for entry in state.log_history:  # a resumed run's earlier steps
                 if isinstance(entry.get("step"), int):
                     self._put(args, entry["step"], entry)
+            path = self.report_path or Path(args.output_dir) / REPORT
+            self.earlier = _read_report(path) if state.global_step else None  # a stop this run resumes from
+            every = max(1, int(getattr(args, "logging_steps", 1) or 1))
+            if state.is_world_process_zero and every > 1:
+                log.warning("grpo guard: TRL logs every %d steps, so a problem is seen only at the next logged step "
+                            "(up to %d steps late) and a check trips after %d logged steps at least; the checkpoint "
+                            "it names is one saved before the logged step ahead of the first bad one. "
+                            "logging_steps=1 stops soonest", every, every - 1, 3)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if self.record is None or self.diagnosis is not None or not logs or "train_runtime" in logs:
@@ -76,6 +85,8 @@ def _build_callback() -> type:
             self.record.checkpoints = reader.checkpoints_in(Path(args.output_dir))
             diagnosis = judge(self.record)
             if diagnosis.status != "problem":
+                if self.earlier is not None and state.is_world_process_zero:
+                    self._report_resumed(args, step, diagnosis)  # the stop before is history now
                 return control
             self.diagnosis, self.tripped_at = diagnosis, step
             if self.stop:
@@ -101,16 +112,34 @@ def _build_callback() -> type:
             where = Path(args.output_dir) / f"checkpoint-{step}" / reader.STATE
             reader.put_entry(self.record, step, entry, Evidence(f"{where} (log_history)", 0, f"step {step}: {shown}"))
 
+        def _report_resumed(self, args, step: int, diagnosis) -> None:
+            earlier, self.earlier = self.earlier, None
+            said = (f"stopped at step {earlier.get('stopped_at_step')} with {earlier.get('cause')} from step "
+                    f"{earlier.get('first_bad_step')}; resumed, healthy at step {step}")
+            self._write(args, {"stopped": False, "status": diagnosis.status, "resumed": True, "at_step": step,
+                               **diagnosis.to_json(), "history": [said] + list(earlier.get("history") or [])})
+
         def _report(self, args) -> None:
             d = self.diagnosis
-            path = self.report_path or Path(args.output_dir) / REPORT
             report = {"stopped": self.stop, "stopped_at_step": self.tripped_at, **d.to_json(),
                       "resume_from_checkpoint": d.last_good_checkpoint,
                       "checkpoint_saved_at_stop": self.saved_checkpoint}
+            self._write(args, report)
+
+        def _write(self, args, report: dict[str, Any]) -> None:
+            path = self.report_path or Path(args.output_dir) / REPORT
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp")
             tmp.write_text(json.dumps(report, indent=2) + "\n")
             os.replace(tmp, path)
+
+    def _read_report(path: Path) -> dict[str, Any] | None:
+        """The report a stop left, when it says the run was stopped (anything else: none)."""
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            return None
+        return report if isinstance(report, dict) and report.get("stopped") else None
 
     GrpoGuardCallback.__module__, GrpoGuardCallback.__qualname__ = __name__, "GrpoGuardCallback"
     return GrpoGuardCallback

@@ -60,3 +60,32 @@ def test_a_dead_reward_stops_saves_and_names_the_checkpoint_before_it(tmp_path):
     assert report["cause"] == "reward_source_died" and report["first_bad_step"] == 6
     assert report["resume_from_checkpoint"] == str(tmp_path / "out" / "checkpoint-4")
     assert report["checkpoint_saved_at_stop"] == str(tmp_path / "out" / f"checkpoint-{steps}")
+
+
+def test_a_resumed_run_that_goes_on_healthy_rewrites_the_report(tmp_path):
+    """Stopped at a dead reward; resumed from the checkpoint the report names and healthy since: the report
+    no longer says the run is stopped, and keeps the stop as history."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpo.integrations.trl import GrpoGuardCallback
+
+    run(tmp_path, [(0.4, True)] * 5 + [(0.0, False)] * 20, saves=(2, 4))
+    stopped = json.loads((tmp_path / "out" / "grpo-guard.json").read_text())
+    assert stopped["stopped"] is True
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
+    state, control = TrainerState(max_steps=30, global_step=4), TrainerControl()
+    state.log_history = [{"step": s, **entry(0.4, True)} for s in range(1, 5)]
+    guard = GrpoGuardCallback()
+    guard.on_train_begin(args, state, control)
+    state.global_step = 5
+    guard.on_log(args, state, control, logs=entry(0.45, True))
+    report = json.loads((tmp_path / "out" / "grpo-guard.json").read_text())
+    assert report["stopped"] is False and report["status"] == "healthy" and report["at_step"] == 5
+    assert f"stopped at step {stopped['stopped_at_step']}" in report["history"][0]
+
+
+def test_a_reward_function_returning_none_is_a_broken_reward_not_a_task_without_signal(tmp_path):
+    """TRL logs the mean of a reward that returned None as NaN, with the other columns finite."""
+    rewards = [(0.4, True)] * 5 + [(float("nan"), True)] * 5
+    steps, guard = run(tmp_path, rewards)
+    assert guard.diagnosis is not None and guard.diagnosis.cause == "reward_broken" and steps == 6

@@ -82,15 +82,33 @@ def judge(record: RunRecord) -> Diagnosis:
     grows: `record.running` says its last step is not the run's last)."""
     found = timeline.anomalies(record)
     what, first_bad, explanation, backing = cause.decide(record, found)
-    checkpoint = cause.last_checkpoint_before(record, first_bad)
+    # Logged every N steps, the first bad logged step says only that trouble began after the entry before
+    # it: a checkpoint saved in between may already hold bad updates.
+    interval = timeline.logging_interval(record)
+    checkpoint = cause.last_checkpoint_before(record, None if first_bad is None else first_bad - interval + 1)
     if record.stop_checkpoint and what != "healthy":  # the guard's own choice when it stopped the run
         checkpoint = next((c for c in record.checkpoints if c.path == record.stop_checkpoint), checkpoint)
     diagnosis = Diagnosis(
         source=record.source, status=what if what in ("healthy", "unknown") else "problem", cause=what,
         first_bad_step=first_bad, explanation=explanation, evidence=cause.evidence_of(backing),
         last_good_checkpoint=checkpoint.path if checkpoint else None,
-        resume=_resume(record, checkpoint, what), timeline=found)
+        resume=_resume(record, checkpoint, what), timeline=found, history=_history(record))
     return diagnosis
+
+
+def _history(record: RunRecord) -> list[str]:
+    """What went wrong in the attempts before the last restart: said, never the verdict on the run now."""
+    said = []
+    for restart_step, metrics, marks in record.earlier:
+        attempt = RunRecord(record.source, record.path, metrics={s: v for s, v in record.metrics.items()
+                                                                  if s < restart_step} | metrics,
+                            marks=marks)  # it ended where the restart cut it off
+        found = timeline.anomalies(attempt)
+        what, first_bad, explanation, _ = cause.decide(attempt, found)
+        if what not in ("healthy", "unknown"):
+            said.append(f"an earlier attempt (to step {max(metrics, default=restart_step)}) had {what} from step "
+                        f"{first_bad}; the run restarted from step {restart_step}")
+    return said
 
 
 def _resume(record: RunRecord, checkpoint, what: str) -> str | None:
@@ -135,6 +153,8 @@ def render(diagnosis: Diagnosis, record: RunRecord, details: list[str] | None = 
     for e in d.evidence[:6]:
         out.append(f"          evidence {e.file}:{e.line}: {e.text[:160]}")
     out.append(f"          last good checkpoint: {d.last_good_checkpoint or _no_good_checkpoint(d, record)}")
+    for line in d.history:
+        out.append(f"HISTORY  {line}")
     if d.resume:
         out.append(f"          resume: {d.resume}")
     if d.timeline:

@@ -102,7 +102,7 @@ class ArealReader(LogReader):
                 return
             evidence = Evidence(str(self.path), number_, line.strip()[:300])
             if step <= self.current:
-                record.marks.append(Mark(step, "restart", f"the step count went back from {self.current} to {step} "
+                record.restart(Mark(step, "restart", f"the step count went back from {self.current} to {step} "
                                          "(the trainer restarted)", evidence))
             self.current, record.total_steps = step, total
             record.evidence_by_step[step] = evidence
@@ -121,7 +121,7 @@ class ArealReader(LogReader):
             record.marks.append(Mark(self.current + 1, "nonfinite", line.strip()[:200], evidence))
         elif RESTART.search(line):
             resumed = _RESUMED_AT.search(line)
-            record.marks.append(Mark(int(resumed.group(1)[:12]) if resumed else self.current + 1, "restart",
+            record.restart(Mark(int(resumed.group(1)[:12]) if resumed else self.current + 1, "restart",
                                      line.strip()[:200], evidence))
         memory = _MEMORY.search(line)
         if memory and self.current:

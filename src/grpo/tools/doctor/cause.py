@@ -36,6 +36,7 @@ whose reward the doctor could not read at any step is `unknown`, never healthy.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from grpo.tools.doctor import crashes
@@ -106,6 +107,11 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         return "unknown", None, _unknown_text(record), []
     if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
         a = first["nonfinite"]
+        if _only_the_reward(record, a.step):
+            return "reward_broken", a.step, (
+                f"the reward was NaN or missing at step {a.step} ({a.detail}) while the loss and gradient were "
+                "finite: a reward function returned NaN or None (TRL logs None's mean as NaN), not a numeric "
+                "blow-up of the model. Make every reward function return a number for every completion"), [a]
         return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
     before_crash = [s for s in servers if crash is not None and s.step == crash.step]
     if crash is not None and onset is None and not (crash.kind in ("crashed", "worker_failure") and before_crash):
@@ -262,6 +268,12 @@ def _reward_source_died(record: RunRecord, first: dict[str, Anomaly],
 
 _TELLING = ("zero_reward", "reward_collapse", "failed_rollouts", "zero_variance", "zero_loss", "unscorable_rewards",
             "nonfinite")
+
+
+def _only_the_reward(record: RunRecord, step: int) -> bool:
+    values = record.metrics.get(step, {})
+    bad = {name for name, v in values.items() if not math.isfinite(v)}
+    return bool(bad) and bad <= {REWARD, REWARD_STD, ZERO_STD}
 
 
 def _crash_cause(crash: crashes.Crash) -> tuple[str, int | None, str, list[Anomaly]]:

@@ -81,8 +81,11 @@ class RunRecord:
     running: bool = False  # a trainer holds the run now (grpo runs only can tell)
     stop_checkpoint: str | None = None  # the last good checkpoint the guard named when it stopped the run
     notes: list[str] = field(default_factory=list)  # torn lines skipped, files missing: said, never fatal
-    crashes: list[Crash] = field(default_factory=list)
-    progress: int = 0  # the last step a progress bar showed (a log whose metrics went elsewhere)  # tracebacks and fatal lines read from a console log
+    crashes: list[Crash] = field(default_factory=list)  # tracebacks and fatal lines read from a console log
+    progress: int = 0  # the last step a progress bar showed (a log whose metrics went elsewhere)
+    # Earlier attempts' steps from where the run was restarted on (a resume, or the step count going back):
+    # kept apart as history, so only the current attempt is judged. Each: (restart step, its metrics, marks).
+    earlier: list[tuple[int, dict[int, dict[str, float]], list[Mark]]] = field(default_factory=list)
 
     def steps(self) -> list[int]:
         """The training steps logged (a step with only an evaluation, e.g. verl's step 0, is not one)."""
@@ -97,6 +100,19 @@ class RunRecord:
 
     def put(self, step: int, name: str, value: float) -> None:
         self.metrics.setdefault(step, {})[name] = value
+
+    def restart(self, mark: Mark) -> None:
+        """The run restarted at `mark.step`: the steps and marks from there on belonged to an earlier
+        attempt (its bad steps must not judge the attempt now running) and move to `earlier`."""
+        gone = {s: self.metrics.pop(s) for s in [s for s in self.metrics if s >= mark.step]}
+        marks = [m for m in self.marks if m.step >= mark.step and m.kind != "restart"]
+        self.finished = False  # an earlier attempt's end (or another trainer's in the same log) is not this one's
+        if gone or marks:
+            self.earlier.append((mark.step, gone, marks))
+            self.marks = [m for m in self.marks if not (m.step >= mark.step and m.kind != "restart")]
+            for s in gone:
+                self.evidence_by_step.pop(s, None)
+        self.marks.append(mark)
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,7 @@ class Diagnosis:
     last_good_checkpoint: str | None
     resume: str | None
     timeline: list[Anomaly]
+    history: list[str] = field(default_factory=list)  # earlier attempts' problems (a run restarted since)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,4 +143,5 @@ class Diagnosis:
             "explanation": self.explanation, "evidence": [asdict(e) for e in self.evidence],
             "last_good_checkpoint": self.last_good_checkpoint, "resume": self.resume,
             "timeline": [{"step": a.step, "kind": a.kind, "detail": a.detail} for a in self.timeline],
+            "history": list(self.history),
         }

@@ -60,7 +60,9 @@ def read_record(root: Path) -> RunRecord:
     checkpoint_dirs = _checkpoints(root.parent) if single else _checkpoints(root)
     record.checkpoints = [Checkpoint(int(p.name.split("-")[1]), str(p)) for p in checkpoint_dirs]
     candidates = [root / STATE] + ([] if single else [p / STATE for p in checkpoint_dirs])
-    best: tuple[Path, dict[str, Any], list[str]] | None = None
+    # The newest history, not the longest: after a resume from checkpoint-16, a stale checkpoint-24 of
+    # the attempt before holds more steps, but the run now is the one writing.
+    best: tuple[Path, dict[str, Any], list[str], int] | None = None
     for path in candidates:
         if not path.is_file():
             continue
@@ -80,11 +82,12 @@ def read_record(root: Path) -> RunRecord:
         if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
             record.notes.append(f"{path} has no log_history: skipped")
             continue
-        if best is None or _last_step(state) >= _last_step(best[1]):
-            best = (path, state, lines)
+        written = _mtime_ns(path)
+        if best is None or (written, _last_step(state)) >= (best[3], _last_step(best[1])):
+            best = (path, state, lines, written)
     if best is None:
         raise UnreadableRun(f"{root} has no readable {STATE} (the output directory's, or a checkpoint-N/ one's)")
-    path, state, lines = best
+    path, state, lines, _ = best
     if isinstance(state.get("max_steps"), int) and 0 < state["max_steps"] < 10**12:
         record.total_steps = state["max_steps"]
     step_lines = _step_lines(lines)
@@ -195,7 +198,7 @@ class TrlLogReader(LogReader):
             if resumed:
                 self._close_burst()
                 step = int(resumed.group(1)[:12])
-                self.record.marks.append(Mark(step + 1, "restart", f"resumed from the checkpoint of step {step}",
+                self.record.restart(Mark(step + 1, "restart", f"resumed from the checkpoint of step {step}",
                                               Evidence(str(self.path), number_, line.strip()[:300])))
                 self.current = min(self.current, step)
                 self.bar_step, self.bar_moved = None, False
@@ -286,7 +289,7 @@ class TrlLogReader(LogReader):
 
     def _put(self, step: int, entry: dict[str, float], number_: int, text: str) -> None:
         if step <= self.current:
-            self.record.marks.append(Mark(step, "restart", f"the step count went back from {self.current} to {step}",
+            self.record.restart(Mark(step, "restart", f"the step count went back from {self.current} to {step}",
                                           Evidence(str(self.path), number_, text.strip()[:300])))
         self.current = step
         shown = ", ".join(f"{k}: {entry[k]:g}" for k in _SHOWN if k in entry)
@@ -323,6 +326,13 @@ def _checkpoints_near(root: Path) -> list[Path]:
         except UnreadableRun:
             continue
     return found
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _last_step(state: dict[str, Any]) -> int:

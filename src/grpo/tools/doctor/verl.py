@@ -68,11 +68,14 @@ class VerlReader(LogReader):
             if match and as_step(int(match.group(1)[:12])) is not None:
                 step = int(match.group(1)[:12])
                 evidence = Evidence(str(self.path), number_, line.strip()[:300])
-                if not _pairs(record, step, match.group(2)):
-                    return  # validation only (step:0 before training, or a test_freq step's extra line)
-                if step <= self.current:
-                    record.marks.append(Mark(step, "restart", f"the step count went back from {self.current} to "
+                values, trained = _pairs(record, match.group(2))
+                if trained and step <= self.current:
+                    record.restart(Mark(step, "restart", f"the step count went back from {self.current} to "
                                              f"{step}", evidence))
+                for name, value in values.items():
+                    record.put(step, name, value)
+                if not trained:
+                    return  # validation only (step:0 before training, or a test_freq step's extra line)
                 self.current = step
                 record.evidence_by_step[step] = evidence
                 return
@@ -83,7 +86,7 @@ class VerlReader(LogReader):
             evidence = Evidence(str(self.path), number_, line.strip()[:300])
             loaded = _CHECKPOINT.search(line)
             step = int(loaded.group(1)[:12]) + 1 if loaded else self.current + 1
-            record.marks.append(Mark(step, "restart", f"resumed from the checkpoint of step {step - 1}" if loaded
+            record.restart(Mark(step, "restart", f"resumed from the checkpoint of step {step - 1}" if loaded
                                      else line.strip()[:200], evidence))
             self.current = step - 1 if loaded else self.current
             return
@@ -116,9 +119,10 @@ def read_record(log: Path, lines=None) -> RunRecord:
     return VerlReader.read(log, lines)
 
 
-def _pairs(record: RunRecord, step: int, text: str) -> bool:
-    """Put a step line's metrics into the record; -> whether it held a training metric (not only
+def _pairs(record: RunRecord, text: str) -> tuple[dict[str, float], bool]:
+    """A step line's metrics under canonical names, and whether it held a training metric (not only
     validation ones)."""
+    values: dict[str, float] = {}
     trained = False
     for pair in text.split(" - "):
         key, sep, value_text = pair.partition(":")
@@ -127,15 +131,15 @@ def _pairs(record: RunRecord, step: int, text: str) -> bool:
             continue
         key = key.strip()
         if key in _KEYS:
-            record.put(step, _KEYS[key], value)
+            values[_KEYS[key]] = value
             trained = True
         elif key in _PHASES:
-            record.put(step, PHASE_PREFIX + _PHASES[key], value)
+            values[PHASE_PREFIX + _PHASES[key]] = value
         elif key.startswith("val-core/") and "mean@1" in key:
-            record.put(step, EVAL_ACCURACY, value)
+            values[EVAL_ACCURACY] = value
         elif key == "training/total_steps" or key == "trainer/total_training_steps":
             record.total_steps = as_step(value) or record.total_steps
-    return trained
+    return values, trained
 
 
 def _checkpoint_dirs(root: Path) -> list[Path]:
