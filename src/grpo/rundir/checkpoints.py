@@ -260,7 +260,7 @@ class CheckpointStore:
             raise CheckpointInvalid(path, f"{META_FILE} is missing")
         try:
             meta = json.loads(meta_path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise CheckpointInvalid(path, f"{META_FILE} is unreadable ({type(exc).__name__})") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
             raise CheckpointInvalid(path, f"{META_FILE} is not a grpo checkpoint manifest (format {FORMAT})")

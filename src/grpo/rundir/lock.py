@@ -64,7 +64,7 @@ class RunLock:
 def read_holder(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(Path(path).read_text() or "null")
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 

@@ -80,7 +80,10 @@ def details(run_dir: Path) -> list[str]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A value a float holds (not a bool, not a 400-digit integer)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, float) or abs(value) < 10**300
 
 
 def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -95,7 +98,7 @@ def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
             continue
         try:
             record = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             bad += 1
             continue
         if not isinstance(record, dict):
