@@ -105,10 +105,15 @@ def collapsed(reward: float, history: list[float], threshold: float) -> bool | N
     for a reward of exactly 0, which is zero_reward's to judge (a dead source, or a reward never wired)."""
     if len(history) < MIN_HISTORY or reward == 0.0:
         return None
-    baseline = statistics.fmean(history)
-    if baseline <= 0.05:
+    baseline = math.fsum(history) / len(history)
+    spread = math.sqrt(math.fsum((v - baseline) ** 2 for v in history) / len(history))
+    return collapsed_from(reward, baseline, spread, threshold)
+
+
+def collapsed_from(reward: float, baseline: float, spread: float, threshold: float) -> bool | None:
+    """`collapsed` given the baseline's mean and standard deviation (a caller that keeps running sums)."""
+    if baseline <= 0.05 or reward == 0.0:
         return None
-    spread = statistics.pstdev(history)
     return reward < threshold * baseline and reward < baseline - 2 * spread
 
 

@@ -89,10 +89,19 @@ class RunRecord:
 
     def steps(self) -> list[int]:
         """The training steps logged (a step with only an evaluation, e.g. verl's step 0, is not one)."""
-        return sorted(s for s, values in self.metrics.items() if len(values) > 1 or EVAL_ACCURACY not in values)
+        return [s for s in self._sorted() if len(self.metrics[s]) > 1 or EVAL_ACCURACY not in self.metrics[s]]
 
     def series(self, name: str) -> list[tuple[int, float]]:
-        return [(s, self.metrics[s][name]) for s in sorted(self.metrics) if name in self.metrics[s]]
+        metrics = self.metrics
+        return [(s, metrics[s][name]) for s in self._sorted() if name in metrics[s]]
+
+    def _sorted(self) -> list[int]:
+        """The logged steps in order, sorted again only when steps came or went since."""
+        cached = self.__dict__.get("_order")
+        if cached is None or cached[0] != len(self.metrics):
+            cached = (len(self.metrics), sorted(self.metrics))
+            self.__dict__["_order"] = cached
+        return cached[1]
 
     def finite_series(self, name: str) -> list[tuple[int, float]]:
         """The series without its NaN and infinite values (the anomalies that read them judge those apart)."""
@@ -105,6 +114,7 @@ class RunRecord:
         """The run restarted at `mark.step`: the steps and marks from there on belonged to an earlier
         attempt (its bad steps must not judge the attempt now running) and move to `earlier`."""
         gone = {s: self.metrics.pop(s) for s in [s for s in self.metrics if s >= mark.step]}
+        self.__dict__.pop("_order", None)
         marks = [m for m in self.marks if m.step >= mark.step and m.kind != "restart"]
         self.finished = False  # an earlier attempt's end (or another trainer's in the same log) is not this one's
         if gone or marks:

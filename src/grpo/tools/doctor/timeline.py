@@ -13,7 +13,7 @@ import math
 import statistics
 from collections import deque
 
-from grpo.guard.checks import CHECKS, KL_GROWTH, collapsed, kl_exploded
+from grpo.guard.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
 from grpo.tools.doctor.record import (ENTROPY, GRAD_NORM, KL, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S,
                                       TRUNCATED, ZERO_STD, Anomaly, Evidence, RunRecord)
 
@@ -182,20 +182,25 @@ def _zero_variance(record: RunRecord, interval: int) -> list[Anomaly]:
 
 def _reward_collapse(record: RunRecord, interval: int) -> list[Anomaly]:
     """The guard's reward_collapse: below threshold x the moving baseline of the healthy steps before
-    (their mean and spread), for its patience."""
+    (their mean and spread, kept as running sums: one pass), for its patience."""
     check = CHECKS["reward_collapse"]
-    history: deque[float] = deque(maxlen=BASELINE_STEPS)
+    history: deque[float] = deque()
+    total = squares = 0.0
     series = record.finite_series(REWARD)
     end = None if record.running else (series[-1][0] if series else None)
     start = None
     count = 0
     for step, value in series:
-        bad = collapsed(value, list(history), check.threshold)
-        if bad is None and len(history) >= 1 and value == 0.0:
+        bad = None
+        if len(history) >= MIN_HISTORY:
+            mean = total / len(history)
+            spread = math.sqrt(max(0.0, squares / len(history) - mean * mean))
+            bad = collapsed_from(value, mean, spread, check.threshold)
+        if bad is None and history and value == 0.0:
             continue  # zero_reward's: neither breaks a collapse nor joins the baseline
         if bad:
             if start is None:
-                start, baseline, count = step, statistics.fmean(history), 0
+                start, baseline, count = step, total / len(history), 0
             count += 1
             if _long_enough(record, start, step, count, check.patience, interval, end):
                 return [Anomaly(start, "reward_collapse", f"mean reward fell to {record.metrics[start][REWARD]:.3g} "
@@ -204,6 +209,10 @@ def _reward_collapse(record: RunRecord, interval: int) -> list[Anomaly]:
             continue  # a bad step never enters the baseline
         start = None
         history.append(value)
+        total, squares = total + value, squares + value * value
+        if len(history) > BASELINE_STEPS:
+            gone = history.popleft()
+            total, squares = total - gone, squares - gone * gone
     return []
 
 
