@@ -210,8 +210,8 @@ class TrlLogReader(LogReader):
                     self._close_burst()
                     self.bar_step, self.bar_moved = step, True
                 self.record.total_steps = total or self.record.total_steps
-                continue
-            start = segment.find("{'")
+            # buffered stdout's flush lands right after the bar stderr drew last, on the same segment
+            start = segment.find("{'", bar.end() if bar else 0)
             if start >= 0:
                 self._entry(number_, segment[start:])
 
