@@ -113,7 +113,11 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                 "finite: a reward function returned NaN or None (TRL logs None's mean as NaN), not a numeric "
                 "blow-up of the model. Make every reward function return a number for every completion"), [a]
         return "nonfinite", a.step, f"a non-finite value appeared at step {a.step}: {a.detail}", [a]
-    before_crash = [s for s in servers if crash is not None and s.step == crash.step]
+    # A mark a reader made of the crash's own line (verl marks any ActorDiedError) is that crash, not a
+    # server death before it.
+    own_line = (crash.evidence.file, crash.evidence.line) if crash is not None else None
+    before_crash = [s for s in servers if crash is not None and s.step == crash.step
+                    and (s.evidence is None or (s.evidence.file, s.evidence.line) != own_line)]
     if crash is not None and onset is None and not (crash.kind in ("crashed", "worker_failure") and before_crash):
         return _crash_cause(crash)  # what its traceback says, over the lines a reader marked on the way
     explaining = [s for s in servers if onset is None or onset - SERVER_LEAD <= s.step <= onset + SERVER_SLACK]

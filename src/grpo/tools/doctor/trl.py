@@ -20,7 +20,7 @@ from typing import Any
 from grpo.tools.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
                                 TRUNCATED, ZERO_STD, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
 from grpo.tools.doctor.logreader import LogReader
-from grpo.tools.doctor.textlog import as_step, number, read_ends, read_lines
+from grpo.tools.doctor.textlog import MAX_LINE, as_step, number, read_ends, read_lines
 
 STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -162,8 +162,14 @@ LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 def looks_like_log(path: Path) -> bool:
     """A training entry (or Unsloth's table header) in the log's first or last megabytes, however it ends."""
-    return any(_LOG_ENTRY.search(line) or _TABLE_HEADER.match(line) for line in read_ends(path).splitlines()
-               if "{'" in line or "Training Loss" in line)
+    for line in read_ends(path).splitlines():
+        line = line[:MAX_LINE]  # as the reader sees it
+        # The dict starts at the line's first `{'`, as the reader takes it: searching from every `{'` of a
+        # long line (a dataset printed as a list of dicts) is quadratic.
+        start = line.find("{'")
+        if (start >= 0 and _LOG_ENTRY.match(line, start)) or ("Training Loss" in line and _TABLE_HEADER.match(line)):
+            return True
+    return False
 
 
 def find_log(path: Path) -> Path | None:
@@ -213,8 +219,8 @@ class TrlLogReader(LogReader):
                     self._close_burst()
                     self.bar_step, self.bar_moved = step, True
                 self.record.total_steps = total or self.record.total_steps
-                continue
-            start = segment.find("{'")
+            # buffered stdout's flush lands right after the bar stderr drew last, on the same segment
+            start = segment.find("{'", bar.end() if bar else 0)
             if start >= 0:
                 self._entry(number_, segment[start:])
 

@@ -1,0 +1,258 @@
+"""The console-log readers on logs as they reach the doctor: behind launchers' prefixes and colours,
+from buffered output, resumed, torn, with odd characters inside lines, huge, and ending in crashes."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo.cli import main
+from grpo.tools.doctor import examine, textlog
+from grpo.tools.doctor.areal import ArealReader
+from grpo.tools.doctor.record import EVAL_ACCURACY, REWARD
+from grpo.tools.watch import Tail
+from tests.foreign_logs import FORMATS, TRACEBACK, Step, healthy
+
+SOURCES = {"areal": "areal", "verl": "verl", "trl_log": "trl"}
+CONSOLE = sorted(SOURCES)
+TRL = FORMATS["trl_log"]
+
+
+def render(name: str, steps=range(1, 7), total: int = 20, preamble: bool = True) -> list[str]:
+    fmt = FORMATS[name]
+    lines = fmt.preamble() if preamble else []
+    for s in steps:
+        lines += fmt.step(healthy(s), total)
+    return lines
+
+
+def write(tmp_path, text: str | bytes, name: str = "train.log"):
+    path = tmp_path / name
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def read(tmp_path, lines: list[str], name: str = "train.log"):
+    _, record = examine(write(tmp_path, "\n".join(lines) + "\n", name))
+    return record
+
+
+def rewards(record) -> dict[int, float]:
+    return dict(record.series(REWARD))
+
+
+def expected_rewards(steps) -> dict[int, float]:
+    return pytest.approx({s: healthy(s).reward for s in steps}, rel=1e-3)
+
+
+def restarts(record) -> list[int]:
+    return [m.step for m in record.marks if m.kind == "restart"]
+
+
+STAMP = "2025-11-26T15:53:37.244105625"
+PREFIXES = {
+    "docker-logs-t": lambda line: f"{STAMP}Z {line}",
+    "kubectl-timestamps": lambda line: f"{STAMP}+00:00 {line}",
+    "kubectl-prefix": lambda line: f"[pod/trainer-0/main] {line}",
+    "compose": lambda line: f"trainer-1  | {line}",
+    "ray": lambda line: f"(TaskRunner pid=2231) {line}",
+    "ray-ip": lambda line: f"(WorkerDict pid=1, ip=10.0.0.1) {line}",
+    "torchrun": lambda line: f"[rank0]: {line}",
+    "ansi": lambda line: f"\x1b[36m{line}\x1b[0m",
+    "stacked": lambda line: f"{STAMP}Z \x1b[36m(TaskRunner pid=2231)\x1b[0m {line}",
+}
+
+
+@pytest.mark.parametrize("prefix", sorted(PREFIXES))
+@pytest.mark.parametrize("name", CONSOLE)
+def test_prefixed_lines_read_as_the_plain_log(tmp_path, name, prefix):
+    """AReaL's stats tables behind a prefix are the case that was lost: their rows must still be rows."""
+    plain = read(tmp_path, render(name), "plain.log")
+    assert plain.steps() == [1, 2, 3, 4, 5, 6] and rewards(plain) == expected_rewards(range(1, 7))
+    record = read(tmp_path, [PREFIXES[prefix](line) for line in render(name)])
+    assert record.source == SOURCES[name]
+    assert record.steps() == plain.steps() and rewards(record) == rewards(plain)
+
+
+def trl_parts(step: int, total: int) -> tuple[str, str]:
+    """TRL's progress bar at `step` and the dict it logs there, apart."""
+    _, bar, _, logged = TRL.step(healthy(step), total)[0].split("\r")
+    return bar, logged
+
+
+@pytest.mark.parametrize("bars, logged", [(8, range(1, 9)), (20, range(5, 21, 5))], ids=["every-step", "every-5"])
+def test_trl_buffered_burst_of_dicts_spread_between_bar_steps(tmp_path, bars, logged):
+    """stderr's bar is drawn up to `bars` before stdout's block of dicts is flushed at once, the first
+    dict right after the bar drawn last, on its line."""
+    drawn = "".join(f"\r{trl_parts(k, bars)[0]}\r{' ' * 45}\r\r{trl_parts(k, bars)[0]}" for k in range(1, bars + 1))
+    dicts = [trl_parts(s, bars)[1] for s in logged]
+    record = read(tmp_path, TRL.preamble() + [drawn + dicts[0]] + dicts[1:])
+    assert record.source == "trl" and record.steps() == list(logged)
+    assert rewards(record) == expected_rewards(logged)
+    assert [n for n in record.notes if n.startswith("buffered output")]
+
+
+def test_trl_unbuffered_dicts_make_no_buffering_note(tmp_path):
+    record = read(tmp_path, render("trl_log"))
+    assert record.steps() == [1, 2, 3, 4, 5, 6] and not [n for n in record.notes if "buffered" in n]
+
+
+def test_verl_validation_before_training_is_no_step_and_no_restart(tmp_path):
+    val = "(TaskRunner pid=2231) step:0 - val-core/openai/gsm8k/reward/mean@1:0.21 - val-aux/num_turns/min:1"
+    record = read(tmp_path, FORMATS["verl"].preamble() + [val] + render("verl", range(1, 4), preamble=False))
+    assert record.steps() == [1, 2, 3] and restarts(record) == []
+    assert record.metrics[0] == {EVAL_ACCURACY: 0.21}
+
+
+RESUMES = {"verl": "(TaskRunner pid=2231) Load from checkpoint folder: /ckpt/global_step_40",
+           "trl_log": "[INFO|trainer.py:2453]   Continuing training from global step 40"}
+
+
+@pytest.mark.parametrize("name", sorted(RESUMES))
+def test_resume_from_a_checkpoint_restarts_at_the_step_after_it(tmp_path, name):
+    """The first attempt logged 1..44 and crashed; the second loads step 40's checkpoint and logs 41..46."""
+    first = render(name, range(1, 45), total=100) + TRACEBACK
+    second = FORMATS[name].preamble() + [RESUMES[name]] + render(name, range(41, 47), total=100, preamble=False)
+    record = read(tmp_path, first + second)
+    assert record.steps() == list(range(1, 47)) and restarts(record) == [41]
+    assert rewards(record) == expected_rewards(range(1, 47))
+
+
+# Where a later step's evidence must point, and where a step rendered as 7 is cut to make the torn last line.
+NEEDLES = {"verl": ("", "step:6 - "), "areal": ("Train step 6/", "task_reward/avg"), "trl_log": ("", " 6/20 [")}
+CUTS = {"verl": "actor/pg_loss", "areal": "╧", "trl_log": "'reward_std'"}
+
+
+@pytest.mark.parametrize("name", CONSOLE)
+def test_lines_counted_as_editors_count_them_and_a_torn_last_line_read(tmp_path, name):
+    """Only \\n ends a line: a form feed, NEL (U+0085) or \\r inside a line is part of it, as editors and
+    `grep -n` count; the torn last line ends inside step 7's text, after its reward."""
+    odd = ["config dump\x0cpage two", "caf\x85 next line", "Downloading: 10%\r Downloading: 100%"]
+    fmt = FORMATS[name]
+    torn = "\n".join(fmt.step(Step(7, 0.5, 0.25, 0.0, 0.3), 20))
+    torn = torn[: torn.rindex(CUTS[name]) + 3]
+    text = "\n".join(fmt.preamble() + odd + render(name, preamble=False)) + "\n" + torn
+    record = examine(write(tmp_path, text))[1]
+    assert record.steps() == [1, 2, 3, 4, 5, 6, 7] and rewards(record)[7] == 0.5
+    after, needle = NEEDLES[name]
+    assert record.evidence_by_step[6].line == text[: text.index(needle, text.index(after))].count("\n") + 1
+
+
+def test_areal_table_judged_only_once_whole(tmp_path):
+    """`grpo watch` polls between a table's rows: half a table gives its step no reward yet."""
+    fmt, log = FORMATS["areal"], tmp_path / "trainer.log"
+    step3 = fmt.step(healthy(3), 20)
+    half = fmt.preamble() + render("areal", range(1, 3), preamble=False) + step3[:-3]
+    log.write_text("\n".join(half) + "\n")
+    reader, tail = ArealReader(log), Tail(log)
+    reader.feed_all(tail.poll())
+    record = reader.result()
+    assert 3 in record.evidence_by_step and REWARD not in record.metrics.get(3, {})
+    with log.open("a") as f:
+        f.write("\n".join(step3[-3:]) + "\n")
+    reader.feed_all(tail.poll())
+    assert reader.result().metrics[3][REWARD] == pytest.approx(healthy(3).reward, rel=1e-3)
+
+
+NOISE = ("/usr/lib/python3/site-packages/vllm/config.py:1: UserWarning: " + "w" * 1024)[:1023] + "\n"  # 1 KiB
+
+
+@pytest.mark.parametrize("after", [0, textlog.TAIL + 1024], ids=["steps-in-tail", "steps-in-neither-end"])
+def test_verl_read_after_5_mib_of_start_up_output(tmp_path, after):
+    """Past the 4 MiB head the doctor reads to tell a format: found by its step lines in the tail, or by
+    the verl launch lines in the head when more than the tail's worth of shutdown noise follows the steps."""
+    noise = NOISE * (5 << 10)
+    text = ("\n".join(FORMATS["verl"].preamble()) + "\n" + noise + "\n".join(render("verl", preamble=False)) + "\n"
+            + NOISE * (after // len(NOISE)))
+    _, record = examine(write(tmp_path, text))
+    assert record.source == "verl" and record.steps() == [1, 2, 3, 4, 5, 6]
+
+
+TB = "Traceback (most recent call last):"
+OOM = [TB,
+       '  File "/workspace/verl/verl/workers/fsdp_workers.py", line 512, in update_actor',
+       "    metrics = self.actor.update_policy(data=data)",
+       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of "
+       "79.10 GiB of which 1.06 GiB is free."]
+
+
+def test_verl_log_with_only_launch_lines_and_an_oom_is_out_of_memory(tmp_path, capsys):
+    config = ("(TaskRunner pid=1) {'actor_rollout_ref': {'model': {'path': 'Qwen/Qwen2.5-0.5B'}}, "
+              "'reward_model': {'enable': False}, 'data': {'train_files': '~/data/gsm8k/train.parquet'}}")
+    log = write(tmp_path, "\n".join([config] + OOM) + "\n")
+    diagnosis, record = examine(log)
+    assert record.source == "verl" and record.steps() == [] and diagnosis.cause == "out_of_memory"
+    assert main(["doctor", str(log)]) == 1
+    assert "out_of_memory" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", CONSOLE)
+def test_nul_bytes_left_by_copytruncate_are_dropped(tmp_path, name):
+    text = "\n".join(render(name)) + "\n"
+    record = examine(write(tmp_path, b"\0" * 70000 + text.encode()))[1]
+    assert record.source == SOURCES[name] and rewards(record) == expected_rewards(range(1, 7))
+
+
+@pytest.mark.parametrize("name", CONSOLE)
+def test_a_10_mb_line_is_cut_to_its_head(tmp_path, name):
+    """A dataset printed on one line (a list of dicts, ten megabytes): only MAX_LINE of it is read, and no
+    pattern looking for the framework's lines is matched from each of its `{'` (that took hours)."""
+    dump = "[" + "{'prompt': 'What is 2+2?', 'answer': '4'}, " * 250_000 + "]"
+    log = write(tmp_path, dump + "\n" + "\n".join(render(name)) + "\n")
+    record = examine(log)[1]
+    assert record.source == SOURCES[name] and record.steps() == [1, 2, 3, 4, 5, 6]
+    lines = list(textlog.iter_lines(log))
+    assert lines[0] == dump[: textlog.MAX_LINE] and max(map(len, lines)) <= textlog.MAX_LINE
+
+
+CRASHES = {
+    "cuda-oom": (OOM, "out_of_memory", "torch.OutOfMemoryError"),
+    "nccl-error": ([TB, '  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 2501, '
+                    "in all_reduce", "    work = group.allreduce([tensor], opts)",
+                    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled "
+                    "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5"],
+                   "gpu_failure", "RuntimeError: NCCL error"),
+    "nccl-watchdog": (["[rank1]:[E1126 15:53:37.244105 2231 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught "
+                       "collective operation timeout: WorkNCCL(SeqNum=4211, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                       "Timeout(ms)=600000) ran for 600092 milliseconds before timing out."],
+                      "gpu_failure", "[E1126"),
+    "ray-actor-died": ([TB, '  File "/workspace/verl/verl/trainer/main_ppo.py", line 64, in run_ppo',
+                        "    ray.get(runner.run.remote(config))",
+                        '  File "/usr/lib/python3/dist-packages/ray/_private/worker.py", line 2772, in get',
+                        "    values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)",
+                        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task."],
+                       "worker_failure", "ray.exceptions.ActorDiedError"),
+    "reward-function": ([TB, '  File "/workspace/verl/verl/trainer/ppo/ray_trainer.py", line 1047, in fit',
+                         "    reward_tensor = self.reward_fn(batch)",
+                         '  File "/workspace/verl/verl/utils/reward_score/__init__.py", line 45, in '
+                         "default_compute_score",
+                         "    res = gsm8k.compute_score(solution_str, ground_truth)",
+                         '  File "/workspace/verl/verl/utils/reward_score/gsm8k.py", line 60, in compute_score',
+                         "    answer = solution_str.split('####')[1]", "IndexError: list index out of range"],
+                        "reward_broken", "IndexError"),
+    "disk-full": ([TB, '  File "/workspace/verl/verl/utils/checkpoint/fsdp_checkpoint_manager.py", line 201, in '
+                   "save_checkpoint", "    torch.save(model_state_dict, model_path)",
+                   "OSError: [Errno 28] No space left on device"], "disk_full", "OSError: [Errno 28]"),
+    "config-error-under-torchrun": (
+        [TB, '  File "/workspace/train.py", line 33, in main', "    run(config)",
+         "omegaconf.errors.ConfigKeyError: Key 'rollout_n' is not in struct", "    full_key: trainer.rollout_n",
+         "E1126 15:53:38.100000 2200 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)",
+         TB, '  File "/usr/local/bin/torchrun", line 8, in <module>', "    sys.exit(main())",
+         '  File "/usr/lib/python3/dist-packages/torch/distributed/run.py", line 892, in main', "    run(args)",
+         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60, "train.py FAILED",
+         "Root Cause (first observed failure):", "[0]:", "  exitcode  : 1 (pid: 2231)", "=" * 60, "Killed"],
+        "crashed", "omegaconf.errors.ConfigKeyError"),
+    "rank0-prefixed": (["[rank0]: " + line for line in
+                        [TB, '  File "/workspace/train.py", line 88, in <module>', "    loss.backward()",
+                         "RuntimeError: CUDA error: an illegal memory access was encountered",
+                         "CUDA kernel errors might be asynchronously reported at some other API call."]],
+                       "gpu_failure", "RuntimeError: CUDA error"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRASHES))
+def test_crash_classified_by_its_text(tmp_path, case):
+    """A log that logged no step, only its crash: named by the root of the chain, not its wrappers."""
+    lines, kind, telling = CRASHES[case]
+    diagnosis, record = examine(write(tmp_path, "\n".join(lines) + "\n"))
+    assert record.steps() == [] and diagnosis.cause == kind
+    assert diagnosis.evidence[0].text.startswith(telling)
