@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
+from grpo.checks import CHECKS
 from grpo.config_keys import Rule, above, at_least, finite, knob, problems, rule, within
 from grpo.errors import ConfigError
 
@@ -354,8 +355,6 @@ class BreakerConfig:
 
 def _breaker(name: str) -> BreakerConfig:
     """A breaker's defaults: the check's own, from the one registry the doctor and the watch read too."""
-    from grpo.guard.checks import CHECKS
-
     check = CHECKS[name]
     return BreakerConfig(check.threshold, check.action, check.patience)  # type: ignore[arg-type]
 

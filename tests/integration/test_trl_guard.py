@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo.guard.checks import CHECKS
+from grpo.checks import CHECKS
 
 STREAK = CHECKS["zero_reward"].patience  # a dead reward trips its checks after this many steps
 

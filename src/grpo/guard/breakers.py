@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from grpo.config import BreakerConfig, GuardConfig
 from grpo import metric_keys as k
-from grpo.guard.checks import GUARD_PHASES as PHASES, collapsed, kl_exploded, spiked
+from grpo.checks import GUARD_PHASES as PHASES, collapsed, kl_exploded, spiked
 from grpo.rundir.checkpoints import CheckpointInfo
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}

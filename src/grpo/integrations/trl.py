@@ -5,7 +5,7 @@
 
 At each logged step (`on_log`) the callback puts TRL's metrics into a `RunRecord` under the doctor's
 names and judges it as `grpo watch` judges a live run: the doctor's timeline and causes, so a streak
-trips after its patience (`grpo.guard.checks`, in steps: at TRL's default logging_steps=10, a patience of
+trips after its patience (`grpo.checks`, in steps: at TRL's default logging_steps=10, a patience of
 10 steps is 3 logged steps, 30 steps). At the first problem it has the
 trainer save a checkpoint where it stopped (`control.should_save`), stops training
 (`control.should_training_stop`), and writes the diagnosis to OUTPUT_DIR/grpo-guard.json and the

@@ -8,7 +8,7 @@ import pytest
 
 from grpo.config import BreakerConfig, GuardConfig
 from grpo.guard.breakers import PHASES, Guard, Trip, most_severe
-from grpo.guard.checks import BREAKERS
+from grpo.checks import BREAKERS
 
 HEALTHY_REWARD = 0.5
 HEALTHY_GRAD_NORM = 1.0

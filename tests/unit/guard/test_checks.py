@@ -8,7 +8,7 @@ import json
 
 from grpo.config import BreakerConfig, GuardConfig
 from grpo.guard.breakers import Guard
-from grpo.guard.checks import BREAKERS, CHECKS
+from grpo.checks import BREAKERS, CHECKS
 from grpo.rundir.events import EventLog
 from grpo.tools.doctor import examine
 from grpo.tools.doctor.timeline import EVENTS

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from grpo.guard.checks import CHECKS
+from grpo.checks import CHECKS
 
 STREAK = CHECKS["zero_reward"].patience  # a dead reward trips its checks after this many steps
 

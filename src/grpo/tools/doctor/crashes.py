@@ -58,6 +58,9 @@ ENGINE_FRAMES = re.compile(r"/(?:sglang|vllm)/")
 WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing job with overrides|"
                       r"cannot schedule new futures after shutdown", re.I)
 # Fatal on their own, without a traceback (the process was killed, or aborted from C++).
+# Words a FATAL line holds, one at least: a line without any is not matched against FATAL (most lines).
+_FATAL_HINTS = ("Watchdog", "Killed", "Segmentation", "Fatal Python", "terminate called", "ChildFailedError",
+                "RayOutOfMemoryError", "*** SIG", "CUDA error", "NCCL", "Error executing job")
 FATAL = re.compile(
     r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
     r"Segmentation fault|Fatal Python error|terminate called after throwing|"
@@ -82,7 +85,11 @@ class Crash:
 def classify(text: str, frames: list[str]) -> str:
     """The class of an exception line with its innermost frames (the reward function's own frames say
     it raised there; the trainer's frames that merely call it do not)."""
+    text = text[:2000]
+    maybe = "potential root causes" in text  # Ray lists the OOM killer among what might have killed an actor
     for kind in ORDER[:-1]:
+        if kind == "out_of_memory" and maybe:
+            continue
         if kind == "server_failure" and any(ENGINE_FRAMES.search(f) for f in frames[-3:]):
             return kind
         if kind == "reward_broken":
@@ -122,7 +129,7 @@ class CrashScanner:
             if line_no - self._traceback_line > 400:  # never closed: not a traceback after all
                 self._frames = None
             return
-        if FATAL.search(stripped):
+        if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped):
             self._add(line_no, stripped, step, [])
 
     def _add(self, line_no: int, text: str, step: int, frames: list[str]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from grpo import metric_keys as keys
 from grpo.config import CheckpointConfig, FaultsConfig, RunConfig, load_config
 from grpo.errors import ConfigError
-from grpo.guard.checks import CHECKS
+from grpo.checks import CHECKS
 from grpo.rundir.resume import resume_command
 from grpo.rollout.server.diagnosis import server_error
 from grpo.rollout.server.history import server_history

@@ -1,5 +1,5 @@
 """Every anomaly in a run, with the first step it showed: found in the metrics by the checks of
-`grpo.guard.checks` (the guard's names, thresholds and patience) for every source, plus the events
+`grpo.checks` (the guard's names, thresholds and patience) for every source, plus the events
 the readers marked (server deaths, restarts, trips, crashes).
 
 Patience counts steps, not logged entries: a streak of n entries logged every L steps covers n x L
@@ -13,7 +13,7 @@ import math
 import statistics
 from collections import deque
 
-from grpo.guard.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
+from grpo.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
 from grpo.tools.doctor.record import (ENTROPY, GRAD_NORM, KL, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S,
                                       TRUNCATED, ZERO_STD, Anomaly, Evidence, RunRecord)
 

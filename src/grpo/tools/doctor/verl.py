@@ -35,10 +35,14 @@ _KEYS = {
 _PHASES = {"timing_s/gen": "generate", "timing_s/reward": "reward", "timing_s/old_log_prob": "old_log_prob",
            "timing_s/ref": "ref", "timing_s/adv": "advantages", "timing_s/update_actor": "update",
            "timing_s/update_weights": "sync", "timing_s/save_checkpoint": "checkpoint", "timing_s/testing": "eval"}
-INFRA = re.compile(r"ActorDiedError|RayActorError|EngineDeadError|EngineCore.*(?:died|failed)|"
-                   r"node .* (?:dead|died)|raylet .*died|Connection refused|The actor died", re.IGNORECASE)
+INFRA = re.compile(r"ActorDiedError|RayActorError|EngineDeadError|EngineCore.{0,200}(?:died|failed)|"
+                   r"node .{0,200} (?:dead|died)|raylet .{0,200}died|Connection refused|The actor died", re.IGNORECASE)
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|OOM[- ]kill|killed by the memory monitor", re.IGNORECASE)
-RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .*global_step", re.IGNORECASE)
+RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .{0,300}global_step", re.IGNORECASE)
+# Words one of INFRA, OOM or RESTART needs: a line without any is not matched against them (most lines).
+_HINTS = ("rror", "died", "dead", "efused", "emory", "OOM", "oom", "esum", "checkpoint")
+# Ray's explanation of an actor's death lists the OOM killer among its possible causes: not evidence of one.
+_MAYBE = "potential root causes"
 
 
 def looks_like_verl(path: Path) -> bool:
@@ -79,10 +83,10 @@ class VerlReader(LogReader):
                 self.current = step
                 record.evidence_by_step[step] = evidence
                 return
-        if OOM.search(line) or INFRA.search(line):
+        if any(hint in line for hint in _HINTS) and _MAYBE not in line and (OOM.search(line) or INFRA.search(line)):
             evidence = Evidence(str(self.path), number_, line.strip()[:300])
             record.marks.append(Mark(self.current + 1, "server_failure", line.strip()[:200], evidence))
-        elif RESTART.search(line):
+        elif any(hint in line for hint in _HINTS) and RESTART.search(line):
             evidence = Evidence(str(self.path), number_, line.strip()[:300])
             loaded = _CHECKPOINT.search(line)
             step = int(loaded.group(1)[:12]) + 1 if loaded else self.current + 1

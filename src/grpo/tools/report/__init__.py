@@ -45,7 +45,7 @@ MARKED = {"server_failure": "#d62728", "server_gave_up": "#d62728", "server_unre
           "server_restart": "#9467bd", "restart": "#2ca02c", "rollback": "#8c564b", "stop": "#000000",
           "crash": "#000000", "interrupted": "#7f7f7f", "rollout_error": "#ff7f0e", "rank_lost": "#000000",
           "trip": "#ff7f0e", "samples_failed": "#ff7f0e",
-          # every check of grpo.guard.checks, under its own name
+          # every check of grpo.checks, under its own name
           "failed_rollouts": "#ff7f0e", "empty_responses": "#ff7f0e", "unscorable_rewards": "#bcbd22",
           "zero_reward": "#17becf", "zero_loss": "#17becf", "zero_variance": "#17becf", "reward_collapse": "#d62728",
           "nonfinite": "#e377c2", "kl_explosion": "#e377c2", "offpolicy_kl": "#e377c2", "grad_norm_spike": "#e377c2",
