@@ -462,6 +462,8 @@ def _lost_fraction(line: dict[str, Any]) -> float | None:
     trained, dropped = line.get(keys.GROUPS_TRAINED), line.get(keys.GROUPS_DROPPED_INVALID)
     if not (_is_number(trained) and _is_number(dropped)):
         return None
+    if line.get(keys.FAILED_FRAC) == 0:
+        return 0.0  # every answer was generated: groups dropped for their rewards (unscorable) were not lost here
     if trained + dropped == 0:
         return 1.0 if (line.get(keys.FAILED_FRAC) or 0) > 0 else 0.0
     return dropped / (trained + dropped)
@@ -491,8 +493,11 @@ def _event_mark(event: dict[str, Any], evidence: Evidence) -> Mark | None:
 
 
 def _metric_text(line: dict[str, Any]) -> str:
-    shown = (keys.REWARD_MEAN, keys.ZERO_STD_FRAC, keys.FAILED_FRAC, keys.UNRECOVERED_FRAC, keys.LOSS, keys.GRAD_NORM,
-             keys.SKIP_REASON)
+    """The step's telling figures: a failed fraction of 0 says nothing, and is left out."""
+    shown = [k for k in (keys.REWARD_MEAN, keys.ZERO_STD_FRAC, keys.FAILED_FRAC, keys.UNRECOVERED_FRAC,
+                         keys.UNSCORABLE_FRAC, keys.REWARD_ERRORS, keys.LOSS, keys.GRAD_NORM, keys.SKIP_REASON)
+             if not (k in (keys.FAILED_FRAC, keys.UNRECOVERED_FRAC, keys.UNSCORABLE_FRAC, keys.REWARD_ERRORS)
+                     and line.get(k) == 0)]
     return "step {}: ".format(line.get("step")) + ", ".join(f"{k}={line[k]:.4g}" if _is_number(line.get(k)) else
                                                             f"{k}={line.get(k)}" for k in shown if k in line)
 

@@ -106,9 +106,10 @@ def _runs(series: list[tuple[int, float]], bad) -> list[tuple[int, int, int]]:
 def _long_enough(record: RunRecord, start: int, last: int, length: int, patience: int, interval: int,
                  end: int | None) -> bool:
     """A streak trips at `patience` steps (entries x the logging interval) and at least min(patience, 3)
-    entries (one entry logged every 10 steps is one noisy sample, not 10 bad steps), or at two entries
-    or more that reach the end of a run that has ended without finishing."""
-    if last == end and length >= 2 and not record.finished:
+    entries (one entry logged every 10 steps is one noisy sample, not 10 bad steps). After the fact, a
+    streak that reaches the end of the run needs no more steps than came: min(patience, 3) entries, or
+    two when the run ended without finishing (it died inside the streak)."""
+    if last == end and length >= (2 if not record.finished else min(patience, 3)):
         return True
     return last - start + interval >= patience and length >= min(patience, 3)
 
@@ -160,7 +161,8 @@ def _zero_variance(record: RunRecord, interval: int) -> list[Anomaly]:
     size = max(3, -(-check.patience // interval))
     window: deque[tuple[int, float]] = deque()
     total = 0.0
-    end = None if record.running or record.finished else (series[-1][0] if series else None)
+    end = None if record.running else (series[-1][0] if series else None)
+    least_at_end = 2 if not record.finished else min(3, size)
     trailing: int | None = None  # the first step of the current run of such steps
     for step, value in series:
         window.append((step, value))
@@ -171,7 +173,7 @@ def _zero_variance(record: RunRecord, interval: int) -> list[Anomaly]:
         if step == end and trailing is not None and trailing < step:  # the run ended inside a streak
             while window[0][0] < trailing:
                 total -= window.popleft()[1]
-        full = len(window) == size or (step == end and len(window) >= 2)
+        full = len(window) == size or (step == end and len(window) >= least_at_end)
         if full and window[0][1] >= check.threshold and total / len(window) >= check.threshold:
             start = window[0][0]
             return [Anomaly(start, "zero_variance", f"every group's rewards identical at {total / len(window):.0%} "

@@ -110,3 +110,21 @@ def test_a_server_failure_shows_the_crash_line_of_its_log_tail(tmp_path):
     diagnosis, _ = examine(run_dir)
     assert diagnosis.evidence[0].text.endswith(
         "| its log: Subprocess scheduler_0 (pid=6766) crashed with exit code -9. Triggering SIGQUIT for cleanup...")
+
+
+def test_a_run_stopped_for_unscorable_rewards_is_a_broken_reward_not_failed_rollouts(tmp_path):
+    """Every answer generated (failed_frac 0) and none scorable: the groups were dropped for the reward."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    metrics = [{"step": s, "reward/mean": 0.4, "groups/trained": 4, "groups/dropped_invalid": 0,
+                "rollout/failed_frac": 0.0} for s in range(1, 4)]
+    metrics += [{"step": s, "groups/trained": 0, "groups/dropped_invalid": 4, "rollout/failed_frac": 0.0,
+                 "rollout/unscorable": 48, "rollout/unscorable_frac": 1.0, "rollout/reward_errors": 48}
+                for s in (4, 5)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    trip = {"time": 2.0, "step": 5, "kind": "trip", "message": "100% of generated answers could not be scored",
+            "evidence": {"breaker": "unscorable_rewards", "action": "stop", "unscorable_frac": 1.0}}
+    (run_dir / "events.jsonl").write_text(json.dumps(trip) + "\n")
+    diagnosis, _ = examine(run_dir)
+    assert diagnosis.cause == "reward_broken" and diagnosis.first_bad_step == 4, diagnosis.explanation
+    assert "failed_frac" not in " ".join(e.text for e in diagnosis.evidence)
