@@ -15,12 +15,10 @@ from pathlib import Path
 import pytest
 
 from grpo.checks import CHECKS
-
-STREAK = CHECKS["zero_reward"].patience  # a dead reward trips its checks after this many steps
-
 from tests.processes import env_with_src
 
 pytestmark = pytest.mark.trl
+STREAK = CHECKS["zero_reward"].patience  # a dead reward trips its checks after this many steps
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("trl_guard_runner.py")
@@ -73,11 +71,12 @@ def test_a_constant_reward_is_stopped_within_the_patience(trl_python, tmp_path, 
     result = train(trl_python, tmp_path, tiny_model, reward="constant", steps=20, save_steps=2)
     report = result["report"]
     assert report is not None and report["stopped"]
-    assert result["global_step"] == STREAK == report["stopped_at_step"]  # no signal from step 1: tripped at 3
+    patience = CHECKS["zero_variance"].patience
+    assert result["global_step"] == patience == report["stopped_at_step"]  # no signal from step 1
     assert report["cause"] == "no_learning_signal" and report["first_bad_step"] == 1
     assert report["resume_from_checkpoint"] is None  # every checkpoint holds bad steps' updates
-    assert report["checkpoint_saved_at_stop"] == str(tmp_path / "out" / f"checkpoint-{STREAK}")
-    assert STREAK in result["checkpoints"]
+    assert report["checkpoint_saved_at_stop"] == str(tmp_path / "out" / f"checkpoint-{patience}")
+    assert patience in result["checkpoints"]
 
 
 def test_a_reward_that_dies_mid_run_is_stopped_and_the_checkpoint_before_it_named(trl_python, tmp_path,
@@ -128,3 +127,33 @@ def test_grpo_watch_stops_a_trl_run_from_its_console_log(trl_python, tmp_path, t
     assert f"sent SIGTERM to the trainer (pid {trainer.pid})" in watch.stdout
     assert trainer.returncode == -15  # stopped by the watch, not finished
     assert f"{steps}/{steps}" not in log.read_text(errors="replace")
+
+
+def test_at_trls_default_logging_interval_the_checkpoint_named_holds_no_bad_step(trl_python, tmp_path, tiny_model):
+    """logging_steps=10 (TRL's default), saves every 5, the reward dead from step 31: the first bad logged step
+    is 40, so checkpoint-35 may hold bad updates; the one named is from before the logged step ahead (30)."""
+    result = train(trl_python, tmp_path, tiny_model, reward="dies", die_at=31, steps=120, save_steps=5,
+                   logging_steps=10)
+    report = result["report"]
+    assert report["cause"] == "reward_source_died" and report["first_bad_step"] == 40
+    assert report["resume_from_checkpoint"] == str(tmp_path / "out" / "checkpoint-30")
+    assert result["global_step"] == report["stopped_at_step"] < 120
+
+
+def test_a_reward_that_returns_none_is_a_broken_reward(trl_python, tmp_path, tiny_model):
+    result = train(trl_python, tmp_path, tiny_model, reward="none", die_at=4, steps=20, save_steps=2)
+    report = result["report"]
+    assert report["cause"] == "reward_broken" and report["first_bad_step"] == 4
+    assert report["resume_from_checkpoint"] == str(tmp_path / "out" / "checkpoint-2")
+
+
+def test_a_resumed_run_that_goes_on_healthy_rewrites_the_report(trl_python, tmp_path, tiny_model):
+    """Stopped at a dead reward, resumed from the checkpoint the report names with the reward fixed: the
+    report no longer says stopped, and keeps the stop as history."""
+    first = train(trl_python, tmp_path, tiny_model, reward="dies", die_at=6, steps=30, save_steps=2)
+    checkpoint = first["report"]["resume_from_checkpoint"]
+    result = train(trl_python, tmp_path, tiny_model, reward="varied", steps=12, save_steps=2, resume=checkpoint)
+    report = result["report"]
+    assert report["stopped"] is False and report["status"] == "healthy", report
+    assert f"stopped at step {first['report']['stopped_at_step']}" in report["history"][0]
+    assert result["global_step"] == 12

@@ -328,6 +328,7 @@ class Watch:
     last_step: int | None = None
     diagnosis: Diagnosis | None = None
     record: RunRecord | None = field(default=None, repr=False)
+    noted: set[str] = field(default_factory=set)  # notes on the run already said
 
     @property
     def pid(self) -> int | None:
@@ -374,6 +375,10 @@ class Watch:
             record.running = not ended
         diagnosis = judge(record)
         self.record, self.diagnosis = record, diagnosis
+        for note in record.notes:  # e.g. buffered output: steps placed between the progress bar's
+            if note not in self.noted:
+                self.noted.add(note)
+                self.say(f"note: {note}")
         steps = record.steps()
         if diagnosis.status == "problem":
             self.say("\n".join(render(diagnosis, record)))

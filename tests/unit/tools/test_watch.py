@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from grpo.tools.doctor.record import UnreadableRun
-from grpo.tools.watch import Tail, parse_signal
+from grpo.tools.watch import Tail, Watch, identify, parse_signal
 
 
 def append(path, text: str) -> None:
@@ -99,7 +99,7 @@ def test_a_pid_that_is_not_one_trainer_is_refused_before_anything_is_sent(tmp_pa
     assert says in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_pid_reused_by_another_process_is_not_signalled(monkeypatch):
+def test_a_pid_reused_by_another_process_is_not_signalled():
     """The trainer exited and its pid now names a process that started later: never signalled."""
     import subprocess
     import sys
@@ -118,3 +118,20 @@ def test_a_pid_reused_by_another_process_is_not_signalled(monkeypatch):
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_watch_says_once_that_a_trl_log_is_buffered(tmp_path):
+    """Bars drawn to step 8 before the dicts of steps 1-8 came in one flush (stdout buffered under nohup)."""
+    log = tmp_path / "train.log"
+    bars = "".join(f"\r {s * 10}%|#| {s}/10 [00:0{s}<00:01, 1.0it/s]" for s in range(1, 9))
+    dicts = "".join(f"{{'loss': '0.01', 'grad_norm': '0.3', 'reward': '0.{s}', 'reward_std': '0.2', "
+                    f"'frac_reward_zero_std': '0.1', 'epoch': '0.{s}'}}\n" for s in range(1, 9))
+    log.write_text(bars + "\n" + dicts + "\r  90%|#| 9/10 [00:09<00:01, 1.0it/s]\n")
+    said: list[str] = []
+    watch = Watch(log, interval_s=0.01, say=said.append)
+    watch.follower = identify(log)
+    watch.follower.poll()
+    watch._judge(ended=False)
+    watch._judge(ended=False)
+    assert sum("buffered output" in line for line in said) == 1
+    assert watch.record.steps() == list(range(1, 9))
