@@ -154,8 +154,8 @@ class Verl(Format):
             pool.append(f"(WorkerDict pid={3321 + i % 8}) INFO @@T@@ [metrics.py:455] Avg prompt throughput: "
                         f"{rng.uniform(800, 4000):.1f} tokens/s, Avg generation throughput: "
                         f"{rng.uniform(2000, 9000):.1f} tokens/s, Running: {rng.randint(60, 256)} reqs, Swapped: 0 "
-                        f"reqs, Pending: {rng.randint(0, 40)} reqs, GPU KV cache usage: {rng.uniform(10, 95):.1f}%, CPU KV cache "
-                        "usage: 0.0%.")
+                        f"reqs, Pending: {rng.randint(0, 40)} reqs, GPU KV cache usage: {rng.uniform(10, 95):.1f}%, "
+                        "CPU KV cache usage: 0.0%.")
             pool.append(f"(WorkerDict pid={3321 + i % 8}) Processed prompts: {rng.randint(1, 99):3d}%|"
                         f"{'█' * rng.randint(1, 9):<10}| {rng.randint(10, 1000)}/1024 [00:{rng.randint(10, 59):02d}"
                         f"<00:{rng.randint(1, 59):02d}, {rng.uniform(10, 60):.2f}it/s, est. speed input: "
@@ -236,7 +236,8 @@ class TrlLog(Format):
                         f"Avg generation throughput: {rng.uniform(2000, 9000):.1f} tokens/s, Running: "
                         f"{rng.randint(1, 64)} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: "
                         f"{rng.uniform(1, 60):.1f}%, CPU KV cache usage: 0.0%.")
-            pool.append(f"Processed prompts: 100%|██████████| 64/64 [00:0{rng.randint(1, 9)}<00:00, "
+            pool.append("Processed prompts: 100%|██████████| 64/64 "
+                        f"[00:0{rng.randint(1, 9)}<00:00, "
                         f"{rng.uniform(5, 40):.2f}it/s, est. speed input: {rng.uniform(1000, 5000):.2f} toks/s, "
                         f"output: {rng.uniform(3000, 9000):.2f} toks/s]")
         for i in range(15):
