@@ -507,7 +507,7 @@ def verdict(stdout: str, stderr: str, code: int, log: Log) -> str:
         d = json.loads(stdout)
     except json.JSONDecodeError:
         last = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["(no output)"])[-1]
-        return f"exit {code}: {last[:150]}"
+        return f"exit {code}: {last.replace(str(log.path), 'LOG')[:120]}"
     said = d.get("cause") if d.get("status") == "problem" else d.get("status")
     said += f" from {d['first_bad_step']}" if d.get("first_bad_step") is not None else ""
     expected = log.first_bad
@@ -770,7 +770,7 @@ def main() -> int:
                       "'actor_rollout_ref': {'model': {'path': 'Qwen/Qwen2.5-7B-Instruct'}}}\n").encode()
             env_dump = ("(WorkerDict pid=3321) runtime_env PYTHONPATH=" + ":".join(
                 f"/tmp/ray/session_2025-11-14_09-00-01_{rng.randint(10 ** 5, 10 ** 6)}/runtime_resources/"
-                f"py_modules_files/_ray_pkg_{rng.getrandbits(64):016x}" for _ in range(size // 110 + 1))[: size]
+                f"py_modules_files/_ray_pkg_{rng.getrandbits(64):016x}" for _ in range(size // 100 + 1))[: size]
                 + "\n").encode()
             for label, line in (("config dump, spaces", config), ("paths, no space", env_dump)):
                 folder = work / f"line_{label.split(',')[0].replace(' ', '_')}"
