@@ -29,3 +29,19 @@ def config_reference() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def table_under(page: Path, heading: str) -> list[list[str]]:
+    """The first Markdown table under the line `heading`: its header, then its rows, as lists of cells."""
+    lines = page.read_text().splitlines()
+    rows: list[list[str]] = []
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    return rows[:1] + rows[2:]
+
+
+def in_backticks(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)

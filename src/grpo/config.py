@@ -243,6 +243,13 @@ class AlgoConfig:
     advantage_norm: Literal["group", "batch", "none"] = knob("group", help=(
         "group: (r - mean) / std per group (GRPO); none: r - mean (Dr.GRPO); batch: std over the batch."
     ))
+    advantage_std: Literal["population", "sample"] = knob("population", help=(
+        "The standard deviation group and batch divide by: population (rewards [1, 1, 0, 0] give [1, 1, -1, -1]) "
+        "or sample (Bessel's, TRL's scale_rewards: sqrt((G-1)/G) of the population's advantages; with "
+        "advantage_eps=1e-4 TRL's exactly)."
+    ))
+    advantage_eps: float = knob(1e-6, "added to that standard deviation (TRL's: 1e-4)",
+                                check=rule(lambda v: v > 0 and math.isfinite(v), "must be a positive number"))
     clip_low: float = knob(0.2, "PPO clip: the ratio is kept above 1 - clip_low", check=within("[0, 1)"))
     clip_high: float = knob(0.2, "... and below 1 + clip_high (DAPO clip-higher: e.g. 0.28)", check=at_least(0))
     loss_agg: Literal["token_mean", "seq_mean", "seq_sum_norm"] = knob("token_mean", help=(

@@ -22,8 +22,8 @@ They differ on purpose in one way, asserted exactly here: grpo divides by the po
 deviation (+1e-6), TRL by the sample standard deviation (+1e-4), so for a group of G TRL's advantages
 are grpo's times sqrt((G-1)/G) (0.87 for G=4), up to the epsilons. The factor is the same for every
 group of that size (`advantage_norm=batch`: for the batch), and Adam's update is invariant to a
-constant scale of the loss, so it changes no step (docs/trl-parity.md). `advantage_norm=none` (Dr.GRPO)
-is identical. grpo's k1 KL estimator has no TRL counterpart. TRL 1.16's default
+constant scale of the loss, so it changes no step (docs/trl-parity.md); `advantage_std=sample` with
+`advantage_eps=1e-4` gives TRL's exactly. `advantage_norm=none` (Dr.GRPO) is identical. grpo's k1 KL estimator has no TRL counterpart. TRL 1.16's default
 `use_bias_correction_kl=True` multiplies the KL term by the ratio pi/pi_old (DeepSeek-V3.2's unbiased
 reverse-KL gradient); grpo's penalty is GRPO's (DeepSeekMath) as written, so the KL case sets it off.
 """
@@ -179,6 +179,9 @@ def test_advantages_none_equal_trls_and_std_scaled_differ_by_the_sample_std(setu
         assert torch.allclose(ours * (population + 1e-6), centered, atol=1e-6)
         assert torch.allclose((ours * (population + 1e-6) / (sample + 1e-4)).flatten(), trl["advantages"][norm],
                               atol=1e-6)
+        # With algo.advantage_std=sample and algo.advantage_eps=1e-4, TRL's own advantages.
+        trls = group_advantages(rewards, norm, std="sample", eps=1e-4).flatten()
+        assert torch.allclose(trls, trl["advantages"][norm], atol=1e-6), (norm, trls, trl["advantages"][norm])
         ratio = trl["advantages"][norm] / ours.flatten()
         n = GROUP_SIZE if norm == "group" else GROUPS * GROUP_SIZE
         expected = (torch.tensor((n - 1) / n).sqrt())

@@ -63,3 +63,13 @@ def test_configuration_reference_shows_defaults():
     assert documented["model.name"][0] == "smollm2-135m-instruct"
     assert documented["recover"][0] == "auto"
     assert documented["guard.unscorable_rewards.action"][0] == "stop"
+
+
+def test_front_pages_claim_no_more_of_trl_than_its_parity_test_shows():
+    """By default grpo's advantages are not TRL's (population std + 1e-6 against TRL's sample std + 1e-4,
+    docs/trl-parity.md): no front page says "the same objective", and the TRL page gives the keys that match."""
+    for page in (README, DOCS / "index.md", DOCS / "coming-from-trl.md"):
+        text = " ".join(page.read_text().split())
+        assert not re.search(r"\bsame\b[^.]{0,40}\bobjective", text, re.I), page.name
+    coming = " ".join((DOCS / "coming-from-trl.md").read_text().split())
+    assert "algo.advantage_std=sample algo.advantage_eps=1e-4" in coming

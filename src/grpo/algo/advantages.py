@@ -7,22 +7,27 @@ import torch
 EPS = 1e-6
 
 
-def group_advantages(rewards: torch.Tensor, norm: str = "group") -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, norm: str = "group", std: str = "population",
+                     eps: float = EPS) -> torch.Tensor:
     """rewards [N, G] (N problems, G samples each) -> advantages [N, G].
 
-    group: (r - group mean) / group std (GRPO); none: r - group mean (Dr.GRPO, no length/difficulty
-    bias from the std); batch: (r - group mean) / std over the whole batch. The std is the population
-    std, so rewards [1, 1, 0, 0] give advantages [1, 1, -1, -1]. A zero-variance group gets 0.
+    group: (r - group mean) / (group std + eps) (GRPO); none: r - group mean (Dr.GRPO, no length/difficulty
+    bias from the std); batch: (r - group mean) / (std over the whole batch + eps). std: population, so
+    rewards [1, 1, 0, 0] give advantages [1, 1, -1, -1]; or sample (Bessel's), TRL's: with eps 1e-4 these
+    are TRL's advantages, sqrt((G-1)/G) of the population's. A zero-variance group gets 0.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [num_groups, group_size], got shape {tuple(rewards.shape)}")
+    if std not in ("population", "sample"):
+        raise ValueError(f"unknown advantage std {std!r}; valid: population, sample")
+    unbiased = std == "sample"
     centered = rewards - rewards.mean(dim=1, keepdim=True)  # [N, G]
     if norm == "none":
         return centered
     if norm == "group":
-        return centered / (rewards.std(dim=1, unbiased=False, keepdim=True) + EPS)
+        return centered / (rewards.std(dim=1, unbiased=unbiased, keepdim=True) + eps)
     if norm == "batch":
-        return centered / (rewards.std(unbiased=False) + EPS)
+        return centered / (rewards.std(unbiased=unbiased) + eps)
     raise ValueError(f"unknown advantage norm {norm!r}; valid: group, batch, none")
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from grpo.algo.advantages import group_advantages, zero_variance_groups
-from grpo.config import RolloutConfig, TaskConfig
+from grpo.config import AlgoConfig, RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
 from grpo import metric_keys as keys
 from grpo.policy.update import TrainBatch
@@ -84,7 +84,7 @@ class RolloutBatch:
         """[N, G] rewards of the kept groups."""
         return torch.tensor([[s.reward for s in g.samples] for g in self.groups], dtype=torch.float32)
 
-    def train_batch(self, advantage_norm: str) -> TrainBatch:
+    def train_batch(self, algo: AlgoConfig) -> TrainBatch:
         """The rows to train on, with their group advantages."""
         samples = [s for g in self.groups for s in g.samples]
         if not samples:
@@ -93,7 +93,8 @@ class RolloutBatch:
             prompt_ids=[s.prompt_ids for s in samples],
             completion_ids=[s.completion.token_ids for s in samples],
             old_logprobs=[s.completion.logprobs for s in samples],
-            advantages=group_advantages(self.rewards(), advantage_norm).flatten(),  # [N*G]
+            advantages=group_advantages(self.rewards(), algo.advantage_norm, algo.advantage_std,
+                                        algo.advantage_eps).flatten(),  # [N*G]
         )
 
 

@@ -267,7 +267,7 @@ class TrainingLoop:
 
     def _advantages_and_update(self, step: int, batch: RolloutBatch, record: StepRecord, timer: PhaseTimer) -> None:
         with timer.phase("advantages"):
-            train_batch = batch.train_batch(self.cfg.algo.advantage_norm)
+            train_batch = batch.train_batch(self.cfg.algo)
             # A signal: a row of non-zero advantage, or any row under a KL term. Without one the update is
             # skipped, since a step on zero gradients would still move AdamW by its momentum.
             signal_here = bool(rows_with_gradient(train_batch, self.policy.loss_cfg))

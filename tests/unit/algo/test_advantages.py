@@ -72,3 +72,33 @@ def test_rewards_must_be_two_dimensional(shape):
 def test_unknown_norm_raises_and_names_the_valid_ones():
     with pytest.raises(ValueError, match="unknown advantage norm 'std'.*group, batch, none"):
         group_advantages(torch.tensor([[1.0, 0.0]]), "std")
+
+
+def trl_advantages(rewards: torch.Tensor, norm: str) -> torch.Tensor:
+    """TRL 1.16's `_generate_and_score_completions`: centred by the group mean, divided by the sample (Bessel's)
+    standard deviation of the group (`scale_rewards=group`) or of the batch (`batch`), plus 1e-4."""
+    centered = rewards - rewards.mean(dim=1, keepdim=True)
+    std = rewards.std(dim=1, keepdim=True) if norm == "group" else rewards.std()
+    return centered / (std + 1e-4)
+
+
+@pytest.mark.parametrize("norm", ["group", "batch"])
+@pytest.mark.parametrize("group_size", [2, 8])
+def test_sample_std_with_trls_epsilon_gives_trls_advantages(norm, group_size):
+    rewards = torch.rand(3, group_size, generator=torch.Generator().manual_seed(group_size))
+    rewards[0, : group_size // 2] = 1.0  # a group of a few distinct values, as a correctness reward gives
+    rewards[0, group_size // 2:] = 0.0
+    ours = group_advantages(rewards, norm, std="sample", eps=1e-4)
+    torch.testing.assert_close(ours, trl_advantages(rewards, norm), atol=1e-6, rtol=0)
+    # The default is unchanged: the population std, +1e-6, sqrt(G / (G - 1)) larger than TRL's (1.41x at G=2).
+    population = group_advantages(rewards, norm)
+    std = rewards.std(dim=1, unbiased=False, keepdim=True) if norm == "group" else rewards.std(unbiased=False)
+    torch.testing.assert_close(population, (rewards - rewards.mean(dim=1, keepdim=True)) / (std + 1e-6))
+    if norm == "group":
+        assert population[0, 0].item() == pytest.approx(1.0, abs=1e-5)
+        assert ours[0, 0].item() == pytest.approx(math.sqrt((group_size - 1) / group_size), abs=1e-3)
+
+
+def test_unknown_std_raises_and_names_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown advantage std 'bessel'.*population, sample"):
+        group_advantages(torch.tensor([[1.0, 0.0]]), "group", std="bessel")
