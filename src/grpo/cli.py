@@ -97,8 +97,7 @@ def _eval(args: argparse.Namespace) -> int:
     if output is not None:  # the summary and every answer, to see what the model wrote
         atomic_write(output, json.dumps({**result, "answers": answers}, indent=2))
         say(f"every answer is in {output}")
-    say(format_table({k: v for k, v in result.items() if not isinstance(v, str)},
-                     f"{args.model} on {cfg.task.name}/{args.split}"))
+    say(format_table(result, f"{args.model} on {cfg.task.name}/{args.split}"))
     say(json.dumps(result))
     return 0
 

@@ -88,18 +88,24 @@ def evaluate(
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
     task.correct_threshold (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
     with its problem, reward and status under "answers". Failed answers are retried (`max_retries`,
-    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed."""
+    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed.
+
+    Every figure is over the same rows, the `scored` ones: the rows whose greedy answer the reward scored (a
+    row without a usable gold has none). sample_accuracy is over their k sampled answers each, and a sampled
+    answer of theirs the reward could not score counts as not correct (`unscorable_samples`)."""
     threshold = task_cfg.correct_threshold
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
     rewards = _score(reward_fns, problems, greedy)
-    scored = [r for r in rewards if r is not None]
+    rows = [i for i, r in enumerate(rewards) if r is not None]  # the scored rows: every figure's denominator
+    scored = [rewards[i] for i in rows]
     result = {
         "n": len(problems),
-        "accuracy": sum(r >= threshold for r in scored) / len(scored) if scored else 0.0,
-        "mean_reward": sum(scored) / len(scored) if scored else 0.0,
-        "unscorable": len(rewards) - len(scored),
+        "scored": len(rows),
+        "unscorable": len(problems) - len(rows),
+        "accuracy": _rate(sum(r >= threshold for r in scored), len(rows)),
+        "mean_reward": _rate(sum(scored), len(rows)),
         "empty": sum(c.status == SampleStatus.EMPTY for c in greedy),
         "retried": retried,  # answers the engine failed to produce at first: generated again, never scored
         "mean_length": sum(len(c.token_ids) for c in greedy) / max(len(greedy), 1),
@@ -114,18 +120,25 @@ def evaluate(
         sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled)
         correct = [r is not None and r >= threshold for r in sample_rewards]
         keys = [_answer_key(c.text) for c in sampled]
-        pass_k = maj_k = 0
-        for i in range(len(problems)):
-            rows = range(i * samples, (i + 1) * samples)
-            pass_k += any(correct[r] for r in rows)
-            votes = Counter(keys[r] for r in rows if keys[r] is not None)
+        pass_k = maj_k = right = unscorable = 0
+        for i in rows:
+            own = range(i * samples, (i + 1) * samples)
+            pass_k += any(correct[r] for r in own)
+            votes = Counter(keys[r] for r in own if keys[r] is not None)
             if votes:
                 top = votes.most_common(1)[0][0]
-                maj_k += any(correct[r] for r in rows if keys[r] == top)
-        result[f"pass@{samples}"] = pass_k / len(problems)
-        result[f"maj@{samples}"] = maj_k / len(problems)
-        result["sample_accuracy"] = sum(correct) / len(correct)
+                maj_k += any(correct[r] for r in own if keys[r] == top)
+            right += sum(correct[r] for r in own)
+            unscorable += sum(sample_rewards[r] is None for r in own)
+        result[f"pass@{samples}"] = _rate(pass_k, len(rows))
+        result[f"maj@{samples}"] = _rate(maj_k, len(rows))
+        result["sample_accuracy"] = _rate(right, len(rows) * samples)
+        result["unscorable_samples"] = unscorable
     return result
+
+
+def _rate(count: float, of: int) -> float:
+    return count / of if of else 0.0
 
 
 def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list) -> list[float | None]:
@@ -134,32 +147,40 @@ def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: l
 
 
 def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One evaluation from each rank's share of the problems: counts add up, rates are weighted."""
+    """One evaluation from each rank's share of the problems: counts add up, rates are weighted by the rows
+    they are over (the scored ones)."""
     if len(parts) == 1:
         return parts[0]
     n = sum(p["n"] for p in parts)
-    scored = [p["n"] - p["unscorable"] for p in parts]
-    merged: dict[str, Any] = {
-        "n": n,
-        "accuracy": sum(p["accuracy"] * k for p, k in zip(parts, scored)) / max(sum(scored), 1),
-        "mean_reward": sum(p["mean_reward"] * k for p, k in zip(parts, scored)) / max(sum(scored), 1),
-        "unscorable": sum(p["unscorable"] for p in parts),
-        "empty": sum(p["empty"] for p in parts),
-        "retried": sum(p["retried"] for p in parts),
-        "mean_length": sum(p["mean_length"] * p["n"] for p in parts) / max(n, 1),
-    }
+    scored = sum(p["scored"] for p in parts)
+    merged: dict[str, Any] = {"n": n, "scored": scored, "unscorable": sum(p["unscorable"] for p in parts)}
     for key in parts[0]:
-        if key.startswith(("pass@", "maj@")) or key == "sample_accuracy":
-            merged[key] = sum(p[key] * p["n"] for p in parts) / max(n, 1)
+        if key in ("accuracy", "mean_reward", "sample_accuracy") or key.startswith(("pass@", "maj@")):
+            merged[key] = _rate(sum(p[key] * p["scored"] for p in parts), scored)
+        elif key in ("empty", "retried", "unscorable_samples"):
+            merged[key] = sum(p[key] for p in parts)
+    merged["mean_length"] = sum(p["mean_length"] * p["n"] for p in parts) / max(n, 1)
     if "answers" in parts[0]:
         merged["answers"] = [a for p in parts for a in p["answers"]]
     return merged
 
 
-def format_table(results: dict[str, float], title: str = "evaluation") -> str:
-    width = max(len(k) for k in results)
-    lines = [title, "-" * (width + 12)]
-    for key, value in results.items():
-        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-        lines.append(f"{key:<{width}}  {shown:>10}")
+def _denominators(result: dict[str, Any]) -> str:
+    """What an evaluation's figures are over, in words: the line under its table."""
+    n, scored = result["n"], result["scored"]
+    rows = (f"all {n} rows" if scored == n else
+            f"the {scored} scored rows of {n} ({n - scored} unscorable: the reward gave them no score)")
+    k = next((int(key[len("pass@"):]) for key in result if key.startswith("pass@")), None)
+    return f"every figure is over {rows}" + (f"; sample_accuracy over their {scored * k} sampled answers"
+                                             if k else "")
+
+
+def format_table(results: dict[str, Any], title: str = "evaluation") -> str:
+    """An evaluation's figures, one a line, under `title` and what they are over."""
+    shown = {k: v for k, v in results.items() if isinstance(v, (int, float))}
+    width = max(len(k) for k in shown)
+    lines = [title, _denominators(results), "-" * (width + 12)]
+    for key, value in shown.items():
+        text = f"{value:.4f}" if isinstance(value, float) else str(value)
+        lines.append(f"{key:<{width}}  {text:>10}")
     return "\n".join(lines)

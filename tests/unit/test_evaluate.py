@@ -2,7 +2,7 @@
 mean reward: a shaped reward above 1 cannot make it pass 100%."""
 
 from grpo.config import ArithConfig, TaskConfig
-from grpo.evaluate import evaluate
+from grpo.evaluate import evaluate, merge_evaluations
 from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import Reward
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
@@ -48,3 +48,17 @@ def test_pass_at_k_counts_answers_over_the_threshold():
     result = evaluate(engine, build_char_tokenizer(), problems, TaskConfig(), [Reward("shaped", shaped)],
                       max_new_tokens=4, samples=3)
     assert result["pass@3"] == 0.5 and abs(result["sample_accuracy"] - 1 / 6) < 1e-9
+
+
+def test_ranks_shares_merge_over_the_scored_rows():
+    # Rank 0: 2 rows, both scored, 1 right; rank 1: 2 rows, 1 scored and right. Over the 3 scored rows: 2/3.
+    parts = [{"n": 2, "scored": 2, "unscorable": 0, "accuracy": 0.5, "mean_reward": 0.5, "empty": 0, "retried": 0,
+              "mean_length": 4.0, "pass@2": 0.5, "maj@2": 0.5, "sample_accuracy": 0.25, "unscorable_samples": 0},
+             {"n": 2, "scored": 1, "unscorable": 1, "accuracy": 1.0, "mean_reward": 1.0, "empty": 0, "retried": 1,
+              "mean_length": 2.0, "pass@2": 1.0, "maj@2": 1.0, "sample_accuracy": 1.0, "unscorable_samples": 1}]
+    merged = merge_evaluations(parts)
+    assert (merged["n"], merged["scored"], merged["unscorable"], merged["retried"]) == (4, 3, 1, 1)
+    for key in ("accuracy", "mean_reward", "pass@2", "maj@2"):
+        assert abs(merged[key] - 2 / 3) < 1e-9, key
+    assert abs(merged["sample_accuracy"] - 0.5) < 1e-9 and merged["unscorable_samples"] == 1
+    assert merged["mean_length"] == 3.0  # over every greedy answer

@@ -1,0 +1,96 @@
+"""`grpo eval` and `api.evaluate` through their front doors, with the answers scripted: every figure over the
+same rows, maj@k voting on answers as the reward sees them, and --output holding every sampled answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpo import api
+from grpo.cli import main
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
+
+
+class ScriptedEngine(RolloutEngine):
+    """Stands in for the model's generation: the first call (greedy) answers `greedy[i]` to problem i, the
+    second (k samples a problem, in problem order) answers `sampled[i][j]`."""
+
+    greedy: list[str] = []
+    sampled: list[list[str]] = []
+
+    def __init__(self, model, tokenizer, batch_size=64) -> None:
+        self.calls = 0
+
+    def generate(self, prompts, params, seeds=None):
+        texts = self.greedy if self.calls == 0 else [t for row in self.sampled for t in row]
+        self.calls += 1
+        assert len(texts) == len(prompts)
+        return [Completion([5, 6], [-0.1, -0.1], t, "stop", SampleStatus.OK) for t in texts]
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    def script(greedy: list[str], sampled: list[list[str]]) -> None:
+        monkeypatch.setattr(ScriptedEngine, "greedy", greedy)
+        monkeypatch.setattr(ScriptedEngine, "sampled", sampled)
+        monkeypatch.setattr("grpo.rollout.engines.embedded.EmbeddedEngine", ScriptedEngine)
+    return script
+
+
+def write_rows(path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def run_eval(tmp_path, rows: list[dict], *extra: str) -> dict:
+    data = write_rows(tmp_path / "test.jsonl", rows)
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--model", "tiny", "--task", "dataset", f"task.test_files=[{data}]", "--samples", "4",
+                 "--max-new-tokens", "4", "--output", str(out), *extra]) == 0
+    return json.loads(out.read_text())
+
+
+# Item 2: half the rows have no gold; every answer to the others is right.
+HALF_WITHOUT_GOLD = [{"prompt": "2 + 3?", "answer": "5"}, {"prompt": "Say hi", "answer": ""},
+                     {"prompt": "3 + 4?", "answer": "7"}, {"prompt": "Say bye", "answer": ""},
+                     {"prompt": "1 + 1?", "answer": "2"}, {"prompt": "Say yes", "answer": ""},
+                     {"prompt": "2 + 2?", "answer": "4"}, {"prompt": "Say no", "answer": ""}]
+RIGHT = ["The answer is \\boxed{5}.", "hi", "\\boxed{7}", "bye", "\\boxed{2}", "yes", "\\boxed{4}", "no"]
+
+
+def test_every_figure_is_over_the_same_scored_rows(tmp_path, scripted, capsys):
+    scripted(RIGHT, [[a] * 4 for a in RIGHT])
+    result = run_eval(tmp_path, HALF_WITHOUT_GOLD)
+    assert (result["n"], result["scored"], result["unscorable"]) == (8, 4, 4)
+    assert result["accuracy"] == result["pass@4"] == result["maj@4"] == result["sample_accuracy"] == 1.0
+    assert result["unscorable_samples"] == 0
+    out = capsys.readouterr().out
+    assert "every figure is over the 4 scored rows of 8 (4 unscorable: the reward gave them no score)" in out
+    assert "sample_accuracy over their 16 sampled answers" in out
+
+
+def test_the_api_reports_the_same_denominators(tmp_path, scripted):
+    scripted(RIGHT, [[RIGHT[i]] * 3 + ["\\boxed{0}"] for i in range(8)])
+    result = api.evaluate("tiny", "tiny", dataset=HALF_WITHOUT_GOLD, rewards=["math"], samples=4,
+                          max_new_tokens=4)
+    assert (result["n"], result["scored"], result["unscorable"]) == (8, 4, 4)
+    assert result["accuracy"] == result["pass@4"] == result["maj@4"] == 1.0
+    assert result["sample_accuracy"] == 0.75
+
+
+def test_a_runs_evaluations_say_the_same_rows_in_eval_jsonl_the_console_and_the_doctor(tmp_path, capsys):
+    train = write_rows(tmp_path / "train.jsonl", [{"prompt": f"{i} + 1?", "answer": str(i + 1)} for i in range(8)])
+    test = write_rows(tmp_path / "test.jsonl", HALF_WITHOUT_GOLD)
+    run_dir = tmp_path / "r"
+    assert main(["train", "--config", "tiny", "--run-dir", str(run_dir), "task.name=dataset",
+                 f"task.train_files=[{train}]", f"task.test_files=[{test}]", "train.steps=1",
+                 "eval.before_training=true", "eval.after_training=true", "eval.reward=math"]) == 0
+    evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert [(e["label"], e["n"], e["scored"], e["unscorable"]) for e in evals] == [("before", 8, 4, 4),
+                                                                                   ("after", 8, 4, 4)]
+    out = capsys.readouterr().out
+    assert out.count("every figure is over the 4 scored rows of 8 (4 unscorable") == 2
+    assert "held-out greedy accuracy on the 4 scored problems of 8: " in out
+    main(["doctor", str(run_dir)])
+    assert f"step 1 (after): {evals[1]['accuracy']:.1%} of 4 scored rows (4 unscorable)" in capsys.readouterr().out
