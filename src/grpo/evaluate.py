@@ -86,13 +86,17 @@ def evaluate(
     ranks: Ranks = SINGLE,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
-    task.correct_threshold (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
-    with its problem, reward and status under "answers". Failed answers are retried (`max_retries`,
+    task.correct_threshold (and pass@k / maj@k with samples > 1). Failed answers are retried (`max_retries`,
     `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed.
 
     Every figure is over the same rows, the `scored` ones: the rows whose greedy answer the reward scored (a
     row without a usable gold has none). sample_accuracy is over their k sampled answers each, and a sampled
-    answer of theirs the reward could not score counts as not correct (`unscorable_samples`)."""
+    answer of theirs the reward could not score counts as not correct (`unscorable_samples`).
+
+    With keep_answers, "answers" holds one entry per problem: its greedy answer ("completion", "reward",
+    "status", "correct", "scored": whether it is one of the figures' rows) and, with samples > 1, its
+    "samples" (each with "completion", "reward", "status", "correct" and the "vote" it casts) and the
+    "majority" they voted for ("vote", "votes", "correct"; None when none voted)."""
     threshold = task_cfg.correct_threshold
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
@@ -110,31 +114,39 @@ def evaluate(
         "retried": retried,  # answers the engine failed to produce at first: generated again, never scored
         "mean_length": sum(len(c.token_ids) for c in greedy) / max(len(greedy), 1),
     }
-    if keep_answers:
-        result["answers"] = [{"id": p.id, "question": p.question, "gold": p.gold, "completion": c.text,
-                              "reward": r, "status": c.status.value} for p, c, r in zip(problems, greedy, rewards)]
+    answers = [{"id": p.id, "question": p.question, "gold": p.gold, "completion": c.text, "reward": r,
+                "status": c.status.value, "correct": r is not None and r >= threshold, "scored": r is not None}
+               for p, c, r in zip(problems, greedy, rewards)]
     if samples > 1:
         params = SamplingParams(max_new_tokens, temperature=temperature)
         seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
         sampled, _ = generate_answers(engine, [p for p in prompts for _ in range(samples)], params, seeds, **retries)
         sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled)
-        correct = [r is not None and r >= threshold for r in sample_rewards]
-        keys = [_answer_key(c.text) for c in sampled]
-        pass_k = maj_k = right = unscorable = 0
-        for i in rows:
-            own = range(i * samples, (i + 1) * samples)
-            pass_k += any(correct[r] for r in own)
-            votes = Counter(keys[r] for r in own if keys[r] is not None)
-            if votes:
-                top = votes.most_common(1)[0][0]
-                maj_k += any(correct[r] for r in own if keys[r] == top)
-            right += sum(correct[r] for r in own)
-            unscorable += sum(sample_rewards[r] is None for r in own)
-        result[f"pass@{samples}"] = _rate(pass_k, len(rows))
-        result[f"maj@{samples}"] = _rate(maj_k, len(rows))
-        result["sample_accuracy"] = _rate(right, len(rows) * samples)
-        result["unscorable_samples"] = unscorable
+        for i, answer in enumerate(answers):
+            answer["samples"] = [{"completion": c.text, "reward": r, "status": c.status.value,
+                                  "correct": r is not None and r >= threshold, "vote": _answer_key(c.text)}
+                                 for c, r in zip(sampled[i * samples:(i + 1) * samples],
+                                                 sample_rewards[i * samples:(i + 1) * samples])]
+            answer["majority"] = _majority(answer["samples"])
+        counted = [answers[i] for i in rows]
+        result[f"pass@{samples}"] = _rate(sum(any(s["correct"] for s in a["samples"]) for a in counted), len(rows))
+        result[f"maj@{samples}"] = _rate(sum(bool(a["majority"] and a["majority"]["correct"]) for a in counted),
+                                         len(rows))
+        result["sample_accuracy"] = _rate(sum(s["correct"] for a in counted for s in a["samples"]),
+                                          len(rows) * samples)
+        result["unscorable_samples"] = sum(s["reward"] is None for a in counted for s in a["samples"])
+    if keep_answers:
+        result["answers"] = answers
     return result
+
+
+def _majority(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The answer most of a problem's samples vote for (ties: the one sampled first), None when none votes."""
+    votes = Counter(s["vote"] for s in samples if s["vote"] is not None)
+    if not votes:
+        return None
+    vote, count = votes.most_common(1)[0]
+    return {"vote": vote, "votes": count, "correct": any(s["correct"] for s in samples if s["vote"] == vote)}
 
 
 def _rate(count: float, of: int) -> float:

@@ -94,3 +94,26 @@ def test_a_runs_evaluations_say_the_same_rows_in_eval_jsonl_the_console_and_the_
     assert "held-out greedy accuracy on the 4 scored problems of 8: " in out
     main(["doctor", str(run_dir)])
     assert f"step 1 (after): {evals[1]['accuracy']:.1%} of 4 scored rows (4 unscorable)" in capsys.readouterr().out
+
+
+# Item 14: --output holds every sampled answer.
+def test_output_holds_every_sampled_answer_under_its_problem(tmp_path, scripted):
+    scripted(RIGHT[:2], [["\\boxed{5}", "\\boxed{6}", "\\boxed{5}", "\\boxed{ 5 }"], ["a", "b", "c", "d"]])
+    result = run_eval(tmp_path, HALF_WITHOUT_GOLD[:2])
+    first, second = result["answers"]
+    assert first["completion"] == RIGHT[0] and first["reward"] == 1.0 and first["scored"] is True
+    assert [s["completion"] for s in first["samples"]] == ["\\boxed{5}", "\\boxed{6}", "\\boxed{5}", "\\boxed{ 5 }"]
+    assert [(s["reward"], s["correct"], s["vote"]) for s in first["samples"]] == [
+        (1.0, True, "5"), (0.0, False, "6"), (1.0, True, "5"), (1.0, True, "5")]
+    assert first["majority"] == {"vote": "5", "votes": 3, "correct": True}
+    assert second["scored"] is False and [s["reward"] for s in second["samples"]] == [None] * 4
+    assert second["majority"] is None
+
+
+def test_the_api_keeps_every_sampled_answer(tmp_path, scripted):
+    scripted(RIGHT[:1], [["\\boxed{5}", "\\boxed{6}", "\\boxed{6}", "x"]])
+    result = api.evaluate("tiny", "tiny", dataset=HALF_WITHOUT_GOLD[:1], rewards=["math"], samples=4,
+                          max_new_tokens=4, keep_answers=True)
+    (answer,) = result["answers"]
+    assert [s["completion"] for s in answer["samples"]] == ["\\boxed{5}", "\\boxed{6}", "\\boxed{6}", "x"]
+    assert answer["majority"] == {"vote": "6", "votes": 2, "correct": False} and result["maj@4"] == 0.0
