@@ -17,7 +17,8 @@ from grpo.dist import SINGLE, Ranks
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
-from grpo.rewards import Reward, TrainerState, extract_answer, parse_number, score
+from grpo.rewards import (Reward, TrainerState, extract_answer, math_batch_reward, math_format_reward, parse_number,
+                          score)
 from grpo.tasks import Problem, reward_inputs
 
 
@@ -61,12 +62,19 @@ def generate_answers(engine: RolloutEngine, prompts: list[list[int]], params: Sa
     return completions, retried
 
 
-def _answer_key(text: str) -> str | None:
-    answer = extract_answer(text)
-    if answer is None:
+def _vote(text: str, reads_last_number: bool) -> str | None:
+    """What a sampled answer votes for in maj@k: the final answer it states, as a number where it is one; with
+    a reward that reads a bare last number as the answer (the built-in math ones) that too, and nothing when
+    no answer is found; with any other reward, failing a stated answer, its whole text. Trimmed, with case
+    and spacing folded."""
+    answer = extract_answer(text, last_number=reads_last_number)
+    if answer is None and reads_last_number:
         return None
-    number = parse_number(answer)
-    return f"{number:.9g}" if number is not None else answer.strip()
+    number = parse_number(answer) if answer is not None else None
+    if number is not None:
+        return f"{number:.9g}"
+    folded = " ".join((answer if answer is not None else text).split()).casefold().rstrip(".!?").rstrip()
+    return folded or None
 
 
 def evaluate(
@@ -122,9 +130,11 @@ def evaluate(
         seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
         sampled, _ = generate_answers(engine, [p for p in prompts for _ in range(samples)], params, seeds, **retries)
         sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled)
+        reads_last_number = any(r.fn in (math_batch_reward, math_format_reward) for r in reward_fns)
         for i, answer in enumerate(answers):
             answer["samples"] = [{"completion": c.text, "reward": r, "status": c.status.value,
-                                  "correct": r is not None and r >= threshold, "vote": _answer_key(c.text)}
+                                  "correct": r is not None and r >= threshold,
+                                  "vote": None if r is None else _vote(c.text, reads_last_number)}
                                  for c, r in zip(sampled[i * samples:(i + 1) * samples],
                                                  sample_rewards[i * samples:(i + 1) * samples])]
             answer["majority"] = _majority(answer["samples"])
@@ -141,12 +151,14 @@ def evaluate(
 
 
 def _majority(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The answer most of a problem's samples vote for (ties: the one sampled first), None when none votes."""
-    votes = Counter(s["vote"] for s in samples if s["vote"] is not None)
+    """The answer most of a problem's samples vote for (ties: the one sampled first), None when none votes.
+    Votes for the same answer that the reward judged differently (right and wrong) are counted apart: the
+    reward, not the vote, says what an answer is."""
+    votes = Counter((s["vote"], s["correct"]) for s in samples if s["vote"] is not None)
     if not votes:
         return None
-    vote, count = votes.most_common(1)[0]
-    return {"vote": vote, "votes": count, "correct": any(s["correct"] for s in samples if s["vote"] == vote)}
+    (vote, correct), count = votes.most_common(1)[0]
+    return {"vote": vote, "votes": count, "correct": correct}
 
 
 def _rate(count: float, of: int) -> float:

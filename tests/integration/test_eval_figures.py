@@ -96,6 +96,60 @@ def test_a_runs_evaluations_say_the_same_rows_in_eval_jsonl_the_console_and_the_
     assert f"step 1 (after): {evals[1]['accuracy']:.1%} of 4 scored rows (4 unscorable)" in capsys.readouterr().out
 
 
+# Item 3: maj@k with rewards that are not math.
+def exact_label(completions, gold, **kwargs):
+    """1 when the completion is the label (case and spacing aside), else 0; None for a row without one."""
+    return [None if not g else float(c.strip().rstrip(".").lower() == g.lower()) for c, g in zip(completions, gold)]
+
+
+def names_the_gold(completions, gold, **kwargs):
+    """Free text: 1 when the completion mentions the gold word."""
+    return [float(g.lower() in c.lower()) for c, g in zip(completions, gold)]
+
+
+LABELS = [{"prompt": "Great film!", "answer": "positive"}, {"prompt": "Dull.", "answer": "negative"}]
+
+
+def test_maj_at_k_votes_on_labels_with_a_label_reward(tmp_path, scripted):
+    scripted(["positive", "positive"],
+             [["negative", "positive", "Positive.", "positive"],     # the label wins: right
+              ["positive", "Positive", "negative", "neutral"]])      # a wrong label wins: wrong
+    result = run_eval(tmp_path, LABELS, f"task.reward={__name__}:exact_label")
+    assert result["pass@4"] == 1.0 and result["maj@4"] == 0.5
+    assert [a["majority"] for a in result["answers"]] == [{"vote": "positive", "votes": 3, "correct": True},
+                                                          {"vote": "positive", "votes": 2, "correct": False}]
+
+
+def test_maj_at_k_votes_on_the_text_with_a_free_text_reward(tmp_path, scripted):
+    rows = [{"prompt": "Capital of France?", "answer": "Paris"}, {"prompt": "Colour of the sky?", "answer": "blue"}]
+    scripted(["Paris", "blue"],
+             [["It is Paris.", "Lyon, 2 hours away", "it is  paris", "Marseille, 2 hours away"],
+              ["The sky is green.", "the sky is green", "The sky is blue.", "Blue"]])
+    result = run_eval(tmp_path, rows, f"task.reward={__name__}:names_the_gold")
+    # Not the last number: "2" (two wrong answers) would win the first row.
+    assert result["pass@4"] == 1.0 and result["maj@4"] == 0.5
+    assert [a["majority"]["vote"] for a in result["answers"]] == ["it is paris", "the sky is green"]
+
+
+def test_answers_vote_together_only_when_the_reward_judged_them_alike(tmp_path, scripted):
+    # "The answer is positive" states the label, but the exact-label reward scores it wrong: such answers are
+    # a vote of their own, apart from the bare "positive" it scores right.
+    rows = [LABELS[0], {"prompt": "Loved it.", "answer": "positive"}]
+    scripted(["positive", "positive"],
+             [["The answer is positive", "positive", "The answer is positive", "negative"],
+              ["The answer is positive", "positive", "positive", "The answer is negative"]])
+    result = run_eval(tmp_path, rows, f"task.reward={__name__}:exact_label")
+    assert result["pass@4"] == 1.0 and result["maj@4"] == 0.5
+    assert [a["majority"] for a in result["answers"]] == [{"vote": "positive", "votes": 2, "correct": False},
+                                                          {"vote": "positive", "votes": 2, "correct": True}]
+
+
+def test_the_api_votes_with_a_callable_label_reward(tmp_path, scripted):
+    scripted(["positive", "negative"], [["positive"] * 3 + ["negative"], ["negative"] * 2 + ["positive"] * 2])
+    result = api.evaluate("tiny", "tiny", dataset=LABELS, rewards=[exact_label], samples=4, max_new_tokens=4)
+    assert result["pass@4"] == 1.0 and result["maj@4"] == 1.0  # a tie goes to the answer sampled first
+
+
 # Item 14: --output holds every sampled answer.
 def test_output_holds_every_sampled_answer_under_its_problem(tmp_path, scripted):
     scripted(RIGHT[:2], [["\\boxed{5}", "\\boxed{6}", "\\boxed{5}", "\\boxed{ 5 }"], ["a", "b", "c", "d"]])

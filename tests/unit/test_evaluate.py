@@ -4,7 +4,7 @@ mean reward: a shaped reward above 1 cannot make it pass 100%."""
 from grpo.config import ArithConfig, TaskConfig
 from grpo.evaluate import evaluate, merge_evaluations
 from grpo.policy.models import build_char_tokenizer
-from grpo.rewards import Reward
+from grpo.rewards import Reward, extract_answer
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
 from grpo.tasks.arith import ArithTask
 
@@ -62,3 +62,23 @@ def test_ranks_shares_merge_over_the_scored_rows():
         assert abs(merged[key] - 2 / 3) < 1e-9, key
     assert abs(merged["sample_accuracy"] - 0.5) < 1e-9 and merged["unscorable_samples"] == 1
     assert merged["mean_length"] == 3.0  # over every greedy answer
+
+
+def boxed_five(completions, **kwargs):
+    """A reward of one's own that reads the boxed answer."""
+    return [float("\\boxed{5}" in c) for c in completions]
+
+
+def test_maj_at_k_votes_on_the_answer_a_completion_states_with_a_reward_of_ones_own():
+    problems = ArithTask(ArithConfig()).eval_problems(1)
+    # Four different texts: voting on the text, the first (wrong) would win; three of them state 5.
+    engine = AnswerEngine(["\\boxed{5}", "\\boxed{6}", "2 + 3 is \\boxed{5}", "so \\boxed{5}", "Adding: \\boxed{5}"])
+    result = evaluate(engine, build_char_tokenizer(), problems, TaskConfig(), [Reward("boxed_five", boxed_five)],
+                      max_new_tokens=4, samples=4, keep_answers=True)
+    assert result["maj@4"] == 1.0 and result["answers"][0]["majority"] == {"vote": "5", "votes": 3, "correct": True}
+
+
+def test_a_bare_last_number_is_read_as_the_answer_unless_told_not_to():
+    assert extract_answer("Lyon, 2 hours away") == "2"
+    assert extract_answer("Lyon, 2 hours away", last_number=False) is None
+    assert extract_answer("Lyon, \\boxed{2}", last_number=False) == "2"  # a stated answer still is one
