@@ -96,7 +96,8 @@ def evaluate(model: str | Path, config: ConfigLike = None, *, dataset: DatasetLi
              keep_answers: bool = False, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Greedy accuracy of `model` (a name, a directory, a checkpoint's model/) as `grpo eval` measures it:
     the fraction of answers whose reward reaches task.correct_threshold, plus pass@k and maj@k with
-    `samples` > 1. `dataset` is evaluated whole (as the test split) unless `split="train"`."""
+    `samples` > 1. `dataset` is evaluated whole (as the test split) unless `split="train"`. With
+    `keep_answers`, every answer (the sampled ones too) under "answers", as `grpo eval --output` writes them."""
     cfg = with_data_and_rewards(build_config(config, overrides), dataset, dataset, rewards, reward_weights)
     cfg.model = replace(cfg.model, name=str(model))
     return run_evaluation(cfg, split=split, max_samples=max_samples, samples=samples, temperature=temperature,

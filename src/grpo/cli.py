@@ -97,8 +97,7 @@ def _eval(args: argparse.Namespace) -> int:
     if output is not None:  # the summary and every answer, to see what the model wrote
         atomic_write(output, json.dumps({**result, "answers": answers}, indent=2))
         say(f"every answer is in {output}")
-    say(format_table({k: v for k, v in result.items() if not isinstance(v, str)},
-                     f"{args.model} on {cfg.task.name}/{args.split}"))
+    say(format_table(result, f"{args.model} on {cfg.task.name}/{args.split}"))
     say(json.dumps(result))
     return 0
 
@@ -239,8 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--device", default=None, help="default: model.device (auto)")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--config", help="config whose task section (prompt, data path, arith knobs) to use")
-    ev.add_argument("--output", help="also write the result and every answer (question, gold, completion, "
-                                     "reward, status) to this JSON file")
+    ev.add_argument("--output", help="also write one JSON object to this file: the figures, and under "
+                                     "\"answers\" one entry per problem (question, gold, the greedy completion, "
+                                     "reward, status, correct, scored) with, for --samples K, its K \"samples\" "
+                                     "(completion, reward, status, correct, vote) and their \"majority\"")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. task.path=... task.reward=math "
                                                  "eval.max_new_tokens=512 (keys eval does not use are refused)")
 

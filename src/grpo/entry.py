@@ -124,7 +124,9 @@ def run(config: str | None, overrides: list[str]) -> int:
 def _say_result(cfg: RunConfig, summary: dict) -> None:
     before, after = summary.get("before"), summary.get("after")
     if before and after:
-        say(f"\nheld-out greedy accuracy on {after['n']} problems: "
+        rows = after.get("scored", after["n"])  # an eval.jsonl line older than "scored" counted every row
+        over = f"{rows} problems" if rows == after["n"] else f"the {rows} scored problems of {after['n']}"
+        say(f"\nheld-out greedy accuracy on {over}: "
             f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
             f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
         expectation = quickstart_expectation(cfg)

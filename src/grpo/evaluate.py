@@ -17,7 +17,8 @@ from grpo.dist import SINGLE, Ranks
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
-from grpo.rewards import Reward, TrainerState, extract_answer, parse_number, score
+from grpo.rewards import (Reward, TrainerState, extract_answer, math_batch_reward, math_format_reward, parse_number,
+                          score)
 from grpo.tasks import Problem, reward_inputs
 
 
@@ -61,12 +62,19 @@ def generate_answers(engine: RolloutEngine, prompts: list[list[int]], params: Sa
     return completions, retried
 
 
-def _answer_key(text: str) -> str | None:
-    answer = extract_answer(text)
-    if answer is None:
+def _vote(text: str, reads_last_number: bool) -> str | None:
+    """What a sampled answer votes for in maj@k: the final answer it states, as a number where it is one; with
+    a reward that reads a bare last number as the answer (the built-in math ones) that too, and nothing when
+    no answer is found; with any other reward, failing a stated answer, its whole text. Trimmed, with case
+    and spacing folded."""
+    answer = extract_answer(text, last_number=reads_last_number)
+    if answer is None and reads_last_number:
         return None
-    number = parse_number(answer)
-    return f"{number:.9g}" if number is not None else answer.strip()
+    number = parse_number(answer) if answer is not None else None
+    if number is not None:
+        return f"{number:.9g}"
+    folded = " ".join((answer if answer is not None else text).split()).casefold().rstrip(".!?").rstrip()
+    return folded or None
 
 
 def evaluate(
@@ -86,46 +94,75 @@ def evaluate(
     ranks: Ranks = SINGLE,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
-    task.correct_threshold (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
-    with its problem, reward and status under "answers". Failed answers are retried (`max_retries`,
-    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed."""
+    task.correct_threshold (and pass@k / maj@k with samples > 1). Failed answers are retried (`max_retries`,
+    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed.
+
+    Every figure is over the same rows, the `scored` ones: the rows whose greedy answer the reward scored (a
+    row without a usable gold has none). sample_accuracy is over their k sampled answers each, and a sampled
+    answer of theirs the reward could not score counts as not correct (`unscorable_samples`).
+
+    With keep_answers, "answers" holds one entry per problem: its greedy answer ("completion", "reward",
+    "status", "correct", "scored": whether it is one of the figures' rows) and, with samples > 1, its
+    "samples" (each with "completion", "reward", "status", "correct" and the "vote" it casts) and the
+    "majority" they voted for ("vote", "votes", "correct"; None when none voted)."""
     threshold = task_cfg.correct_threshold
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
     rewards = _score(reward_fns, problems, greedy)
-    scored = [r for r in rewards if r is not None]
+    rows = [i for i, r in enumerate(rewards) if r is not None]  # the scored rows: every figure's denominator
+    scored = [rewards[i] for i in rows]
     result = {
         "n": len(problems),
-        "accuracy": sum(r >= threshold for r in scored) / len(scored) if scored else 0.0,
-        "mean_reward": sum(scored) / len(scored) if scored else 0.0,
-        "unscorable": len(rewards) - len(scored),
+        "scored": len(rows),
+        "unscorable": len(problems) - len(rows),
+        "accuracy": _rate(sum(r >= threshold for r in scored), len(rows)),
+        "mean_reward": _rate(sum(scored), len(rows)),
         "empty": sum(c.status == SampleStatus.EMPTY for c in greedy),
         "retried": retried,  # answers the engine failed to produce at first: generated again, never scored
         "mean_length": sum(len(c.token_ids) for c in greedy) / max(len(greedy), 1),
     }
-    if keep_answers:
-        result["answers"] = [{"id": p.id, "question": p.question, "gold": p.gold, "completion": c.text,
-                              "reward": r, "status": c.status.value} for p, c, r in zip(problems, greedy, rewards)]
+    answers = [{"id": p.id, "question": p.question, "gold": p.gold, "completion": c.text, "reward": r,
+                "status": c.status.value, "correct": r is not None and r >= threshold, "scored": r is not None}
+               for p, c, r in zip(problems, greedy, rewards)]
     if samples > 1:
         params = SamplingParams(max_new_tokens, temperature=temperature)
         seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
         sampled, _ = generate_answers(engine, [p for p in prompts for _ in range(samples)], params, seeds, **retries)
         sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled)
-        correct = [r is not None and r >= threshold for r in sample_rewards]
-        keys = [_answer_key(c.text) for c in sampled]
-        pass_k = maj_k = 0
-        for i in range(len(problems)):
-            rows = range(i * samples, (i + 1) * samples)
-            pass_k += any(correct[r] for r in rows)
-            votes = Counter(keys[r] for r in rows if keys[r] is not None)
-            if votes:
-                top = votes.most_common(1)[0][0]
-                maj_k += any(correct[r] for r in rows if keys[r] == top)
-        result[f"pass@{samples}"] = pass_k / len(problems)
-        result[f"maj@{samples}"] = maj_k / len(problems)
-        result["sample_accuracy"] = sum(correct) / len(correct)
+        reads_last_number = any(r.fn in (math_batch_reward, math_format_reward) for r in reward_fns)
+        for i, answer in enumerate(answers):
+            answer["samples"] = [{"completion": c.text, "reward": r, "status": c.status.value,
+                                  "correct": r is not None and r >= threshold,
+                                  "vote": None if r is None else _vote(c.text, reads_last_number)}
+                                 for c, r in zip(sampled[i * samples:(i + 1) * samples],
+                                                 sample_rewards[i * samples:(i + 1) * samples])]
+            answer["majority"] = _majority(answer["samples"])
+        counted = [answers[i] for i in rows]
+        result[f"pass@{samples}"] = _rate(sum(any(s["correct"] for s in a["samples"]) for a in counted), len(rows))
+        result[f"maj@{samples}"] = _rate(sum(bool(a["majority"] and a["majority"]["correct"]) for a in counted),
+                                         len(rows))
+        result["sample_accuracy"] = _rate(sum(s["correct"] for a in counted for s in a["samples"]),
+                                          len(rows) * samples)
+        result["unscorable_samples"] = sum(s["reward"] is None for a in counted for s in a["samples"])
+    if keep_answers:
+        result["answers"] = answers
     return result
+
+
+def _majority(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The answer most of a problem's samples vote for (ties: the one sampled first), None when none votes.
+    Votes for the same answer that the reward judged differently (right and wrong) are counted apart: the
+    reward, not the vote, says what an answer is."""
+    votes = Counter((s["vote"], s["correct"]) for s in samples if s["vote"] is not None)
+    if not votes:
+        return None
+    (vote, correct), count = votes.most_common(1)[0]
+    return {"vote": vote, "votes": count, "correct": correct}
+
+
+def _rate(count: float, of: int) -> float:
+    return count / of if of else 0.0
 
 
 def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list) -> list[float | None]:
@@ -134,32 +171,40 @@ def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: l
 
 
 def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One evaluation from each rank's share of the problems: counts add up, rates are weighted."""
+    """One evaluation from each rank's share of the problems: counts add up, rates are weighted by the rows
+    they are over (the scored ones)."""
     if len(parts) == 1:
         return parts[0]
     n = sum(p["n"] for p in parts)
-    scored = [p["n"] - p["unscorable"] for p in parts]
-    merged: dict[str, Any] = {
-        "n": n,
-        "accuracy": sum(p["accuracy"] * k for p, k in zip(parts, scored)) / max(sum(scored), 1),
-        "mean_reward": sum(p["mean_reward"] * k for p, k in zip(parts, scored)) / max(sum(scored), 1),
-        "unscorable": sum(p["unscorable"] for p in parts),
-        "empty": sum(p["empty"] for p in parts),
-        "retried": sum(p["retried"] for p in parts),
-        "mean_length": sum(p["mean_length"] * p["n"] for p in parts) / max(n, 1),
-    }
+    scored = sum(p["scored"] for p in parts)
+    merged: dict[str, Any] = {"n": n, "scored": scored, "unscorable": sum(p["unscorable"] for p in parts)}
     for key in parts[0]:
-        if key.startswith(("pass@", "maj@")) or key == "sample_accuracy":
-            merged[key] = sum(p[key] * p["n"] for p in parts) / max(n, 1)
+        if key in ("accuracy", "mean_reward", "sample_accuracy") or key.startswith(("pass@", "maj@")):
+            merged[key] = _rate(sum(p[key] * p["scored"] for p in parts), scored)
+        elif key in ("empty", "retried", "unscorable_samples"):
+            merged[key] = sum(p[key] for p in parts)
+    merged["mean_length"] = sum(p["mean_length"] * p["n"] for p in parts) / max(n, 1)
     if "answers" in parts[0]:
         merged["answers"] = [a for p in parts for a in p["answers"]]
     return merged
 
 
-def format_table(results: dict[str, float], title: str = "evaluation") -> str:
-    width = max(len(k) for k in results)
-    lines = [title, "-" * (width + 12)]
-    for key, value in results.items():
-        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-        lines.append(f"{key:<{width}}  {shown:>10}")
+def _denominators(result: dict[str, Any]) -> str:
+    """What an evaluation's figures are over, in words: the line under its table."""
+    n, scored = result["n"], result["scored"]
+    rows = (f"all {n} rows" if scored == n else
+            f"the {scored} scored rows of {n} ({n - scored} unscorable: the reward gave them no score)")
+    k = next((int(key[len("pass@"):]) for key in result if key.startswith("pass@")), None)
+    return f"every figure is over {rows}" + (f"; sample_accuracy over their {scored * k} sampled answers"
+                                             if k else "")
+
+
+def format_table(results: dict[str, Any], title: str = "evaluation") -> str:
+    """An evaluation's figures, one a line, under `title` and what they are over."""
+    shown = {k: v for k, v in results.items() if isinstance(v, (int, float))}
+    width = max(len(k) for k in shown)
+    lines = [title, _denominators(results), "-" * (width + 12)]
+    for key, value in shown.items():
+        text = f"{value:.4f}" if isinstance(value, float) else str(value)
+        lines.append(f"{key:<{width}}  {text:>10}")
     return "\n".join(lines)

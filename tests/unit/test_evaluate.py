@@ -2,9 +2,9 @@
 mean reward: a shaped reward above 1 cannot make it pass 100%."""
 
 from grpo.config import ArithConfig, TaskConfig
-from grpo.evaluate import evaluate
+from grpo.evaluate import evaluate, merge_evaluations
 from grpo.policy.models import build_char_tokenizer
-from grpo.rewards import Reward
+from grpo.rewards import Reward, extract_answer
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
 from grpo.tasks.arith import ArithTask
 
@@ -48,3 +48,37 @@ def test_pass_at_k_counts_answers_over_the_threshold():
     result = evaluate(engine, build_char_tokenizer(), problems, TaskConfig(), [Reward("shaped", shaped)],
                       max_new_tokens=4, samples=3)
     assert result["pass@3"] == 0.5 and abs(result["sample_accuracy"] - 1 / 6) < 1e-9
+
+
+def test_ranks_shares_merge_over_the_scored_rows():
+    # Rank 0: 2 rows, both scored, 1 right; rank 1: 2 rows, 1 scored and right. Over the 3 scored rows: 2/3.
+    parts = [{"n": 2, "scored": 2, "unscorable": 0, "accuracy": 0.5, "mean_reward": 0.5, "empty": 0, "retried": 0,
+              "mean_length": 4.0, "pass@2": 0.5, "maj@2": 0.5, "sample_accuracy": 0.25, "unscorable_samples": 0},
+             {"n": 2, "scored": 1, "unscorable": 1, "accuracy": 1.0, "mean_reward": 1.0, "empty": 0, "retried": 1,
+              "mean_length": 2.0, "pass@2": 1.0, "maj@2": 1.0, "sample_accuracy": 1.0, "unscorable_samples": 1}]
+    merged = merge_evaluations(parts)
+    assert (merged["n"], merged["scored"], merged["unscorable"], merged["retried"]) == (4, 3, 1, 1)
+    for key in ("accuracy", "mean_reward", "pass@2", "maj@2"):
+        assert abs(merged[key] - 2 / 3) < 1e-9, key
+    assert abs(merged["sample_accuracy"] - 0.5) < 1e-9 and merged["unscorable_samples"] == 1
+    assert merged["mean_length"] == 3.0  # over every greedy answer
+
+
+def boxed_five(completions, **kwargs):
+    """A reward of one's own that reads the boxed answer."""
+    return [float("\\boxed{5}" in c) for c in completions]
+
+
+def test_maj_at_k_votes_on_the_answer_a_completion_states_with_a_reward_of_ones_own():
+    problems = ArithTask(ArithConfig()).eval_problems(1)
+    # Four different texts: voting on the text, the first (wrong) would win; three of them state 5.
+    engine = AnswerEngine(["\\boxed{5}", "\\boxed{6}", "2 + 3 is \\boxed{5}", "so \\boxed{5}", "Adding: \\boxed{5}"])
+    result = evaluate(engine, build_char_tokenizer(), problems, TaskConfig(), [Reward("boxed_five", boxed_five)],
+                      max_new_tokens=4, samples=4, keep_answers=True)
+    assert result["maj@4"] == 1.0 and result["answers"][0]["majority"] == {"vote": "5", "votes": 3, "correct": True}
+
+
+def test_a_bare_last_number_is_read_as_the_answer_unless_told_not_to():
+    assert extract_answer("Lyon, 2 hours away") == "2"
+    assert extract_answer("Lyon, 2 hours away", last_number=False) is None
+    assert extract_answer("Lyon, \\boxed{2}", last_number=False) == "2"  # a stated answer still is one

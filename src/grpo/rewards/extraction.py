@@ -63,9 +63,10 @@ def _clean_phrase_answer(raw: str) -> str:
     return raw.strip().strip("*").strip().rstrip(".").strip()
 
 
-def extract_answer(text: str) -> str | None:
+def extract_answer(text: str, *, last_number: bool = True) -> str | None:
     """The final answer in a completion: last ``\\boxed{}``, then "the answer is X" /
-    "final answer: X", then a ``#### X`` line, then the last number. None if nothing."""
+    "final answer: X", then a ``#### X`` line, then (unless not `last_number`) the last number. None if
+    nothing."""
     boxed = _boxed_contents(text)
     if boxed:
         return boxed[-1]
@@ -87,7 +88,7 @@ def extract_answer(text: str) -> str | None:
         if answer:
             return answer
 
-    numbers_found = _LAST_NUMBER.findall(text)
+    numbers_found = _LAST_NUMBER.findall(text) if last_number else []
     if numbers_found:
         return numbers_found[-1]
     return None

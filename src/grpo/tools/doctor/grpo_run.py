@@ -70,13 +70,22 @@ def details(run_dir: Path) -> list[str]:
     if evals:  # a failed evaluation has no accuracy: it is shown as FAILED, never as 0%
         out.append("EVAL     " + ", ".join(
             f"step {e.get('step')} ({e.get('label')}): "
-            + (f"{e['accuracy']:.1%}" if _is_number(e.get("accuracy")) else "FAILED") for e in evals[-6:]))
+            + (f"{e['accuracy']:.1%}{_eval_rows(e)}" if _is_number(e.get("accuracy")) else "FAILED")
+            for e in evals[-6:]))
     try:
         out += _checkpoint_lines(run_dir, store, valid, invalid, good)
     except (TypeError, ValueError) as exc:  # a meta.json edited by hand: its score or step of another type
         out.append(f"CHECKPTS a checkpoint's meta.json holds a value of an unexpected type ({exc})")
     out += _file_lines(run_dir, bad_metrics, bad_events)
     return out
+
+
+def _eval_rows(evaluation: dict) -> str:
+    """What an accuracy is over, when it is not every row (as grpo eval says it)."""
+    n, scored = evaluation.get("n"), evaluation.get("scored")
+    if not (_is_number(n) and _is_number(scored)) or scored == n:
+        return ""
+    return f" of {scored} scored rows ({n - scored} unscorable)"
 
 
 def _is_number(value: Any) -> bool:
