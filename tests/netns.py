@@ -68,7 +68,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _kill_all(node: Node) -> None:
+def kill_all(node: Node) -> None:
     """SIGKILL every process inside the node's namespace and wait (bounded) until none is left."""
     for _ in range(10):  # a process may start another while its siblings are killed: a few rounds
         pids = [p for p in node.pids() if _alive(p)]
@@ -104,7 +104,7 @@ def two_nodes() -> Iterator[tuple[Node, Node]]:
         errors = []
         for node in made:
             try:
-                _kill_all(node)
+                kill_all(node)
             except AssertionError as exc:
                 errors.append(str(exc))
             result = subprocess.run(["ip", "netns", "del", node.netns], capture_output=True, text=True)
