@@ -213,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--nproc", type=int, default=1, help="with --launcher: the number of trainer ranks")
     train.add_argument("--ray-address", help="with --launcher ray: the cluster (default: RAY_ADDRESS, else a "
                                              "local one)")
+    train.add_argument("--ray-strategy", choices=["PACK", "SPREAD"], default="PACK",
+                       help="with --launcher ray: the placement group's strategy: PACK (as few nodes as possible) "
+                            "or SPREAD (bundles dealt over the nodes in turn: with as many ranks as servers on two "
+                            "nodes, each node a rank and its server)")
     train.add_argument("--max-restarts", type=int, default=3, help="with --launcher: group restarts after a rank "
                                                                    "is lost")
 
@@ -309,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train" and args.launcher == "ray":
         from grpo.launch.ray import launch
 
-        return launch(args.config, args.overrides, args.nproc, args.ray_address, args.max_restarts)
+        return launch(args.config, args.overrides, args.nproc, args.ray_address, args.max_restarts, args.ray_strategy)
     if args.command in ("train", "quickstart"):
         from grpo.entry import run
 

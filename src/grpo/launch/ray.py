@@ -28,12 +28,15 @@ from grpo.config import RunConfig, load_config, split_overrides
 from grpo.errors import ConfigError
 from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV, SERVER_GPUS_ENV, actor_loss_cause
 from grpo.rundir.events import EventLog
-from grpo.rundir.resume import LAUNCHER_ENV
+from grpo.rundir.resume import LAUNCHER_ENV, RAY_STRATEGY_ENV, resume_command
 
 EXIT_GAVE_UP = 1  # the group kept losing ranks: as a crash, the newest good checkpoint resumes it
 # After a rank exits with an error by itself, how long the others may take to end theirs before they
 # are taken to be waiting on it; a rank lost meanwhile still counts as lost.
 GRACE_S = 120.0
+# Before a new group starts: how long the placement group may take to be placed again when a node it had
+# bundles on was lost (Ray reschedules them onto the nodes left, or onto one that joins).
+REPLACE_S = 120.0
 
 
 def _import_ray():
@@ -138,6 +141,11 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
         check_server_nodes(ray.util.placement_group_table(group)["bundles_to_node_id"], nproc,
                            cfg.rollout.server.weights_dir)
         for attempt in range(max_restarts + 1):
+            if attempt and not group.wait(timeout_seconds=REPLACE_S):
+                print(f"grpo: the placement group's {len(wanted)} bundles could not be placed again within "
+                      f"{REPLACE_S:g} s (a node lost and too few CPUs left); the newest good checkpoint resumes the "
+                      f"run once the cluster has room: {resume_command(run_dir, None)}", flush=True)
+                return EXIT_GAVE_UP
             actors = [actor_class.options(
                 num_cpus=1, num_gpus=1 if gpus else 0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank),
@@ -145,7 +153,7 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
             addresses = ray.get([a.address.remote() for a in actors])
             master_addr, master_port, _ = addresses[0]
             # LAUNCHER_ENV: the run directory records this launch, so a resume command says --launcher ray.
-            launched = {LAUNCHER_ENV: f"ray:{address or ''}"}
+            launched = {LAUNCHER_ENV: f"ray:{address or ''}"} | ({RAY_STRATEGY_ENV: strategy} if strategy != "PACK" else {})
             runs = [a.train.remote(config, overrides, rank_environment(rank, nproc, master_addr, master_port, attempt,
                                                                        server_bundles, gpus) | launched)
                     for rank, a in enumerate(actors)]
@@ -165,7 +173,7 @@ def launch(config: str | None, overrides: list[str], nproc: int, address: str | 
                           rank=rank, node=node, pid=pid, cause=cause, attempt=attempt)
             if attempt == max_restarts:
                 print(f"grpo: rank {rank} was lost ({cause}) and {max_restarts} restarts are used up; the newest "
-                      f"good checkpoint in {run_dir} resumes the run", flush=True)
+                      f"good checkpoint in {run_dir} resumes the run: {resume_command(run_dir, None)}", flush=True)
                 return EXIT_GAVE_UP
             events.record("group_restart", step, f"restarting all {nproc} ranks (restart {attempt + 1} of "
                           f"{max_restarts}); they resume from the newest good checkpoint",

@@ -14,6 +14,7 @@ from grpo.rundir.files import atomic_write_json, read_json
 
 LAUNCH_FILE = "launch.json"
 LAUNCHER_ENV = "GRPO_LAUNCHER"  # set by `grpo train --launcher ray` for its ranks: {"launcher": "ray", ...}
+RAY_STRATEGY_ENV = "GRPO_RAY_STRATEGY"  # ... and its --ray-strategy, where not the default PACK
 
 
 def record_launch(run_dir: Path, world: int) -> None:
@@ -22,6 +23,8 @@ def record_launch(run_dir: Path, world: int) -> None:
     launch: dict[str, Any] | None = None
     if os.environ.get(LAUNCHER_ENV):
         launch = {"launcher": "ray", "nproc": world, "ray_address": os.environ[LAUNCHER_ENV].partition(":")[2] or None}
+        if os.environ.get(RAY_STRATEGY_ENV):
+            launch["ray_strategy"] = os.environ[RAY_STRATEGY_ENV]
     elif world > 1:
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         launch = {"launcher": "torchrun", "nproc_per_node": per_node, "nnodes": max(1, world // per_node),
@@ -38,7 +41,8 @@ def _launch_prefix(run_dir: Path) -> list[str]:
         return ["grpo", "train"]
     if launch.get("launcher") == "ray":
         address = ["--ray-address", str(launch["ray_address"])] if launch.get("ray_address") else []
-        return ["grpo", "train", "--launcher", "ray", "--nproc", str(launch.get("nproc", 1)), *address]
+        strategy = ["--ray-strategy", str(launch["ray_strategy"])] if launch.get("ray_strategy") else []
+        return ["grpo", "train", "--launcher", "ray", "--nproc", str(launch.get("nproc", 1)), *address, *strategy]
     nodes = int(launch.get("nnodes", 1))
     multi = ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", str(launch.get("rendezvous"))]
     return ["torchrun", *(multi if nodes > 1 else []), "--nproc-per-node", str(launch.get("nproc_per_node", 1)),

@@ -7,9 +7,9 @@ import shlex
 
 import pytest
 
-from grpo.rundir.resume import LAUNCH_FILE, LAUNCHER_ENV, record_launch, resume_command
+from grpo.rundir.resume import LAUNCH_FILE, LAUNCHER_ENV, RAY_STRATEGY_ENV, record_launch, resume_command
 
-TORCHRUN_ENV = ("LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", LAUNCHER_ENV)
+TORCHRUN_ENV = ("LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", LAUNCHER_ENV, RAY_STRATEGY_ENV)
 
 
 @pytest.fixture
@@ -47,6 +47,10 @@ def test_ray_keeps_its_launcher_and_cluster_and_a_later_single_process_start_win
     record_launch(run_dir, world=2)
     assert command(run_dir)[:8] == ["grpo", "train", "--launcher", "ray", "--nproc", "2", "--ray-address",
                                     "10.0.0.5:6379"]
+    monkeypatch.setenv(RAY_STRATEGY_ENV, "SPREAD")  # a placement other than PACK is launched as it was
+    record_launch(run_dir, world=2)
+    assert command(run_dir)[6:11] == ["--ray-address", "10.0.0.5:6379", "--ray-strategy", "SPREAD", "--config"]
+    monkeypatch.delenv(RAY_STRATEGY_ENV)
     monkeypatch.setenv(LAUNCHER_ENV, "ray:")  # a local cluster: no address to give
     record_launch(run_dir, world=1)
     assert command(run_dir)[:7] == ["grpo", "train", "--launcher", "ray", "--nproc", "1", "--config"]
