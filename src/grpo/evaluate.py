@@ -84,16 +84,19 @@ def evaluate(
     max_retries: int = 2,
     retry_backoff_s: float = 0.5,
     ranks: Ranks = SINGLE,
+    trainer_state: TrainerState | None = None,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
     task.correct_threshold (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
     with its problem, reward and status under "answers". Failed answers are retried (`max_retries`,
-    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed."""
+    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed. `trainer_state`: what reward
+    functions are given (the run's, during training); None: as at the end of training."""
+    state = trainer_state or TrainerState.finished(None)
     threshold = task_cfg.correct_threshold
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
-    rewards = _score(reward_fns, problems, greedy)
+    rewards = _score(reward_fns, problems, greedy, state)
     scored = [r for r in rewards if r is not None]
     result = {
         "n": len(problems),
@@ -111,7 +114,7 @@ def evaluate(
         params = SamplingParams(max_new_tokens, temperature=temperature)
         seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
         sampled, _ = generate_answers(engine, [p for p in prompts for _ in range(samples)], params, seeds, **retries)
-        sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled)
+        sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled, state)
         correct = [r is not None and r >= threshold for r in sample_rewards]
         keys = [_answer_key(c.text) for c in sampled]
         pass_k = maj_k = 0
@@ -128,9 +131,10 @@ def evaluate(
     return result
 
 
-def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list) -> list[float | None]:
+def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list, state: TrainerState
+           ) -> list[float | None]:
     inputs = reward_inputs(problems, [c.text for c in completions], [c.token_ids for c in completions])
-    return score(reward_fns, {**inputs, "trainer_state": TrainerState(0)}).total
+    return score(reward_fns, {**inputs, "trainer_state": state}).total
 
 
 def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -40,10 +40,18 @@ class Reward:
 
 @dataclass(frozen=True)
 class TrainerState:
-    """What TRL's ``trainer_state`` keyword carries that reward functions use (curricula)."""
+    """What TRL's ``trainer_state`` keyword carries that reward functions use (curricula), with TRL's values:
+    ``global_step`` is the optimizer steps completed (N - 1 while step N's samples are scored), ``max_steps``
+    the run's total steps."""
 
     global_step: int
-    max_steps: int | None = None
+    max_steps: int
+
+    @classmethod
+    def finished(cls, steps: int | None) -> TrainerState:
+        """As at the end of a run of `steps` (1 when unknown): an evaluation outside training scores with
+        the reward the run ends on."""
+        return cls(steps or 1, steps or 1)
 
 
 @dataclass
