@@ -31,3 +31,22 @@ def test_trainer_state_is_trls_during_training(tmp_path, monkeypatch):
     assert sorted(set(STATES)) == [(0, 3), (1, 3), (2, 3)]  # the check at start, then steps 1, 2, 3
     rewards = [line["reward/mean"] for line in metric_lines(result.run_dir)]
     assert rewards == pytest.approx([1.0, 1.0 - 1 / 3, 1.0 - 2 / 3])  # switches as TRL's would
+
+
+def nan_on_odd(completions, **kwargs):
+    return [float("nan") if i % 2 else 1.0 for i in range(len(completions))]
+
+
+def length(completions, **kwargs):
+    return [len(c) / 100 for c in completions]
+
+
+# 6. A NaN from one of several functions is a missing value of that function (TRL's nansum), not a lost sample.
+def test_a_nan_from_one_function_is_left_out_of_the_sum_not_the_sample(tmp_path):
+    run_dir = tmp_path / "r"
+    assert main(["train", "--config", "tiny", *STEPS, f"run_dir={run_dir}",
+                 f"task.reward=[{__name__}:nan_on_odd,{__name__}:length]"]) == 0
+    for line in metric_lines(run_dir):
+        assert line["rollout/unscorable_frac"] == 0 and line["rollout/reward_errors"] == 0
+        assert line["reward/nan_on_odd/mean"] == 1.0  # over the values it gave
+        assert line["reward/mean"] == pytest.approx(line["reward/length/mean"] + 0.5, rel=1e-5)

@@ -238,13 +238,23 @@ def test_score_completions_wrong_type_raises() -> None:
         score_completions(stringy, ["a"], {})
 
 
-def test_score_completions_non_finite_is_an_error() -> None:
+def test_score_completions_nan_is_a_missing_value_and_infinity_an_error() -> None:
     def weird(completions: list[str], **_: object) -> list[float | None]:
         return [math.nan, math.inf, 1, True, None]
 
     rewards, errors = score_completions(weird, ["a"] * 5, {})
     assert rewards == [None, None, 1.0, 1.0, None]
-    assert errors == ["non-finite reward", "non-finite reward", None, None, None]
+    assert errors == [None, "infinite reward", None, None, None]
+
+
+def test_a_sample_every_function_gives_nan_is_unscorable() -> None:
+    from grpo.rewards import Reward, score
+
+    def nan(completions, **kwargs):
+        return [math.nan] * len(completions)
+
+    scores = score([Reward("nan", nan), Reward("nan_2", nan)], {"completions": ["a"]})
+    assert scores.total == [None] and scores.errors == [None]
 
 
 def test_score_completions_with_math() -> None:

@@ -3,8 +3,8 @@
 Reward functions take TRL's contract as is: they are called by keyword with ``prompts``,
 ``completions``, ``completion_ids``, ``trainer_state`` and every column of the data (one list per
 column, one value per completion), and return one float, or None, per completion. Several functions
-are summed with their weights; a function's None means "does not apply to this sample" (TRL's
-``nansum``), and a sample that no function scores is unscorable. A function that raises is an error
+are summed with their weights; a function's None or NaN means "does not apply to this sample" (TRL's
+``nansum``), and a sample that no function scores is unscorable. An infinite reward is an error. A function that raises is an error
 for the samples it raised on: they are unscorable, never scored 0.
 """
 
@@ -114,9 +114,11 @@ def call_reward(fn: RewardFn, inputs: dict[str, Any]) -> tuple[list[float | None
     else:
         rewards = _validated(fn, out, n)
     for i, reward in enumerate(rewards):
-        if reward is not None and not math.isfinite(reward):
+        if reward is not None and math.isnan(reward):
+            rewards[i] = None  # TRL's missing value, as None: the other functions' weighted sum stands
+        elif reward is not None and math.isinf(reward):
             rewards[i] = None
-            errors[i] = "non-finite reward"
+            errors[i] = "infinite reward"
     return rewards, errors
 
 
