@@ -50,3 +50,41 @@ def test_a_nan_from_one_function_is_left_out_of_the_sum_not_the_sample(tmp_path)
         assert line["rollout/unscorable_frac"] == 0 and line["rollout/reward_errors"] == 0
         assert line["reward/nan_on_odd/mean"] == 1.0  # over the values it gave
         assert line["reward/mean"] == pytest.approx(line["reward/length/mean"] + 0.5, rel=1e-5)
+
+
+async def judged(completions, **kwargs):  # an LLM judge, as TRL users write one
+    import asyncio
+
+    async def judge(text):
+        await asyncio.sleep(0)
+        return float(len(text) > 3)
+    return list(await asyncio.gather(*(judge(c) for c in completions)))
+
+
+def numpy_bools(completions, **kwargs):
+    import numpy as np
+
+    return [np.bool_(len(c) > 3) for c in completions]
+
+
+KEYWORDS: list[list[str]] = []
+
+
+def keywords(completions, **kwargs):
+    KEYWORDS.append(sorted(kwargs))
+    return [0.0] * len(completions)
+
+
+# 10. async def rewards are awaited, NumPy scalars are numbers, and the keywords are TRL's: no prompt column.
+def test_async_and_numpy_rewards_train_and_the_prompt_column_is_not_a_keyword(tmp_path):
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1), "level": i % 3} for i in range(8)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dir = tmp_path / "r"
+    KEYWORDS.clear()
+    assert main(["train", "--config", "tiny", *STEPS, f"run_dir={run_dir}", "task.name=dataset",
+                 f"task.train_files=[{tmp_path / 'train.jsonl'}]",
+                 f"task.reward=[{__name__}:judged,{__name__}:numpy_bools,{__name__}:keywords]"]) == 0
+    for line in metric_lines(run_dir):
+        assert line["rollout/reward_errors"] == 0 and line["rollout/unscorable_frac"] == 0
+        assert line["reward/judged/mean"] == line["reward/numpy_bools/mean"]
+    assert KEYWORDS[0] == ["answer", "completion_ids", "gold", "level", "prompts", "question", "trainer_state"]

@@ -377,3 +377,34 @@ def test_gsm8k_gold_text_is_read_after_its_mark_and_a_worked_solution_is_unscora
     assert math_reward("\\boxed{13}", "9 plus 5 is 14.\n#### 14") == 0.0
     assert math_reward("\\boxed{14}", "9 plus 5 is 14.") is None
     assert math_reward("\\boxed{1000}", "1,000 apples") == 1.0
+
+
+def test_async_rewards_are_awaited_together_even_from_a_thread_running_a_loop() -> None:
+    import asyncio
+
+    from grpo.rewards import Reward, score
+
+    started: list[str] = []
+
+    async def judge(completions, **kwargs):  # sees the other judge start only if both run together
+        started.append("judge")
+        for _ in range(100):
+            await asyncio.sleep(0)
+        return [float("judge_2" in started)] * len(completions)
+
+    async def judge_2(completions, **kwargs):
+        started.append("judge_2")
+        return [0.5] * len(completions)
+
+    async def in_a_notebook():  # Jupyter's thread runs an event loop while the cell calls grpo
+        return score([Reward("judge", judge), Reward("judge_2", judge_2)], {"completions": ["a", "b"]})
+
+    assert asyncio.run(in_a_notebook()).total == [1.5, 1.5]
+
+
+def test_numpy_and_torch_scalars_are_numbers() -> None:
+    import numpy as np
+    import torch
+
+    out = [np.bool_(True), np.float32(0.5), np.int64(2), torch.tensor(0.25), np.array(1.0)]
+    assert score_completions(lambda completions, **kw: out, ["a"] * 5, {})[0] == [1.0, 0.5, 2.0, 0.25, 1.0]
