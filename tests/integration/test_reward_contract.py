@@ -88,3 +88,67 @@ def test_async_and_numpy_rewards_train_and_the_prompt_column_is_not_a_keyword(tm
         assert line["rollout/reward_errors"] == 0 and line["rollout/unscorable_frac"] == 0
         assert line["reward/judged/mean"] == line["reward/numpy_bools/mean"]
     assert KEYWORDS[0] == ["answer", "completion_ids", "gold", "level", "prompts", "question", "trainer_state"]
+
+
+# 1. A reward's identity is its code: editing it between starts is refused like other data, unless asked for.
+REWARDS = """
+SCALE = {scale}
+
+
+def clipped(x):
+    return min(x, {cap})
+
+
+def correctness(completions, **kwargs):
+    return [clipped(SCALE * len(c) / 100) for c in completions]
+
+
+def unused(completions, **kwargs):
+    return [{unused}] * len(completions)
+"""
+
+
+def write_rewards(folder: Path, scale: float = 1.0, cap: float = 1.0, unused: float = 0.0) -> None:
+    (folder / "my_rewards.py").write_text(REWARDS.format(scale=scale, cap=cap, unused=unused))
+
+
+def test_cli_refuses_to_resume_with_an_edited_reward_and_records_an_asked_for_change(tmp_path):
+    from .test_first_hour import TINY, grpo_command, one_line
+
+    write_rewards(tmp_path)
+    train = ["train", *TINY, "run_dir=runs/r", "task.reward=my_rewards:correctness"]
+    assert grpo_command(train, cwd=tmp_path).returncode == 0
+    write_rewards(tmp_path, unused=1.0)  # an edit of what the reward does not use: the same run
+    assert grpo_command([*train, "train.steps=3"], cwd=tmp_path).returncode == 0
+    for edit in ({"cap": 0.5}, {"scale": 2.0}):  # a function it calls, a constant it reads
+        write_rewards(tmp_path, unused=1.0, **edit)
+        refused = grpo_command([*train, "train.steps=4"], cwd=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        line = one_line(refused.stderr)
+        assert "reward's code changed (my_rewards:correctness" in line and "resume_with_changes=true" in line
+    assert len(metric_lines(tmp_path / "runs/r")) == 3  # nothing trained on the edited reward
+
+    assert grpo_command([*train, "train.steps=4", "resume_with_changes=true"], cwd=tmp_path).returncode == 0
+    events = [json.loads(line) for line in (tmp_path / "runs/r/events.jsonl").read_text().splitlines()]
+    changed = [e for e in events if e["kind"] == "config_changed"][-1]["evidence"]["changed"]
+    assert "task.reward.code:my_rewards:correctness" in changed
+    assert grpo_command([*train, "train.steps=5"], cwd=tmp_path).returncode == 0  # the change is the run's now
+
+
+def test_api_refuses_to_resume_with_an_edited_reward_function(tmp_path, monkeypatch):
+    from grpo.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    overrides = ["checkpoint.every_steps=0", "checkpoint.every_minutes=0", "run_dir=runs/api"]
+
+    def reward(completions, **kwargs):  # a notebook cell
+        return [len(c) / 100 for c in completions]
+
+    api.train("tiny", rewards=[reward], overrides=["train.steps=1", *overrides])
+
+    def reward(completions, **kwargs):  # noqa: F811 - the cell edited and run again
+        return [1 - len(c) / 100 for c in completions]
+
+    with pytest.raises(ConfigError, match=r"reward's code changed \(python:reward .*resume_with_changes=true"):
+        api.train("tiny", rewards=[reward], overrides=["train.steps=2", *overrides])
+    assert len(metric_lines(tmp_path / "runs/api")) == 1
