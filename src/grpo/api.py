@@ -130,7 +130,8 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
     model, tokenizer = load_model_and_tokenizer(cfg.model, resolve_device(cfg.model.device))
     golds = [p.gold for p in problems[:4]]
     ids = [tokenizer(g, add_special_tokens=False)["input_ids"] for g in golds]
-    check_rewards(reward_fns, {**reward_inputs(problems[:4], golds, ids), "trainer_state": TrainerState(0)},
+    state = TrainerState.finished(cfg.train.steps)
+    check_rewards(reward_fns, {**reward_inputs(problems[:4], golds, ids), "trainer_state": state},
                   f"{len(golds)} {split} rows with their gold answers as completions")
     engine = EmbeddedEngine(model, tokenizer, batch_size)
     progress.activate(Progress(0, interval_s=30.0))
@@ -138,7 +139,7 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
         with progress.phase(f"evaluate {len(problems)} problems"):
             result = evaluate_problems(engine, tokenizer, problems, cfg.task, reward_fns,
                                        max_new_tokens=max_new_tokens, samples=samples, temperature=temperature,
-                                       seed=seed, keep_answers=keep_answers)
+                                       seed=seed, keep_answers=keep_answers, trainer_state=state)
     finally:
         progress.activate(None)
     return {"model": cfg.model.name, "task": cfg.task.name, "split": split, "max_new_tokens": max_new_tokens,

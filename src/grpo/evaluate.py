@@ -92,6 +92,7 @@ def evaluate(
     max_retries: int = 2,
     retry_backoff_s: float = 0.5,
     ranks: Ranks = SINGLE,
+    trainer_state: TrainerState | None = None,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
     task.correct_threshold (and pass@k / maj@k with samples > 1). Failed answers are retried (`max_retries`,
@@ -104,12 +105,14 @@ def evaluate(
     With keep_answers, "answers" holds one entry per problem: its greedy answer ("completion", "reward",
     "status", "correct", "scored": whether it is one of the figures' rows) and, with samples > 1, its
     "samples" (each with "completion", "reward", "status", "correct" and the "vote" it casts) and the
-    "majority" they voted for ("vote", "votes", "correct"; None when none voted)."""
+    "majority" they voted for ("vote", "votes", "correct"; None when none voted). `trainer_state`: what reward
+    functions are given (the run's, during training); None: as at the end of training."""
+    state = trainer_state or TrainerState.finished(None)
     threshold = task_cfg.correct_threshold
     prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
-    rewards = _score(reward_fns, problems, greedy)
+    rewards = _score(reward_fns, problems, greedy, state)
     rows = [i for i, r in enumerate(rewards) if r is not None]  # the scored rows: every figure's denominator
     scored = [rewards[i] for i in rows]
     result = {
@@ -129,7 +132,7 @@ def evaluate(
         params = SamplingParams(max_new_tokens, temperature=temperature)
         seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
         sampled, _ = generate_answers(engine, [p for p in prompts for _ in range(samples)], params, seeds, **retries)
-        sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled)
+        sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled, state)
         reads_last_number = any(r.fn in (math_batch_reward, math_format_reward) for r in reward_fns)
         for i, answer in enumerate(answers):
             answer["samples"] = [{"completion": c.text, "reward": r, "status": c.status.value,
@@ -165,9 +168,10 @@ def _rate(count: float, of: int) -> float:
     return count / of if of else 0.0
 
 
-def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list) -> list[float | None]:
+def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list, state: TrainerState
+           ) -> list[float | None]:
     inputs = reward_inputs(problems, [c.text for c in completions], [c.token_ids for c in completions])
-    return score(reward_fns, {**inputs, "trainer_state": TrainerState(0)}).total
+    return score(reward_fns, {**inputs, "trainer_state": state}).total
 
 
 def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -238,13 +238,23 @@ def test_score_completions_wrong_type_raises() -> None:
         score_completions(stringy, ["a"], {})
 
 
-def test_score_completions_non_finite_is_an_error() -> None:
+def test_score_completions_nan_is_a_missing_value_and_infinity_an_error() -> None:
     def weird(completions: list[str], **_: object) -> list[float | None]:
         return [math.nan, math.inf, 1, True, None]
 
     rewards, errors = score_completions(weird, ["a"] * 5, {})
     assert rewards == [None, None, 1.0, 1.0, None]
-    assert errors == ["non-finite reward", "non-finite reward", None, None, None]
+    assert errors == [None, "infinite reward", None, None, None]
+
+
+def test_a_sample_every_function_gives_nan_is_unscorable() -> None:
+    from grpo.rewards import Reward, score
+
+    def nan(completions, **kwargs):
+        return [math.nan] * len(completions)
+
+    scores = score([Reward("nan", nan), Reward("nan_2", nan)], {"completions": ["a"]})
+    assert scores.total == [None] and scores.errors == [None]
 
 
 def test_score_completions_with_math() -> None:
@@ -367,3 +377,34 @@ def test_gsm8k_gold_text_is_read_after_its_mark_and_a_worked_solution_is_unscora
     assert math_reward("\\boxed{13}", "9 plus 5 is 14.\n#### 14") == 0.0
     assert math_reward("\\boxed{14}", "9 plus 5 is 14.") is None
     assert math_reward("\\boxed{1000}", "1,000 apples") == 1.0
+
+
+def test_async_rewards_are_awaited_together_even_from_a_thread_running_a_loop() -> None:
+    import asyncio
+
+    from grpo.rewards import Reward, score
+
+    started: list[str] = []
+
+    async def judge(completions, **kwargs):  # sees the other judge start only if both run together
+        started.append("judge")
+        for _ in range(100):
+            await asyncio.sleep(0)
+        return [float("judge_2" in started)] * len(completions)
+
+    async def judge_2(completions, **kwargs):
+        started.append("judge_2")
+        return [0.5] * len(completions)
+
+    async def in_a_notebook():  # Jupyter's thread runs an event loop while the cell calls grpo
+        return score([Reward("judge", judge), Reward("judge_2", judge_2)], {"completions": ["a", "b"]})
+
+    assert asyncio.run(in_a_notebook()).total == [1.5, 1.5]
+
+
+def test_numpy_and_torch_scalars_are_numbers() -> None:
+    import numpy as np
+    import torch
+
+    out = [np.bool_(True), np.float32(0.5), np.int64(2), torch.tensor(0.25), np.array(1.0)]
+    assert score_completions(lambda completions, **kw: out, ["a"] * 5, {})[0] == [1.0, 0.5, 2.0, 0.25, 1.0]

@@ -1,15 +1,18 @@
 """Scoring a batch of completions with reward functions, and checking what each one returned.
 
 Reward functions take TRL's contract as is: they are called by keyword with ``prompts``,
-``completions``, ``completion_ids``, ``trainer_state`` and every column of the data (one list per
-column, one value per completion), and return one float, or None, per completion. Several functions
-are summed with their weights; a function's None means "does not apply to this sample" (TRL's
-``nansum``), and a sample that no function scores is unscorable. A function that raises is an error
-for the samples it raised on: they are unscorable, never scored 0.
+``completions``, ``completion_ids``, ``trainer_state`` and every column of the data but the prompt's
+(one list per column, one value per completion), and return one float, or None, per completion. Several
+functions are summed with their weights; a function's None or NaN means "does not apply to this sample"
+(TRL's ``nansum``), and a sample that no function scores is unscorable. An infinite reward is an error.
+An ``async def`` function is awaited (grpo.rewards.async_loop), as TRL does; rewards may be any real
+number, NumPy and torch scalars included. A function that raises is an error for the samples it raised
+on: they are unscorable, never scored 0.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import numbers
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo.errors import ConfigError
+from grpo.rewards.async_loop import wait_all
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +44,18 @@ class Reward:
 
 @dataclass(frozen=True)
 class TrainerState:
-    """What TRL's ``trainer_state`` keyword carries that reward functions use (curricula)."""
+    """What TRL's ``trainer_state`` keyword carries that reward functions use (curricula), with TRL's values:
+    ``global_step`` is the optimizer steps completed (N - 1 while step N's samples are scored), ``max_steps``
+    the run's total steps."""
 
     global_step: int
-    max_steps: int | None = None
+    max_steps: int
+
+    @classmethod
+    def finished(cls, steps: int | None) -> TrainerState:
+        """As at the end of a run of `steps` (1 when unknown): an evaluation outside training scores with
+        the reward the run ends on."""
+        return cls(steps or 1, steps or 1)
 
 
 @dataclass
@@ -76,14 +88,39 @@ def _validated(fn: RewardFn, out: Any, expected_len: int) -> list[float | None]:
                           "completions: it must return one float (or None) per completion")
     rewards: list[float | None] = []
     for i, value in enumerate(out):
-        if value is None:
-            rewards.append(None)
-        elif isinstance(value, numbers.Real):
-            rewards.append(float(value))
-        else:
+        number = _number(value)
+        if value is not None and number is None:
             raise RewardError(f"reward function {_fn_name(fn)} returned {type(value).__name__} {_short(value)} at "
                               f"index {i}: rewards must be float, int, bool or None")
+        rewards.append(number)
     return rewards
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # np.bool_ and other NumPy/torch scalars
+        item = value.item()
+        if isinstance(item, numbers.Real):
+            return float(item)
+    return None
+
+
+def _call_all(fns: Sequence[RewardFn], inputs: dict[str, Any]) -> list[tuple[Any, Exception | None]]:
+    """Each function's return value on `inputs`, or what it raised. Async functions' coroutines run together
+    once every function has been called, as TRL gathers them."""
+    outcomes: list[tuple[Any, Exception | None]] = []
+    for fn in fns:
+        try:
+            outcomes.append((fn(**inputs), None))
+        except Exception as exc:  # user code: each caller decides what a failure means
+            outcomes.append((None, exc))
+    waiting = [i for i, (out, _) in enumerate(outcomes) if inspect.isawaitable(out)]
+    for i, result in zip(waiting, wait_all([outcomes[i][0] for i in waiting]) if waiting else []):
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result
+        outcomes[i] = (None, result) if isinstance(result, Exception) else (result, None)
+    return outcomes
 
 
 def _row(inputs: dict[str, Any], i: int) -> dict[str, Any]:
@@ -91,24 +128,35 @@ def _row(inputs: dict[str, Any], i: int) -> dict[str, Any]:
     return {key: [value[i]] if isinstance(value, list) else value for key, value in inputs.items()}
 
 
-def call_reward(fn: RewardFn, inputs: dict[str, Any]) -> tuple[list[float | None], list[str | None]]:
-    """One function's rewards and per-sample error strings for a batch (``inputs["completions"]``). If the
-    batch call raises, each sample is scored alone, so one bad sample costs only its own reward (None)."""
+def _check_lengths(inputs: dict[str, Any]) -> None:
     n = len(inputs["completions"])
     for key, values in inputs.items():
         if isinstance(values, list) and len(values) != n:
             raise ValueError(f"column {key!r} has {len(values)} rows for {n} completions")
+
+
+def call_reward(fn: RewardFn, inputs: dict[str, Any]) -> tuple[list[float | None], list[str | None]]:
+    """One function's rewards and per-sample error strings for a batch (``inputs["completions"]``). If the
+    batch call raises, each sample is scored alone, so one bad sample costs only its own reward (None)."""
+    _check_lengths(inputs)
+    return _rewards(fn, inputs, *_call_all([fn], inputs)[0])
+
+
+def _rewards(fn: RewardFn, inputs: dict[str, Any], out: Any, exc: Exception | None
+             ) -> tuple[list[float | None], list[str | None]]:
+    """`fn`'s rewards and per-sample errors from its batch call's outcome (`out`, or `exc` raised)."""
+    n = len(inputs["completions"])
     errors: list[str | None] = [None] * n
-    try:
-        out = fn(**inputs)
-    except Exception as exc:  # user code: any failure falls back to per-sample scoring
+    if exc is not None:  # any failure falls back to per-sample scoring
         rewards, errors = _score_one_by_one(fn, inputs, exc)
     else:
         rewards = _validated(fn, out, n)
     for i, reward in enumerate(rewards):
-        if reward is not None and not math.isfinite(reward):
+        if reward is not None and math.isnan(reward):
+            rewards[i] = None  # TRL's missing value, as None: the other functions' weighted sum stands
+        elif reward is not None and math.isinf(reward):
             rewards[i] = None
-            errors[i] = "non-finite reward"
+            errors[i] = "infinite reward"
     return rewards, errors
 
 
@@ -119,9 +167,8 @@ def _score_one_by_one(fn: RewardFn, inputs: dict[str, Any], batch_exc: Exception
     rewards: list[float | None] = []
     errors: list[str | None] = []
     for i in range(len(inputs["completions"])):
-        try:
-            out = fn(**_row(inputs, i))
-        except Exception as exc:  # user code: this sample's failure is recorded, not raised
+        out, exc = _call_all([fn], _row(inputs, i))[0]
+        if exc is not None:  # this sample's failure is recorded, not raised
             rewards.append(None)
             errors.append(f"{type(exc).__name__}: {exc}")
             continue
@@ -139,9 +186,10 @@ def score_completions(fn: RewardFn, completions: list[str], columns: dict[str, l
 def score(rewards: Sequence[Reward], inputs: dict[str, Any]) -> Scores:
     """Every reward function on the batch, and their weighted sum per sample."""
     n = len(inputs["completions"])
+    _check_lengths(inputs)
     scores = Scores(total=[None] * n, errors=[None] * n)
-    for reward in rewards:
-        values, errors = call_reward(reward.fn, inputs)
+    for reward, outcome in zip(rewards, _call_all([r.fn for r in rewards], inputs)):
+        values, errors = _rewards(reward.fn, inputs, *outcome)
         scores.parts[reward.name] = values
         for i, (value, error) in enumerate(zip(values, errors)):
             if error is not None and scores.errors[i] is None:
@@ -158,10 +206,8 @@ def check_rewards(rewards: Sequence[Reward], inputs: dict[str, Any], what: str) 
     """Call each function once on `inputs` (`what` says which rows, for the message): a function that
     raises or returns the wrong shape or type is a one-line error now, not a crash mid-run."""
     n = len(inputs["completions"])
-    for reward in rewards:
-        try:
-            out = reward.fn(**inputs)
-        except Exception as exc:  # user code: reported in one line, with how it was called
+    for reward, (out, exc) in zip(rewards, _call_all([r.fn for r in rewards], inputs)):
+        if exc is not None:  # user code: reported in one line, with how it was called
             raise ConfigError(
                 f"reward function {_fn_name(reward.fn)} failed on {what}: {type(exc).__name__}: {exc} (it is called "
                 f"by keyword with {', '.join(inputs)}; take **kwargs for those it does not use)") from exc

@@ -108,15 +108,17 @@ class RolloutCollector:
         cfg: RolloutConfig,
         rewards: Sequence[Reward],
         data_seed: int,
+        max_steps: int,
         sleep: Callable[[float], None] = time.sleep,
         ranks: Ranks = SINGLE,
         record: Callable[..., Any] | None = None,
     ) -> None:
-        """`record(kind, step, message, **evidence)`: where failed rounds of samples are recorded (the run's
-        events.jsonl)."""
+        """`max_steps`: the run's total steps (reward functions' `trainer_state.max_steps`); `record(kind, step,
+        message, **evidence)`: where failed rounds of samples are recorded (the run's events.jsonl)."""
         self.ranks, self.record = ranks, record
         self.engine, self.tokenizer, self.task, self.task_cfg = engine, tokenizer, task, task_cfg
         self.cfg, self.rewards, self.data_seed, self.sleep = cfg, list(rewards), data_seed, sleep
+        self.max_steps = max_steps
         self.params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
         self.jitter = random.Random(data_seed)
         self.revision: int | None = None
@@ -136,7 +138,7 @@ class RolloutCollector:
         problems = [self.task.train_problem(i, self.data_seed) for i in range(count)]
         golds = [p.gold for p in problems]
         ids = [self.tokenizer(g, add_special_tokens=False)["input_ids"] for g in golds]
-        inputs = {**reward_inputs(problems, golds, ids), "trainer_state": TrainerState(0)}
+        inputs = {**reward_inputs(problems, golds, ids), "trainer_state": TrainerState(0, self.max_steps)}
         check_rewards(self.rewards, inputs, f"{count} training rows with their gold answers as completions")
 
     def collect(self, step: int, data_index: int, revision: int | None = None) -> RolloutBatch:
@@ -218,7 +220,8 @@ class RolloutCollector:
         if scorable:
             inputs = reward_inputs([s.problem for s in scorable], [s.completion.text for s in scorable],
                                    [s.completion.token_ids for s in scorable])
-            scores = score(self.rewards, {**inputs, "trainer_state": TrainerState(step)})
+            # TRL scores step N's samples before its optimizer step: N - 1 steps are complete.
+            scores = score(self.rewards, {**inputs, "trainer_state": TrainerState(step - 1, self.max_steps)})
             for i, (sample, reward, error) in enumerate(zip(scorable, scores.total, scores.errors)):
                 sample.reward = reward
                 sample.reward_parts = {name: values[i] for name, values in scores.parts.items()}

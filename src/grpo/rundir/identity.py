@@ -9,7 +9,9 @@ Config keys fall in three groups, listed here and nowhere else (docs/coming-from
 - Anything else (learning rate, clip, sampling, ...): allowed, logged as a warning and recorded in
   events.jsonl as `config_changed`.
 The training data is also compared by content (RUN_DIR/data.json holds a fingerprint of the files), so
-a file rewritten in place is caught as well as a path changed.
+a file rewritten in place is caught as well as a path changed; and the reward by its code
+(RUN_DIR/reward.json, grpo.rewards.fingerprint), so a reward function edited between starts is caught
+like its name changed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 from grpo.config import RunConfig, TaskConfig
 from grpo.errors import ConfigError
+from grpo.rewards.fingerprint import code_fingerprint
+from grpo.rewards.registry import get_reward
 
 IDENTITY = ("model.name", "model.dtype", "model.lora.", "model.tiny.", "task.")
 MAY_CHANGE = ("name", "run_dir", "recover", "resume_with_changes", "train.steps", "train.epochs", "logging.",
@@ -31,6 +35,7 @@ MAY_CHANGE = ("name", "run_dir", "recover", "resume_with_changes", "train.steps"
 _TASK_MAY_CHANGE = ("task.test_files", "task.test_split")
 
 FINGERPRINT_FILE = "data.json"
+REWARD_FILE = "reward.json"
 _HASH_LIMIT = 256 * 2**20  # files larger than this are identified by size and modification time
 
 
@@ -87,6 +92,34 @@ def data_fingerprint(task: TaskConfig) -> dict[str, str]:
     return prints
 
 
+def reward_fingerprint(task: TaskConfig) -> dict[str, str]:
+    """{task.reward entry: sha256 of its code}; grpo's built-in rewards are identified by their name alone."""
+    prints = {}
+    for spec in [task.reward] if isinstance(task.reward, str) else task.reward:
+        try:
+            digest = code_fingerprint(get_reward(spec))
+        except Exception:  # a user module may raise anything while it imports: resolve_rewards reports it
+            continue
+        if digest is not None:
+            prints[spec] = digest
+    return prints
+
+
+def reward_changes(run_path: Path, task: TaskConfig) -> dict[str, list[str | None]]:
+    """{"task.reward.code:ENTRY": [the run's hash, this start's]} for each reward function whose code differs
+    from the one the run recorded (none for a run that recorded none)."""
+    recorded = _read_json(run_path / REWARD_FILE)
+    if recorded is None:
+        return {}
+    now = reward_fingerprint(task)
+    return {f"task.reward.code:{spec}": [_hash(recorded.get(spec)), _hash(now.get(spec))]
+            for spec in sorted(recorded.keys() & now.keys()) if recorded[spec] != now[spec]}
+
+
+def _hash(digest: str | None) -> str | None:
+    return digest[:16] if digest else None
+
+
 def differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     """Flat keys whose values differ between two config trees."""
     old, new = flatten(before), flatten(after)
@@ -111,19 +144,23 @@ def check_same_run(run_path: Path, saved: dict[str, Any] | None, cfg: RunConfig,
         if len(changed) > 1:
             what += f" (and {len(changed) - 1} more: {', '.join(changed[1:4])}{', ...' if len(changed) > 4 else ''})"
     else:
-        recorded = _read_fingerprint(run_path)
+        recorded = _read_json(run_path / FINGERPRINT_FILE)
         if recorded is not None:
             now = data_fingerprint(cfg.task)
             if recorded != now:
                 moved = sorted(k for k in recorded.keys() | now.keys() if recorded.get(k) != now.get(k))
                 what = f"the training data's content changed ({Path(moved[0]).name} differs from the run's)"
+    if not what and (edited := reward_changes(run_path, cfg.task)):
+        specs = [key.partition(":")[2] for key in edited]
+        what = f"the reward's code changed ({', '.join(specs)} differs from the run's: the function or what it uses)"
     if what:
         raise ConfigError(f"{run_path} is a run on other data, model or reward: {what}; start a new run with "
                           f"run_dir=NEW_DIR, or continue this one with the change by adding resume_with_changes=true")
 
 
-def _read_fingerprint(run_path: Path) -> dict[str, str] | None:
+def _read_json(path: Path) -> dict[str, str] | None:
     try:
-        return json.loads((run_path / FINGERPRINT_FILE).read_text())
+        recorded = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return recorded if isinstance(recorded, dict) else None

@@ -18,12 +18,13 @@ class Problem:
     question: str  # the prompt as text (for a chat prompt, its last user message)
     gold: str  # the gold answer; "" when there is none (the math reward cannot score it)
     messages: tuple[Mapping[str, Any], ...] | None = None  # a chat prompt, used as given; None: a text prompt
-    columns: Mapping[str, Any] = field(default_factory=dict, hash=False)  # the data row, for reward functions
+    # The data row for reward functions: TRL's keywords, so without the prompt's column.
+    columns: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
 
 def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:
-    """The keyword lists a reward function gets for `problems`: every column of their rows, plus `gold` and
-    `question` (TRL's convention: one list per column, one value per completion)."""
+    """The keyword lists a reward function gets for `problems`: every column of their rows but the prompt's,
+    plus `gold` and `question` (TRL's convention: one list per column, one value per completion)."""
     names = dict.fromkeys(name for p in problems for name in p.columns)
     columns = {name: [p.columns.get(name) for p in problems] for name in names}
     columns["gold"] = [p.gold for p in problems]

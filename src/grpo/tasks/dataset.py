@@ -110,7 +110,9 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
             raise ConfigError(f"{where}: column {columns.prompt!r} must hold the prompt as text or a list of "
                               f"{{role, content}} messages, got {type(value).__name__}")
         gold = columns.gold(row[columns.answer], where) if columns.answer is not None else ""
-        problems.append(Problem(f"{id_prefix}-{i}", question, gold, messages, row))
+        # TRL gives reward functions every column but `prompt` (passed as `prompts`) and `completion`.
+        kept = {name: v for name, v in row.items() if name not in (columns.prompt, "completion")}
+        problems.append(Problem(f"{id_prefix}-{i}", question, gold, messages, kept))
     return problems
 
 

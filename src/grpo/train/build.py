@@ -95,8 +95,8 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     # policy (max_staleness > 0), the recomputed ones are the proximal policy's (grpo.algo.offpolicy).
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
                      else engine_name != "embedded" or not policy.inference_is_exact or cfg.rollout.max_staleness > 0)
-    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, seed, ranks=ranks,
-                                 record=record_event)
+    collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, seed, total_steps,
+                                 ranks=ranks, record=record_event)
     collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
     collector = hooks.wrap_collector(collector)
     rollouts = RolloutQueue(collector, engine, policy, cfg.rollout.max_staleness, total_steps)

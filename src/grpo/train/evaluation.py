@@ -10,19 +10,21 @@ from grpo.config import RunConfig
 from grpo.dist import Ranks
 from grpo.evaluate import evaluate, merge_evaluations
 from grpo.policy.policy import Policy
-from grpo.rewards import Reward
+from grpo.rewards import Reward, TrainerState
 from grpo.rollout.engines import GenerationCancelled, RolloutEngine
 from grpo.tasks import Task
 
 
 def evaluate_held_out(cfg: RunConfig, task: Task, engine: RolloutEngine, policy: Policy, rewards: list[Reward],
-                      ranks: Ranks, label: str) -> dict[str, Any] | None:
-    """-> the merged result, or None when a stop signal cut the evaluation short."""
+                      ranks: Ranks, label: str, state: TrainerState) -> dict[str, Any] | None:
+    """-> the merged result, or None when a stop signal cut the evaluation short. `state`: the run's, for
+    reward functions."""
     problems = task.eval_problems(cfg.eval.max_samples)[ranks.rank :: ranks.world]
     try:
         with progress.phase(f"evaluate ({label})"), policy.unsharded():
             result = evaluate(engine, policy.tokenizer, problems, cfg.task, rewards,
-                              max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, ranks=ranks)
+                              max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, ranks=ranks,
+                              trainer_state=state)
     except GenerationCancelled:
         return None
     return merge_evaluations(ranks.gather(result))

@@ -35,6 +35,7 @@ from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
 from grpo.policy.update import UpdateResult, rows_with_gradient
 from grpo.progress import Progress
+from grpo.rewards import TrainerState
 from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
 from grpo.rollout.engines import GenerationCancelled
 from grpo.rollout.server.supervisor import ServerGaveUp
@@ -310,7 +311,7 @@ class TrainingLoop:
         """Held-out accuracy, recorded; None when a stop signal cut it short (the step itself stands)."""
         try:
             result = evaluate_held_out(self.cfg, self.task, self.engine, self.policy, self.eval_rewards, self.ranks,
-                                       label)
+                                       label, TrainerState(self.state.step, self.total_steps))
         except (EvaluationFailed, ServerGaveUp, WeightSyncFailed) as exc:
             self.verdicts.evaluation_failed(label, exc, self.state.step)
         if result is not None:

@@ -28,7 +28,8 @@ from grpo.policy.policy import Policy
 from grpo.rollout.queue import RolloutQueue
 from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
 from grpo.rundir.files import read_json
-from grpo.rundir.identity import FINGERPRINT_FILE, check_same_run, data_fingerprint, differences, is_identity, may_change
+from grpo.rundir.identity import (FINGERPRINT_FILE, REWARD_FILE, check_same_run, data_fingerprint, differences,
+                                  is_identity, may_change, reward_changes, reward_fingerprint)
 from grpo.rundir.resume import resume_command
 from grpo.rundir.run import RunDir
 from grpo.train.signals import StopRequested
@@ -102,7 +103,7 @@ class RunState:
         cfg = replace(self.cfg, resume_with_changes=False)
         saved = self._saved_config() if self.run.config_path.is_file() else None
         if saved is not None:
-            changed = differences(saved, to_dict(cfg))
+            changed = {**differences(saved, to_dict(cfg)), **reward_changes(self.run.path, cfg.task)}
             if changed:
                 self.events.record("config_changed", self.step,
                                    f"{len(changed)} config keys differ from the saved run", changed=changed)
@@ -112,6 +113,7 @@ class RunState:
                         f"{k} {changed[k][0]} -> {changed[k][1]}" for k in hyper))
         self.run.write(self.run.config_path, config_yaml(cfg))
         self.run.write(self.run.path / FINGERPRINT_FILE, json.dumps(data_fingerprint(cfg.task), indent=1) + "\n")
+        self.run.write(self.run.path / REWARD_FILE, json.dumps(reward_fingerprint(cfg.task), indent=1) + "\n")
 
     # --- the state in memory -----------------------------------------------------------------------
 

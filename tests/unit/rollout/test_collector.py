@@ -36,7 +36,7 @@ def collector(engine, record=None, **rollout):
     cfg = RolloutConfig(problems_per_step=2, samples_per_problem=2, retry_backoff_s=0.0, **rollout)
     delays = []
     c = RolloutCollector(engine, build_char_tokenizer(), ArithTask(ArithConfig(min_digits=1, max_digits=1)),
-                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], 0, sleep=delays.append, record=record)
+                         TaskConfig(), cfg, [Reward("math", math_batch_reward)], 0, 10, sleep=delays.append, record=record)
     return c, delays
 
 
@@ -161,14 +161,14 @@ def test_reward_functions_get_every_column_of_the_problems_rows(tmp_path):
 
     engine = ScriptedEngine([])
     c = RolloutCollector(engine, build_char_tokenizer(), build_task(task_cfg), task_cfg,
-                         RolloutConfig(problems_per_step=2, samples_per_problem=2), [Reward("target", target_reward)], 0)
+                         RolloutConfig(problems_per_step=2, samples_per_problem=2), [Reward("target", target_reward)], 0, 10)
     batch = c.collect(step=1, data_index=0)
-    assert sorted(seen[0]) == ["chat", "completion_ids", "gold", "label", "prompts", "question", "trainer_state"]
+    assert sorted(seen[0]) == ["completion_ids", "gold", "label", "prompts", "question", "trainer_state"]
     by_target = {g.problem.columns["target"]: [s.reward for s in g.samples] for g in batch.groups}
     assert by_target == {"x": [1.0, 1.0], "y": [0.0, 0.0]}
     assert sorted(seen[0]["question"]) == ["Say x", "Say x", "Say y", "Say y"]
     assert seen[0]["gold"] == seen[0]["label"]
-    assert [chat[0]["content"] for chat in seen[0]["chat"]] == seen[0]["question"]
+    assert [chat[0]["content"] for chat in seen[0]["prompts"]] == seen[0]["question"]
 
 
 def test_a_retry_is_named_by_what_is_retried():

@@ -30,7 +30,7 @@ def test_text_prompts_with_a_column_mapping_from_every_format(tmp_path, suffix):
     assert [p.question for p in problems] == [r["problem"] for r in rows]
     assert [p.gold for p in problems] == ["1", "2", "3"]
     assert [p.messages for p in problems] == [None] * 3
-    assert [dict(p.columns) for p in problems] == rows
+    assert [dict(p.columns) for p in problems] == [{k: v for k, v in r.items() if k != "problem"} for r in rows]
 
 
 def test_chat_prompts_are_kept_as_given_and_their_question_is_the_last_user_message(tmp_path):
@@ -40,12 +40,12 @@ def test_chat_prompts_are_kept_as_given_and_their_question_is_the_last_user_mess
     assert problem.question == "Say a" and problem.gold == "a"
 
 
-def test_every_column_reaches_reward_functions_with_gold_and_question(tmp_path):
-    rows = [{"prompt": "p0", "answer": 7, "target": "x", "meta": {"k": 1}},
-            {"prompt": "p1", "answer": None, "target": "y", "meta": None}]
+def test_every_column_but_the_prompt_reaches_reward_functions_with_gold_and_question(tmp_path):
+    rows = [{"prompt": "p0", "answer": 7, "target": "x", "meta": {"k": 1}, "completion": "c0"},
+            {"prompt": "p1", "answer": None, "target": "y", "meta": None, "completion": "c1"}]
     task = dataset(tmp_path, rows)
-    assert reward_columns(task.eval_problems(None)) == {
-        "prompt": ["p0", "p1"], "answer": [7, None], "target": ["x", "y"], "meta": [{"k": 1}, None],
+    assert reward_columns(task.eval_problems(None)) == {  # TRL leaves out `prompt` and `completion`
+        "answer": [7, None], "target": ["x", "y"], "meta": [{"k": 1}, None],
         "gold": ["7", ""], "question": ["p0", "p1"],  # a number is its text; no answer is no gold
     }
 

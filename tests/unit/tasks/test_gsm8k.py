@@ -27,7 +27,7 @@ def test_reads_question_and_gold_after_the_hashes(tmp_path):
     task = gsm8k(tmp_path)
     assert task.num_train == 1
     assert task.train_problem(0, seed=0).gold == "1,234"
-    assert task.train_problem(0, seed=0).columns == {"question": "q1", "answer": "work\n#### 1,234"}
+    assert task.train_problem(0, seed=0).columns == {"answer": "work\n#### 1,234"}  # the prompt is `question`
     assert [p.gold for p in task.eval_problems(None)] == ["-5"]
 
 
