@@ -111,6 +111,8 @@ class CrashScanner:
         self._traceback_line = 0
 
     def feed(self, line_no: int, line: str, step: int) -> None:
+        if self._frames is None and "Traceback" not in line and not any(hint in line for hint in _FATAL_HINTS):
+            return  # most lines: neither a traceback nor a fatal line
         stripped = line.strip()
         if not stripped:
             return

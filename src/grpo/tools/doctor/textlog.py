@@ -158,11 +158,16 @@ _PREFIXES = re.compile(
     r")")
 
 
+_PREFIX_STARTS = frozenset("0123456789[(")
+
+
 def clean(line: str) -> str:
     """The line as its framework printed it: launchers' prefixes and ANSI colours taken off, \\r-drawn
     progress bars kept."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
+    if not line or (line[0] not in _PREFIX_STARTS and " | " not in line[:80]):
+        return line  # most lines: no prefix could start here
     for _ in range(4):  # prefixes stack: a time stamp, then a pod, then a Ray actor
         match = _PREFIXES.match(line)
         if match is None:
