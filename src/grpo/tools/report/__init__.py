@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from grpo.checks import CHECKS
 from grpo.tools.doctor import UnreadableRun, examine
 from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
                                 PHASE_PREFIX, REWARD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD, Diagnosis,
@@ -41,16 +42,19 @@ PANELS = [
     ("memory (GiB)", [(MEMORY_GIB, "peak memory")]),
 ]
 # Marked on every curve: what happened to the run, not to the model's numbers.
-MARKED = {"server_failure": "#d62728", "server_gave_up": "#d62728", "server_unreachable": "#ff7f0e",
-          "server_restart": "#9467bd", "restart": "#2ca02c", "rollback": "#8c564b", "stop": "#000000",
-          "crash": "#000000", "interrupted": "#7f7f7f", "rollout_error": "#ff7f0e", "rank_lost": "#000000",
-          "trip": "#ff7f0e", "samples_failed": "#ff7f0e",
-          # every check of grpo.checks, under its own name
-          "failed_rollouts": "#ff7f0e", "empty_responses": "#ff7f0e", "unscorable_rewards": "#bcbd22",
-          "zero_reward": "#17becf", "zero_loss": "#17becf", "zero_variance": "#17becf", "reward_collapse": "#d62728",
-          "nonfinite": "#e377c2", "kl_explosion": "#e377c2", "offpolicy_kl": "#e377c2", "grad_norm_spike": "#e377c2",
-          "truncated_responses": "#7f7f7f", "entropy_collapse": "#9467bd", "step_time_jump": "#7f7f7f",
-          "memory_growth": "#8c564b"}
+MARKED = {
+    # every check of grpo.checks under its own name (a new check is marked without an entry here) ...
+    **{name: "#7f7f7f" for name in CHECKS},
+    "server_failure": "#d62728", "server_gave_up": "#d62728", "server_unreachable": "#ff7f0e",
+    "server_restart": "#9467bd", "restart": "#2ca02c", "rollback": "#8c564b", "stop": "#000000",
+    "crash": "#000000", "interrupted": "#7f7f7f", "rollout_error": "#ff7f0e", "rank_lost": "#000000",
+    "trip": "#ff7f0e", "samples_failed": "#ff7f0e",
+    # ... in colours by kind: failures orange, rewards cyan and red, numerics pink
+    "failed_rollouts": "#ff7f0e", "empty_responses": "#ff7f0e", "unscorable_rewards": "#bcbd22",
+    "zero_reward": "#17becf", "zero_loss": "#17becf", "zero_variance": "#17becf", "reward_collapse": "#d62728",
+    "nonfinite": "#e377c2", "kl_explosion": "#e377c2", "offpolicy_kl": "#e377c2", "grad_norm_spike": "#e377c2",
+    "entropy_collapse": "#9467bd", "memory_growth": "#8c564b",
+}
 STATUS_COLORS = {"ok": "#2ca02c", "truncated": "#bcbd22", "failed": "#d62728", "timeout": "#ff7f0e",
                  "empty": "#7f7f7f", "unscorable": "#9467bd"}
 
