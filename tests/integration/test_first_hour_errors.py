@@ -30,3 +30,59 @@ def test_a_constant_reward_is_named_as_such_not_as_every_answer_right(tmp_path, 
     api.train("tiny", rewards=[half], overrides=["train.steps=1", f"run_dir={tmp_path / 'api'}"])
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "NO UPDATE" in line]
     assert "every answer got the same reward, 0.5, and none reached task.correct_threshold" in line
+
+
+# 11. A run directory that cannot be made is one line, exit 2, and leaves nothing behind.
+def only_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if " INFO " not in line]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_a_run_dir_naming_a_file_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine\n")
+    for run_dir in (afile, afile / "run"):
+        assert main(["train", *TINY, f"run_dir={run_dir}"]) == 2
+        assert only_line(capsys.readouterr().err) == (
+            f"config error: run_dir={run_dir}: {afile} is a file, not a directory; set run_dir to a new directory "
+            "or a run's")
+        assert afile.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [afile]
+    try:
+        api.train("tiny", overrides=["train.steps=1", f"run_dir={afile}"])
+    except api.ConfigError as exc:
+        assert f"{afile} is a file, not a directory" in str(exc)
+    else:
+        raise AssertionError("api.train accepted a file as its run directory")
+
+
+def read_only_below(monkeypatch, top: Path) -> None:
+    """Path `top` as a read-only filesystem mounted there: it exists, and nothing can be made inside it."""
+    import errno
+    import os
+
+    make, open_ = os.mkdir, os.open
+
+    def mkdir(path, *args, **kwargs):
+        if Path(path).is_relative_to(top) and Path(path) != top:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return make(path, *args, **kwargs)
+
+    def open_file(path, flags, *args, **kwargs):
+        if Path(path).is_relative_to(top) and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return open_(path, flags, *args, **kwargs)
+
+    top.mkdir(parents=True)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(os, "open", open_file)
+
+
+def test_a_run_dir_on_a_read_only_filesystem_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    read_only_below(monkeypatch, tmp_path / "new" / "ro")
+    before = sorted(tmp_path.rglob("*"))
+    for run_dir in (tmp_path / "new" / "ro" / "runs" / "r", tmp_path / "new" / "ro"):
+        assert main(["train", *TINY, f"run_dir={run_dir}"]) == 2
+        assert only_line(capsys.readouterr().err) == (
+            f"config error: run_dir={run_dir} is on a read-only filesystem; set run_dir to a directory on a writable one")
+        assert sorted(tmp_path.rglob("*")) == before
