@@ -24,7 +24,8 @@ from grpo.hooks import StepHooks
 from grpo.train.loop import TrainingLoop
 from grpo.train.expected_gain import quickstart_expectation
 from grpo.tools.plan import device_kind, refusal
-from grpo.policy.models import resolve_device
+from grpo.policy.models import check_model, resolve_device
+from grpo.tasks.prompts import check_chat_template
 from grpo.tools.report import report_line
 from grpo.rundir.resume import record_launch, resume_command
 from grpo.rundir.run import RunDir
@@ -51,9 +52,12 @@ def hooks_for(cfg: RunConfig, rank: int = 0) -> list[StepHooks]:
 
 
 def open_run(cfg: RunConfig) -> OpenedRun:
-    """The ranks set up, a run that cannot fit in memory refused, the hooks installed, the run directory
+    """The ranks set up, a model that cannot be trained or a run that cannot fit in memory refused, the hooks installed, the run directory
     locked and train.log opened. Raises ConfigError, RunDirLocked, DiskError, ... before any work."""
     ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
+    # A model that cannot be trained is refused before its run directory exists: a fixed config then
+    # starts afresh, not as "a run on other data".
+    check_chat_template(check_model(cfg.model), cfg.task)
     refused = refusal(cfg, device_kind(cfg), sharded=ranks.distributed)
     if refused:
         raise ConfigError(refused)

@@ -86,3 +86,67 @@ def test_a_run_dir_on_a_read_only_filesystem_is_one_line_and_leaves_nothing(tmp_
         assert only_line(capsys.readouterr().err) == (
             f"config error: run_dir={run_dir} is on a read-only filesystem; set run_dir to a directory on a writable one")
         assert sorted(tmp_path.rglob("*")) == before
+
+
+# 11, 12. A model directory grpo cannot train is refused before a run directory or checkpoint exists.
+def model_dir(path: Path, *, kind: str = "causal", tokenizer: bool = True, chat_template: bool = True) -> Path:
+    """A tiny model saved offline: a causal LM (Llama), or `kind="t5"`, a sequence-to-sequence model's config."""
+    import torch
+    from transformers import T5Config
+
+    from grpo.config import TinyModelConfig
+    from grpo.policy.models import build_char_tokenizer, build_tiny_model
+
+    chars = build_char_tokenizer()
+    if kind == "t5":
+        T5Config(vocab_size=len(chars), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=2).save_pretrained(path)
+    else:
+        torch.manual_seed(0)
+        build_tiny_model(TinyModelConfig(), chars, torch.float32).save_pretrained(path)
+    if tokenizer:
+        if not chat_template:
+            chars.chat_template = None
+        chars.save_pretrained(path)
+    return path
+
+
+def refused_before_any_run_dir(tmp_path: Path, capsys, model: Path, expected: str) -> None:
+    run_dir = tmp_path / "r"
+    assert main(["train", *TINY, f"run_dir={run_dir}", f"model.name={model}"]) == 2
+    err = capsys.readouterr().err
+    assert only_line(err) == expected and "crashed" not in err and "resume" not in err
+    assert not run_dir.exists()
+    try:
+        api.train("tiny", overrides=["train.steps=1", f"run_dir={run_dir}", f"model.name={model}"])
+    except api.ConfigError as exc:
+        assert f"config error: {exc}" == expected
+    else:
+        raise AssertionError("api.train accepted the model")
+    assert not run_dir.exists()
+
+
+def test_a_seq2seq_model_is_refused_in_one_line_before_any_run_dir(tmp_path, capsys):
+    model = model_dir(tmp_path / "t5", kind="t5")
+    refused_before_any_run_dir(tmp_path, capsys, model, (
+        f"config error: model.name={model} is not a causal language model (model_type 't5', an encoder-decoder): "
+        "grpo trains what AutoModelForCausalLM loads (Llama, Qwen2, GPT-2, SmolLM2, ...); point model.name at one"))
+    assert main(["eval", "--model", str(model), "--task", "arith", "--max-samples", "2"]) == 2
+    assert "is not a causal language model" in only_line(capsys.readouterr().err)
+
+
+def test_a_model_without_a_tokenizer_is_refused_in_one_line_before_any_run_dir(tmp_path, capsys):
+    model = model_dir(tmp_path / "bare", tokenizer=False)
+    refused_before_any_run_dir(tmp_path, capsys, model, (
+        f"config error: model.name={model} has no tokenizer (no tokenizer.json or tokenizer_config.json): save "
+        "the model's tokenizer beside it (tokenizer.save_pretrained(DIR))"))
+
+
+def test_a_model_without_a_chat_template_is_refused_before_any_run_dir_and_the_fix_then_trains(tmp_path, capsys):
+    model = model_dir(tmp_path / "plain", chat_template=False)
+    refused_before_any_run_dir(tmp_path, capsys, model, (
+        "config error: the model's tokenizer has no chat template: set task.chat_template to a Jinja template "
+        "or a file holding one"))
+    template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    assert main(["train", *TINY, f"run_dir={tmp_path / 'r'}", f"model.name={model}",
+                 f"task.chat_template={template}"]) == 0
+    assert (tmp_path / "r" / "summary.json").is_file()

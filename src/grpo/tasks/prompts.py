@@ -50,11 +50,18 @@ def build_messages(problem: Problem, cfg: TaskConfig) -> list[dict[str, str]]:
     return messages
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: TaskConfig) -> list[int]:
+def check_chat_template(tokenizer: PreTrainedTokenizerBase, cfg: TaskConfig) -> str | None:
+    """Every prompt goes through a chat template: task.chat_template's (-> its text), else the tokenizer's
+    (-> None), else none, refused."""
     template = load_chat_template(cfg.chat_template)
     if template is None and not tokenizer.chat_template:
         raise ConfigError("the model's tokenizer has no chat template: set task.chat_template to a Jinja template "
                           "or a file holding one")
+    return template
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: TaskConfig) -> list[int]:
+    template = check_chat_template(tokenizer, cfg)
     try:
         text = tokenizer.apply_chat_template(build_messages(problem, cfg), chat_template=template, tokenize=False,
                                              add_generation_prompt=True)
