@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,6 +44,8 @@ from grpo.errors import ConfigError, RunInterrupted, RunStopped
 from grpo.rewards import register_reward
 
 __all__ = ["ConfigError", "RunInterrupted", "RunStopped", "TrainResult", "build_config", "evaluate", "train"]
+
+log = logging.getLogger(__name__)
 
 ConfigLike = RunConfig | Mapping[str, Any] | str | Path | None
 DatasetLike = Any  # a list of dicts, a datasets.Dataset, a {"train": ..., "test": ...} mapping, a file or folder
@@ -115,6 +118,7 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
     from grpo.rewards import TrainerState, check_rewards, resolve_rewards
     from grpo.rollout.engines.embedded import EmbeddedEngine
     from grpo.tasks import build_task, reward_inputs
+    from grpo.tasks.context import fit_prompts, model_context, prompt_lengths
 
     reward_fns = (resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward
                   else resolve_rewards(cfg.task.reward, cfg.task.reward_weights, "task.reward"))
@@ -127,6 +131,11 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
     if not problems:
         raise ConfigError(f"task {cfg.task.name} has no {split} problems to evaluate")
     model, tokenizer = load_model_and_tokenizer(cfg.model, resolve_device(cfg.model.device))
+    fit = fit_prompts(prompt_lengths(tokenizer, problems, cfg.task), problems,
+                      model_context(model.config.to_dict(), tokenizer), max_new_tokens, "max_new_tokens", cfg.task,
+                      f"{split} prompts")
+    if fit.cut:
+        log.warning("%s", fit.message())
     golds = [p.gold for p in problems[:4]]
     ids = [tokenizer(g, add_special_tokens=False)["input_ids"] for g in golds]
     check_rewards(reward_fns, {**reward_inputs(problems[:4], golds, ids), "trainer_state": TrainerState(0)},
@@ -137,7 +146,7 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
         with progress.phase(f"evaluate {len(problems)} problems"):
             result = evaluate_problems(engine, tokenizer, problems, cfg.task, reward_fns,
                                        max_new_tokens=max_new_tokens, samples=samples, temperature=temperature,
-                                       seed=seed, keep_answers=keep_answers)
+                                       seed=seed, keep_answers=keep_answers, max_prompt_tokens=fit.limit)
     finally:
         progress.activate(None)
     return {"model": cfg.model.name, "task": cfg.task.name, "split": split, "max_new_tokens": max_new_tokens,

@@ -118,8 +118,8 @@ def _interrupts_as_keyboard_interrupt():
 
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
-    from grpo.tools.plan import (architecture, available_memory, device_kind, gpu_total, plan_memory, prompt_tokens,
-                                 render, server_verdict, suggestion)
+    from grpo.tools.plan import (architecture, available_memory, context_verdict, device_kind, gpu_total, plan_memory,
+                                 prompt_tokens, render, server_verdict, suggestion)
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)
@@ -132,8 +132,10 @@ def _plan(config: str | None, overrides: list[str]) -> int:
         lines.append(suggestion(cfg, plan, available.bytes, device, gpu_total() if device == "cuda" else None))
     cache_lines, refused = server_verdict(cfg, device, arch, prompt_len, plan, available)
     lines += cache_lines + ([refused] if refused else [])
+    context = context_verdict(cfg)
+    lines += [context] if context else []
     _print("\n".join(lines))
-    return 0 if fits and not refused else 1
+    return 0 if fits and not refused and not (context or "").startswith("warning") else 1
 
 
 def _doctor(path: Path, as_json: bool) -> int:

@@ -84,13 +84,15 @@ def evaluate(
     max_retries: int = 2,
     retry_backoff_s: float = 0.5,
     ranks: Ranks = SINGLE,
+    max_prompt_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
     task.correct_threshold (and pass@k / maj@k with samples > 1); with keep_answers, every greedy answer
     with its problem, reward and status under "answers". Failed answers are retried (`max_retries`,
-    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed."""
+    `retry_backoff_s`, as rollouts); EvaluationFailed when some never succeed. `max_prompt_tokens`: prompts are
+    cut from the left to this (task.truncate_prompts)."""
     threshold = task_cfg.correct_threshold
-    prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
+    prompts = [encode_prompt(tokenizer, p, task_cfg, max_prompt_tokens) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
     rewards = _score(reward_fns, problems, greedy)

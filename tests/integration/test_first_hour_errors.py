@@ -84,7 +84,8 @@ def test_a_run_dir_on_a_read_only_filesystem_is_one_line_and_leaves_nothing(tmp_
     for run_dir in (tmp_path / "new" / "ro" / "runs" / "r", tmp_path / "new" / "ro"):
         assert main(["train", *TINY, f"run_dir={run_dir}"]) == 2
         assert only_line(capsys.readouterr().err) == (
-            f"config error: run_dir={run_dir} is on a read-only filesystem; set run_dir to a directory on a writable one")
+            f"config error: run_dir={run_dir} is on a read-only filesystem; set run_dir to a directory on a "
+            "writable one")
         assert sorted(tmp_path.rglob("*")) == before
 
 
@@ -150,3 +151,72 @@ def test_a_model_without_a_chat_template_is_refused_before_any_run_dir_and_the_f
     assert main(["train", *TINY, f"run_dir={tmp_path / 'r'}", f"model.name={model}",
                  f"task.chat_template={template}"]) == 0
     assert (tmp_path / "r" / "summary.json").is_file()
+
+
+# 4. Prompts longer than the model's context: refused at load, or cut from the left when asked, and counted.
+def long_prompt_rows() -> list[dict]:
+    """Four rows for the tiny model (1,024 positions, a token a character): one prompt of 1,100 characters."""
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(3)]
+    return [*rows, {"prompt": "x" * 1090 + " 2 + 2?", "answer": "4"}]
+
+
+def write_rows(folder: Path, rows: list[dict]) -> Path:
+    folder.mkdir()
+    for split in ("train", "test"):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_prompts_longer_than_the_context_are_refused_at_load(tmp_path, capsys):
+    data = write_rows(tmp_path / "data", long_prompt_rows())
+    run_dir = tmp_path / "r"
+    args = ["train", *TINY, f"run_dir={run_dir}", "task.name=dataset", f"task.path={data}", "task.instruction="]
+    assert main(args) == 2
+    line = only_line(capsys.readouterr().err)
+    assert line.startswith("config error: 1 of 4 training prompts do not fit the model's context of 1024 tokens "
+                           "(max_position_embeddings) with rollout.max_new_tokens=8: the longest, problem ")
+    assert line.endswith("tokens, and a prompt may have 1016; shorten or drop them, lower rollout.max_new_tokens, "
+                         "or set task.truncate_prompts=left to cut them from the left")
+    assert not run_dir.exists()
+    try:
+        api.train("tiny", dataset=long_prompt_rows(), overrides=["train.steps=1", f"run_dir={run_dir}",
+                                                                 "task.instruction="])
+    except api.ConfigError as exc:
+        assert "1 of 4 training prompts do not fit the model's context of 1024 tokens" in str(exc)
+    else:
+        raise AssertionError("api.train trained on prompts longer than the model's context")
+    assert not run_dir.exists()
+    assert main(["eval", "--model", "tiny", "--task", "dataset", "--max-new-tokens", "8", f"task.path={data}",
+                 "task.instruction="]) == 2
+    assert "1 of 4 test prompts do not fit the model's context of 1024 tokens (max_position_embeddings) with " \
+           "max_new_tokens=8" in only_line(capsys.readouterr().err)
+
+    # grpo plan says so too, not only memory.
+    assert main(["plan", "--config", "tiny", "task.name=dataset", f"task.path={data}", "task.instruction=",
+                 "memory.limit_gib=64"]) == 1
+    plan = capsys.readouterr().out
+    assert "warning: grpo train will refuse this run: 1 of 4 training prompts do not fit the model's context" in plan
+
+
+def test_prompts_cut_from_the_left_when_asked_and_counted(tmp_path, capsys):
+    data = write_rows(tmp_path / "data", long_prompt_rows())
+    run_dir = tmp_path / "r"
+    assert main(["train", *TINY, f"run_dir={run_dir}", "task.name=dataset", f"task.path={data}", "task.instruction=",
+                 "task.truncate_prompts=left", "logging.samples_per_step=16", "eval.after_training=true"]) == 0
+    err = capsys.readouterr().err
+    assert "task.truncate_prompts=left: 1 of 4 training prompts cut from the left to 1016 tokens" in err
+    assert "task.truncate_prompts=left: 1 of 4 held-out prompts cut from the left to 1016 tokens" in err
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    cut = [e["evidence"] for e in events if e["kind"] == "prompts_truncated"]
+    assert [(e["what"], e["cut"], e["total"], e["limit"]) for e in cut] == [
+        ("training prompts", 1, 4, 1016), ("held-out prompts", 1, 4, 1016)]
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    (long,) = {s["prompt"] for s in samples if "2 + 2?" in s["prompt"]}
+    assert not long.startswith("<|im_start|>") and long.endswith("2 + 2?<|im_end|>\n<|im_start|>assistant\n")
+    assert main(["plan", "--config", "tiny", "task.name=dataset", f"task.path={data}", "task.instruction=",
+                 "task.truncate_prompts=left", "memory.limit_gib=64"]) == 0
+    assert "note: task.truncate_prompts=left: 1 of 4 training prompts cut from the left" in capsys.readouterr().out
+
+    result = api.train("tiny", dataset=long_prompt_rows(), overrides=[
+        "train.steps=1", f"run_dir={tmp_path / 'api'}", "task.instruction=", "task.truncate_prompts=left"])
+    assert result.final_model is not None

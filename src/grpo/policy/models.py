@@ -41,6 +41,9 @@ CHAT_TEMPLATE = (
 )
 
 
+TINY_POSITIONS = 1024  # the tiny model's context
+
+
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     """`local_rank`: under torchrun, each rank on a node takes its own GPU."""
     if device == "auto":
@@ -273,7 +276,7 @@ def build_tiny_model(
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=1024,
+        max_position_embeddings=TINY_POSITIONS,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
