@@ -15,8 +15,8 @@ import os
 from grpo.config import load_config
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
-from grpo.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, ConfigError, DiskError, RunDirLocked,
-                         exit_status, one_line)
+from grpo.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, START_INTERRUPTED, ConfigError, DiskError,
+                         RunDirLocked, exit_status, one_line)
 from grpo.rundir.files import atomic_write
 
 DEFAULT_EVAL_TOKENS = 256  # grpo eval's answer budget when neither a flag nor the config sets one
@@ -196,10 +196,16 @@ def _report(path: Path, out: str | None) -> int:
 
 
 def console() -> NoReturn:
-    """The `grpo` command, `python -m grpo` and `torchrun -m grpo`: main's status as the process's."""
+    """The `grpo` command, `python -m grpo` and `torchrun -m grpo`: main's status as the process's. Ctrl-C
+    while the command still imports (torch and transformers take seconds) is one line, not a traceback."""
     from grpo.dist import exit_process
 
-    exit_process(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        alert(START_INTERRUPTED)
+        status = EXIT_INTERRUPTED
+    exit_process(status)
 
 
 def main(argv: list[str] | None = None) -> int:

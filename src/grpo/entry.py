@@ -18,8 +18,8 @@ from grpo.config import FaultsConfig, RunConfig, load_config, split_overrides
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.dist import Ranks, from_environment
-from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, EXIT_SIGINT, ConfigError, DiskError, RunDirLocked,
-                         RunStopped, exit_status, one_line)
+from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, EXIT_SIGINT, START_INTERRUPTED, ConfigError, DiskError,
+                         RunDirLocked, RunInterrupted, RunStopped, exit_status, one_line)
 from grpo.hooks import StepHooks
 from grpo.train.loop import TrainingLoop
 from grpo.train.expected_gain import quickstart_expectation
@@ -74,18 +74,30 @@ def open_run(cfg: RunConfig) -> OpenedRun:
 
 def train_opened(opened: OpenedRun, resume_from: str | None = None) -> dict[str, Any]:
     """The loop, run to its end: -> its summary (evaluations before/after training). What ends it early is
-    raised; a crash's traceback goes to train.log first, and a first start refused as bad input before
-    its first checkpoint leaves no run directory behind."""
+    raised; a crash's traceback goes to train.log first, and a first start refused as bad input, or
+    interrupted while it builds (before the loop watches for signals), before its first checkpoint leaves no
+    run directory behind."""
     run_dir, ranks = opened.run_dir, opened.ranks
     try:
-        return TrainingLoop(opened.cfg, resume_from=resume_from, run=run_dir, ranks=ranks, hooks=opened.hooks).train()
+        try:
+            loop = TrainingLoop(opened.cfg, resume_from=resume_from, run=run_dir, ranks=ranks, hooks=opened.hooks)
+        except KeyboardInterrupt:
+            _forget_first_start(opened)
+            raise RunInterrupted(START_INTERRUPTED) from None
+        return loop.train()
     except Exception as exc:
         status = exit_status(exc)
         if status == EXIT_CRASH:  # a bug or an unexpected failure
             logging.getLogger("grpo").exception("the run crashed")
-        if status == EXIT_BAD_INPUT and opened.fresh and ranks.main and not run_dir.checkpoints.list():
-            shutil.rmtree(run_dir.path, ignore_errors=True)
+        if status == EXIT_BAD_INPUT:
+            _forget_first_start(opened)
         raise
+
+
+def _forget_first_start(opened: OpenedRun) -> None:
+    """A first start that ends before its first checkpoint leaves no run directory behind."""
+    if opened.fresh and opened.ranks.main and not opened.run_dir.checkpoints.list():
+        shutil.rmtree(opened.run_dir.path, ignore_errors=True)
 
 
 def train(cfg: RunConfig, resume_from: str | None = None) -> dict[str, Any]:

@@ -5,10 +5,15 @@ the API's stop messages and `save_to_disk` folders."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from grpo import api
 from grpo.cli import main
+from tests.processes import env_with_src
 
 TINY = ["--config", "tiny", "train.steps=1", "checkpoint.every_steps=0", "checkpoint.every_minutes=0"]
 
@@ -220,3 +225,36 @@ def test_prompts_cut_from_the_left_when_asked_and_counted(tmp_path, capsys):
     result = api.train("tiny", dataset=long_prompt_rows(), overrides=[
         "train.steps=1", f"run_dir={tmp_path / 'api'}", "task.instruction=", "task.truncate_prompts=left"])
     assert result.final_model is not None
+
+
+# 14. Ctrl-C in the first seconds: while Python imports torch and transformers, or while the model loads.
+INTERRUPT_AT_IMPORT = """
+import importlib.abc, runpy, signal, sys
+
+AT = sys.argv[1]
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == AT:
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches the process
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["grpo", *sys.argv[2:]]
+runpy.run_module("grpo", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module, more", [("grpo.config", []), ("torch", []), ("transformers", []),
+                                          ("grpo.tasks.arith", []), ("grpo.tasks.arith", ["memory.check=false"])])
+def test_ctrl_c_while_starting_is_one_line_and_leaves_nothing(tmp_path, module, more):
+    """grpo.config: the command line's own imports; torch, transformers: the entry point's; grpo.tasks.arith:
+    the start's memory check, or without it the loop's build, in a run directory just made."""
+    run_dir = tmp_path / "r"
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_AT_IMPORT, module, "train", *TINY, f"run_dir={run_dir}",
+                           *more], env=env_with_src(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stderr
+    assert only_line(done.stderr) == ("interrupted while starting: nothing was trained or saved; run the same "
+                                      "command again")
+    assert not run_dir.exists()
