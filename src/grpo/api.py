@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grpo.config import RunConfig, apply_override, from_dict, load_config, to_dict, validate
+from grpo.config import RunConfig, apply_override, from_dict, load_config, split_overrides, to_dict, validate
 from grpo.errors import ConfigError, RunInterrupted, RunStopped
 from grpo.rewards import register_reward
 
@@ -76,20 +76,23 @@ def train(config: ConfigLike = None, *, dataset: DatasetLike = None, eval_datase
           rewards: RewardLike | Sequence[RewardLike] | None = None, reward_weights: Sequence[float] | None = None,
           overrides: Sequence[str] = ()) -> TrainResult:
     """Train as `grpo train` does. `dataset`: the training rows (task.name becomes `dataset`); `rewards`:
-    reward names and callables for task.reward, with `reward_weights`. Both default to the config's."""
-    cfg = with_data_and_rewards(build_config(config, overrides), dataset, eval_dataset, rewards, reward_weights)
-    summary = {"before": None, "after": None, **run_trainer(cfg)}
+    reward names and callables for task.reward, with `reward_weights`. Both default to the config's.
+    `overrides` may hold resume_from=CHECKPOINT_DIR, as on the command line."""
+    config_overrides, resume_from = split_overrides(list(overrides))
+    cfg = with_data_and_rewards(build_config(config, config_overrides), dataset, eval_dataset, rewards,
+                                reward_weights)
+    summary = {"before": None, "after": None, **run_trainer(cfg, resume_from)}
     written = cfg.resolved_run_dir / "summary.json"
     final = json.loads(written.read_text()).get("final_model") if written.is_file() else None
     return TrainResult(cfg.resolved_run_dir, Path(final) if final else None, summary)
 
 
-def run_trainer(cfg: RunConfig) -> dict[str, Any]:
+def run_trainer(cfg: RunConfig, resume_from: str | None = None) -> dict[str, Any]:
     """The one call into the trainer, through grpo.entry as `grpo train`'s: the same memory check, ranks,
     run directory lock, train.log, hooks and cleanup of a refused first start; errors raised."""
     from grpo import entry
 
-    return entry.train(cfg)
+    return entry.train(cfg, resume_from)
 
 
 def evaluate(model: str | Path, config: ConfigLike = None, *, dataset: DatasetLike = None,

@@ -258,3 +258,64 @@ def test_ctrl_c_while_starting_is_one_line_and_leaves_nothing(tmp_path, module, 
     assert only_line(done.stderr) == ("interrupted while starting: nothing was trained or saved; run the same "
                                       "command again")
     assert not run_dir.exists()
+
+
+# 14. The API's stop messages say how to resume through the API when its data and rewards live in Python.
+class InterruptOnCall:
+    """A reward function that is Ctrl-C'd (SIGINT) on its `at`-th call (the first is the start's check)."""
+
+    __name__ = "interrupted"
+
+    def __init__(self, at: int) -> None:
+        self.at, self.calls = at, 0
+
+    def __call__(self, completions, **kwargs):
+        import signal
+
+        self.calls += 1
+        if self.calls == self.at:
+            signal.raise_signal(signal.SIGINT)
+        return [float(len(c) % 2) for c in completions]
+
+
+def zero(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+ROWS = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)]
+
+
+def test_api_stop_messages_say_the_api_call_that_resumes(tmp_path):
+    run_dir = tmp_path / "r"
+    overrides = ["train.steps=3", "checkpoint.every_steps=0", "checkpoint.every_minutes=0", f"run_dir={run_dir}"]
+    reward = InterruptOnCall(at=3)  # during step 2's scoring
+    try:
+        api.train("tiny", dataset=ROWS, rewards=[reward], overrides=overrides)
+    except api.RunInterrupted as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("the run was not interrupted")
+    assert "grpo train" not in message and "grpo.api.train(...) again in Python" in message
+    assert f"run_dir={run_dir}" in message and "task.path=memory:" in message and "python:interrupted" in message
+    result = api.train("tiny", dataset=ROWS, rewards=[reward], overrides=overrides)  # as it said: it resumes
+    assert json.loads((result.run_dir / "summary.json").read_text())["steps"] == 3
+
+    try:
+        api.train("tiny", dataset=ROWS, rewards=[zero], overrides=[
+            "train.steps=3", f"run_dir={tmp_path / 'stopped'}", "guard.zero_reward.action=stop",
+            "guard.zero_reward.patience=1"])
+    except api.RunStopped as exc:
+        assert "grpo train" not in str(exc) and "grpo.api.train(...) again in Python" in str(exc)
+        stopped = json.loads((tmp_path / "stopped" / "STOPPED.json").read_text())
+        assert stopped["resume_command"].startswith("grpo.api.train(...) again in Python")
+    else:
+        raise AssertionError("the guard did not stop a run whose every reward was 0")
+
+
+def test_cli_runs_and_api_runs_on_files_keep_the_command(tmp_path):
+    from grpo.rundir.resume import resume_command
+
+    data = write_rows(tmp_path / "data", ROWS)
+    run_dir = tmp_path / "r"
+    api.train("tiny", dataset=data, rewards=["digits"], overrides=["train.steps=1", f"run_dir={run_dir}"])
+    assert resume_command(run_dir, None) == f"grpo train --config {run_dir / 'config.yaml'}"
