@@ -319,3 +319,57 @@ def test_cli_runs_and_api_runs_on_files_keep_the_command(tmp_path):
     run_dir = tmp_path / "r"
     api.train("tiny", dataset=data, rewards=["digits"], overrides=["train.steps=1", f"run_dir={run_dir}"])
     assert resume_command(run_dir, None) == f"grpo train --config {run_dir / 'config.yaml'}"
+
+
+# 14. A folder written by datasets' save_to_disk: a DatasetDict's splits and a plain Dataset are read; a
+# missing split is named with the splits there are.
+def save_to_disk(folder: Path, rows: list[dict]) -> None:
+    """What `datasets.Dataset.save_to_disk(folder)` writes (datasets is not a dependency of the tests): an
+    Arrow stream shard, state.json naming it, dataset_info.json."""
+    import pyarrow as pa
+
+    folder.mkdir(parents=True)
+    table = pa.Table.from_pylist(rows)
+    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink, \
+            pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}],
+                                                   "_fingerprint": "0", "_split": None}))
+    (folder / "dataset_info.json").write_text("{}")
+
+
+def save_dict_to_disk(folder: Path, splits: dict[str, list[dict]]) -> None:
+    """What `datasets.DatasetDict(splits).save_to_disk(folder)` writes."""
+    for name, rows in splits.items():
+        save_to_disk(folder / name, rows)
+    (folder / "dataset_dict.json").write_text(json.dumps({"splits": list(splits)}))
+
+
+def test_save_to_disk_folders_are_read_and_a_missing_split_is_named(tmp_path, capsys):
+    train = [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "answer": str(i + 1)} for i in range(6)]
+    save_dict_to_disk(tmp_path / "dict", {"train": train, "test": train[:2]})
+    assert main(["train", *TINY, f"run_dir={tmp_path / 'r1'}", "task.name=dataset", f"task.path={tmp_path / 'dict'}",
+                 "eval.after_training=true"]) == 0
+    err = capsys.readouterr().err
+    assert f"6 training problems from {tmp_path / 'dict' / 'train' / 'data-00000-of-00001.arrow'}" in err
+    assert "2 held-out problems from" in err
+
+    save_dict_to_disk(tmp_path / "noval", {"validation": train})
+    assert main(["train", *TINY, f"run_dir={tmp_path / 'r2'}", "task.name=dataset",
+                 f"task.path={tmp_path / 'noval'}"]) == 2
+    assert only_line(capsys.readouterr().err) == (
+        f"config error: task.path={tmp_path / 'noval'} is a datasets DatasetDict (save_to_disk) with the splits "
+        "'validation' and no 'train': set task.train_split to one of them, or give task.train_files")
+    assert main(["train", *TINY, f"run_dir={tmp_path / 'r2'}", "task.name=dataset", f"task.path={tmp_path / 'noval'}",
+                 "task.train_split=validation"]) == 0
+    capsys.readouterr()
+
+    save_to_disk(tmp_path / "plain", train)
+    result = api.train("tiny", dataset=tmp_path / "plain", overrides=["train.steps=1", f"run_dir={tmp_path / 'r3'}"])
+    assert result.final_model is not None
+    assert main(["train", *TINY, f"run_dir={tmp_path / 'r4'}", "task.name=dataset", f"task.path={tmp_path / 'plain'}",
+                 "eval.after_training=true"]) == 2
+    assert only_line(capsys.readouterr().err) == (
+        f"config error: task.path={tmp_path / 'plain'} is a datasets Dataset (save_to_disk), which has no splits: "
+        "it is read as the training split, and has no held-out 'test' split; save a DatasetDict with one, or give "
+        "task.test_files")
