@@ -22,10 +22,11 @@ train.log), the same guard, and the same resume when it is run again on that dir
 Errors are raised, not printed (each importable from grpo.api too): `ConfigError` for bad input (the CLI's
 exit 2, raised before any work), `RunStopped` when the guard stops a run (exit 3: its message says why and how to
 resume), and the loop's `RunInterrupted` on Ctrl-C after the state was saved, or while the run was still
-starting (run the same call again to resume). Rows are columns by name, as in files: `task.prompt_column` (default `prompt`) and
-`task.answer_column` (default `answer`) say which is which. Datasets and callables live only in this Python
-process: the saved config names them (`memory:...`, `python:NAME`), so resuming from the command line
-needs the data in files and rewards as `module:function`.
+starting (run the same call again to resume). Rows are columns by name, as in files: `task.prompt_column`
+(default `prompt`) and `task.answer_column` (default `answer`) say which is which. Datasets and callables
+live only in this Python process: the saved config names them (`memory:...`, `python:NAME`), so resuming
+from the command line needs the data in files and rewards as `module:function` (such a run's stop messages
+name the API call that resumes it).
 """
 
 from __future__ import annotations

@@ -52,8 +52,9 @@ def hooks_for(cfg: RunConfig, rank: int = 0) -> list[StepHooks]:
 
 
 def open_run(cfg: RunConfig) -> OpenedRun:
-    """The ranks set up, a model that cannot be trained or a run that cannot fit in memory refused, the hooks installed, the run directory
-    locked and train.log opened. Raises ConfigError, RunDirLocked, DiskError, ... before any work."""
+    """The ranks set up, a model that cannot be trained or a run that cannot fit in memory refused, the hooks
+    installed, the run directory locked and train.log opened. Raises ConfigError, RunDirLocked, DiskError, ...
+    before any work."""
     ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
     # A model that cannot be trained is refused before its run directory exists: a fixed config then
     # starts afresh, not as "a run on other data".
