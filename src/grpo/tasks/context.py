@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo.config import TaskConfig
 from grpo.errors import ConfigError
-from grpo.tasks.base import Problem
+from grpo.tasks.base import Problem, Task
 
 # Where configs keep their context length: max_position_embeddings first, then other families' names.
 CONTEXT_KEYS = ("n_positions", "max_seq_len", "max_sequence_length", "seq_length", "n_ctx")
@@ -94,7 +94,7 @@ def fit_prompts(lengths: Sequence[int], problems: Sequence[Problem], context: Co
         "task.truncate_prompts=left to cut them from the left")
 
 
-def problems_to_check(task: Any, seed: int, draws: int) -> list[Problem]:
+def problems_to_check(task: Task, seed: int, draws: int) -> list[Problem]:
     """The training problems a run draws: all of a finite task's; the first `draws` (at most
     UNLIMITED_CHECKED) of a generator's."""
     count = task.num_train if task.num_train is not None else min(draws, UNLIMITED_CHECKED)
