@@ -21,11 +21,12 @@ train.log), the same guard, and the same resume when it is run again on that dir
 
 Errors are raised, not printed (each importable from grpo.api too): `ConfigError` for bad input (the CLI's
 exit 2, raised before any work), `RunStopped` when the guard stops a run (exit 3: its message says why and how to
-resume), and the loop's `RunInterrupted` on Ctrl-C after the state was saved (run the same call again to
-resume). Rows are columns by name, as in files: `task.prompt_column` (default `prompt`) and
-`task.answer_column` (default `answer`) say which is which. Datasets and callables live only in this Python
-process: the saved config names them (`memory:...`, `python:NAME`), so resuming from the command line
-needs the data in files and rewards as `module:function`.
+resume), and the loop's `RunInterrupted` on Ctrl-C after the state was saved, or while the run was still
+starting (run the same call again to resume). Rows are columns by name, as in files: `task.prompt_column`
+(default `prompt`) and `task.answer_column` (default `answer`) say which is which. Datasets and callables
+live only in this Python process: the saved config names them (`memory:...`, `python:NAME`), so resuming
+from the command line needs the data in files and rewards as `module:function` (such a run's stop messages
+name the API call that resumes it).
 """
 
 from __future__ import annotations
@@ -33,16 +34,19 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grpo.config import RunConfig, apply_override, from_dict, load_config, to_dict, validate
+from grpo.config import RunConfig, apply_override, from_dict, load_config, split_overrides, to_dict, validate
 from grpo.errors import ConfigError, RunInterrupted, RunStopped
 from grpo.rewards import register_reward
 
 __all__ = ["ConfigError", "RunInterrupted", "RunStopped", "TrainResult", "build_config", "evaluate", "train"]
+
+log = logging.getLogger(__name__)
 
 ConfigLike = RunConfig | Mapping[str, Any] | str | Path | None
 DatasetLike = Any  # a list of dicts, a datasets.Dataset, a {"train": ..., "test": ...} mapping, a file or folder
@@ -73,20 +77,23 @@ def train(config: ConfigLike = None, *, dataset: DatasetLike = None, eval_datase
           rewards: RewardLike | Sequence[RewardLike] | None = None, reward_weights: Sequence[float] | None = None,
           overrides: Sequence[str] = ()) -> TrainResult:
     """Train as `grpo train` does. `dataset`: the training rows (task.name becomes `dataset`); `rewards`:
-    reward names and callables for task.reward, with `reward_weights`. Both default to the config's."""
-    cfg = with_data_and_rewards(build_config(config, overrides), dataset, eval_dataset, rewards, reward_weights)
-    summary = {"before": None, "after": None, **run_trainer(cfg)}
+    reward names and callables for task.reward, with `reward_weights`. Both default to the config's.
+    `overrides` may hold resume_from=CHECKPOINT_DIR, as on the command line."""
+    config_overrides, resume_from = split_overrides(list(overrides))
+    cfg = with_data_and_rewards(build_config(config, config_overrides), dataset, eval_dataset, rewards,
+                                reward_weights)
+    summary = {"before": None, "after": None, **run_trainer(cfg, resume_from)}
     written = cfg.resolved_run_dir / "summary.json"
     final = json.loads(written.read_text()).get("final_model") if written.is_file() else None
     return TrainResult(cfg.resolved_run_dir, Path(final) if final else None, summary)
 
 
-def run_trainer(cfg: RunConfig) -> dict[str, Any]:
+def run_trainer(cfg: RunConfig, resume_from: str | None = None) -> dict[str, Any]:
     """The one call into the trainer, through grpo.entry as `grpo train`'s: the same memory check, ranks,
     run directory lock, train.log, hooks and cleanup of a refused first start; errors raised."""
     from grpo import entry
 
-    return entry.train(cfg)
+    return entry.train(cfg, resume_from)
 
 
 def evaluate(model: str | Path, config: ConfigLike = None, *, dataset: DatasetLike = None,
@@ -116,6 +123,7 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
     from grpo.rewards import TrainerState, check_rewards, resolve_rewards
     from grpo.rollout.engines.embedded import EmbeddedEngine
     from grpo.tasks import build_task, reward_inputs
+    from grpo.tasks.context import fit_prompts, model_context, prompt_lengths
 
     reward_fns = (resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward
                   else resolve_rewards(cfg.task.reward, cfg.task.reward_weights, "task.reward"))
@@ -128,6 +136,11 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
     if not problems:
         raise ConfigError(f"task {cfg.task.name} has no {split} problems to evaluate")
     model, tokenizer = load_model_and_tokenizer(cfg.model, resolve_device(cfg.model.device))
+    fit = fit_prompts(prompt_lengths(tokenizer, problems, cfg.task), problems,
+                      model_context(model.config.to_dict(), tokenizer), max_new_tokens, "max_new_tokens", cfg.task,
+                      f"{split} prompts")
+    if fit.cut:
+        log.warning("%s", fit.message())
     golds = [p.gold for p in problems[:4]]
     ids = [tokenizer(g, add_special_tokens=False)["input_ids"] for g in golds]
     state = TrainerState.finished(cfg.train.steps)
@@ -139,7 +152,8 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
         with progress.phase(f"evaluate {len(problems)} problems"):
             result = evaluate_problems(engine, tokenizer, problems, cfg.task, reward_fns,
                                        max_new_tokens=max_new_tokens, samples=samples, temperature=temperature,
-                                       seed=seed, keep_answers=keep_answers, trainer_state=state)
+                                       seed=seed, keep_answers=keep_answers, trainer_state=state,
+                                       max_prompt_tokens=fit.limit)
     finally:
         progress.activate(None)
     return {"model": cfg.model.name, "task": cfg.task.name, "split": split, "max_new_tokens": max_new_tokens,

@@ -15,8 +15,8 @@ import os
 from grpo.config import load_config
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
-from grpo.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, ConfigError, DiskError, RunDirLocked,
-                         exit_status, one_line)
+from grpo.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, START_INTERRUPTED, ConfigError, DiskError,
+                         RunDirLocked, exit_status, one_line)
 from grpo.rundir.files import atomic_write
 
 DEFAULT_EVAL_TOKENS = 256  # grpo eval's answer budget when neither a flag nor the config sets one
@@ -117,8 +117,8 @@ def _interrupts_as_keyboard_interrupt():
 
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
-    from grpo.tools.plan import (architecture, available_memory, device_kind, gpu_total, plan_memory, prompt_tokens,
-                                 render, server_verdict, suggestion)
+    from grpo.tools.plan import (architecture, available_memory, context_verdict, device_kind, gpu_total, plan_memory,
+                                 prompt_tokens, render, server_verdict, suggestion)
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)
@@ -131,8 +131,10 @@ def _plan(config: str | None, overrides: list[str]) -> int:
         lines.append(suggestion(cfg, plan, available.bytes, device, gpu_total() if device == "cuda" else None))
     cache_lines, refused = server_verdict(cfg, device, arch, prompt_len, plan, available)
     lines += cache_lines + ([refused] if refused else [])
+    context = context_verdict(cfg)
+    lines += [context] if context else []
     _print("\n".join(lines))
-    return 0 if fits and not refused else 1
+    return 0 if fits and not refused and not (context or "").startswith("warning") else 1
 
 
 def _doctor(path: Path, as_json: bool) -> int:
@@ -193,10 +195,16 @@ def _report(path: Path, out: str | None) -> int:
 
 
 def console() -> NoReturn:
-    """The `grpo` command, `python -m grpo` and `torchrun -m grpo`: main's status as the process's."""
+    """The `grpo` command, `python -m grpo` and `torchrun -m grpo`: main's status as the process's. Ctrl-C
+    while the command still imports (torch and transformers take seconds) is one line, not a traceback."""
     from grpo.dist import exit_process
 
-    exit_process(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        alert(START_INTERRUPTED)
+        status = EXIT_INTERRUPTED
+    exit_process(status)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,6 +119,9 @@ class TaskConfig:
     system_prompt: str | None = knob(None, "a system message before each text prompt")
     instruction: str = knob("Put your final answer within \\boxed{}.", "appended to text prompts on a new line")
     chat_template: str | None = knob(None, "a Jinja chat template, or a file holding one; null: the tokenizer's")
+    truncate_prompts: Literal["no", "left"] = knob("no", help=(
+        "A prompt that with its answer budget (max_new_tokens) exceeds the model's context: no: refused at load; "
+        "left: its first tokens are cut off so that it fits, and the cut prompts are counted"))
     reward: str | list[str] = knob("math", "A registered reward name or `module:function` (a module in the working "
                                    "directory imports as Python would), or a list of them, summed with "
                                    "task.reward_weights; each is logged on its own.")

@@ -18,13 +18,14 @@ from grpo.config import FaultsConfig, RunConfig, load_config, split_overrides
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.dist import Ranks, from_environment
-from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, EXIT_SIGINT, ConfigError, DiskError, RunDirLocked,
-                         RunStopped, exit_status, one_line)
+from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, EXIT_SIGINT, START_INTERRUPTED, ConfigError, DiskError,
+                         RunDirLocked, RunInterrupted, RunStopped, exit_status, one_line)
 from grpo.hooks import StepHooks
 from grpo.train.loop import TrainingLoop
 from grpo.train.expected_gain import quickstart_expectation
 from grpo.tools.plan import device_kind, refusal
-from grpo.policy.models import resolve_device
+from grpo.policy.models import check_model, resolve_device
+from grpo.tasks.prompts import check_chat_template
 from grpo.tools.report import report_line
 from grpo.rundir.resume import record_launch, resume_command
 from grpo.rundir.run import RunDir
@@ -51,9 +52,13 @@ def hooks_for(cfg: RunConfig, rank: int = 0) -> list[StepHooks]:
 
 
 def open_run(cfg: RunConfig) -> OpenedRun:
-    """The ranks set up, a run that cannot fit in memory refused, the hooks installed, the run directory
-    locked and train.log opened. Raises ConfigError, RunDirLocked, DiskError, ... before any work."""
+    """The ranks set up, a model that cannot be trained or a run that cannot fit in memory refused, the hooks
+    installed, the run directory locked and train.log opened. Raises ConfigError, RunDirLocked, DiskError, ...
+    before any work."""
     ranks = from_environment(resolve_device(cfg.model.device, int(os.environ.get("LOCAL_RANK", "0"))))
+    # A model that cannot be trained is refused before its run directory exists: a fixed config then
+    # starts afresh, not as "a run on other data".
+    check_chat_template(check_model(cfg.model), cfg.task)
     refused = refusal(cfg, device_kind(cfg), sharded=ranks.distributed)
     if refused:
         raise ConfigError(refused)
@@ -70,18 +75,30 @@ def open_run(cfg: RunConfig) -> OpenedRun:
 
 def train_opened(opened: OpenedRun, resume_from: str | None = None) -> dict[str, Any]:
     """The loop, run to its end: -> its summary (evaluations before/after training). What ends it early is
-    raised; a crash's traceback goes to train.log first, and a first start refused as bad input before
-    its first checkpoint leaves no run directory behind."""
+    raised; a crash's traceback goes to train.log first, and a first start refused as bad input, or
+    interrupted while it builds (before the loop watches for signals), before its first checkpoint leaves no
+    run directory behind."""
     run_dir, ranks = opened.run_dir, opened.ranks
     try:
-        return TrainingLoop(opened.cfg, resume_from=resume_from, run=run_dir, ranks=ranks, hooks=opened.hooks).train()
+        try:
+            loop = TrainingLoop(opened.cfg, resume_from=resume_from, run=run_dir, ranks=ranks, hooks=opened.hooks)
+        except KeyboardInterrupt:
+            _forget_first_start(opened)
+            raise RunInterrupted(START_INTERRUPTED) from None
+        return loop.train()
     except Exception as exc:
         status = exit_status(exc)
         if status == EXIT_CRASH:  # a bug or an unexpected failure
             logging.getLogger("grpo").exception("the run crashed")
-        if status == EXIT_BAD_INPUT and opened.fresh and ranks.main and not run_dir.checkpoints.list():
-            shutil.rmtree(run_dir.path, ignore_errors=True)
+        if status == EXIT_BAD_INPUT:
+            _forget_first_start(opened)
         raise
+
+
+def _forget_first_start(opened: OpenedRun) -> None:
+    """A first start that ends before its first checkpoint leaves no run directory behind."""
+    if opened.fresh and opened.ranks.main and not opened.run_dir.checkpoints.list():
+        shutil.rmtree(opened.run_dir.path, ignore_errors=True)
 
 
 def train(cfg: RunConfig, resume_from: str | None = None) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 run can be told apart without reading its log:
 
     0  finished                      3  stopped by the guard (RunStopped: STOPPED.json says why)
-    1  crashed (any other error)     4  interrupted by SIGTERM/SIGINT after saving (RunInterrupted)
+    1  crashed (any other error)     4  interrupted by SIGTERM/SIGINT after saving, or while starting
+                                        (RunInterrupted)
     2  refused before any work       5  the disk refused a write (DiskError: full, quota, read-only)
        (ConfigError, RunDirLocked)  130  SIGINT twice: exited at once, without saving
 
@@ -43,7 +44,12 @@ class RunStopped(Exception):
 
 
 class RunInterrupted(Exception):
-    """A signal stopped the run after its state was saved; the message says how to resume."""
+    """A signal stopped the run after its state was saved, or while it started; the message says how to
+    resume."""
+
+
+# Ctrl-C before the loop watches for signals (Python's imports, the model's load): nothing of this start is kept.
+START_INTERRUPTED = "interrupted while starting: nothing was trained or saved; run the same command again"
 
 
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}

@@ -93,6 +93,7 @@ def evaluate(
     retry_backoff_s: float = 0.5,
     ranks: Ranks = SINGLE,
     trainer_state: TrainerState | None = None,
+    max_prompt_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Greedy accuracy: the fraction of scored answers judged correct, a reward of at least
     task.correct_threshold (and pass@k / maj@k with samples > 1). Failed answers are retried (`max_retries`,
@@ -106,10 +107,11 @@ def evaluate(
     "status", "correct", "scored": whether it is one of the figures' rows) and, with samples > 1, its
     "samples" (each with "completion", "reward", "status", "correct" and the "vote" it casts) and the
     "majority" they voted for ("vote", "votes", "correct"; None when none voted). `trainer_state`: what reward
-    functions are given (the run's, during training); None: as at the end of training."""
+    functions are given (the run's, during training); None: as at the end of training. `max_prompt_tokens`:
+    prompts are cut from the left to this (task.truncate_prompts)."""
     state = trainer_state or TrainerState.finished(None)
     threshold = task_cfg.correct_threshold
-    prompts = [encode_prompt(tokenizer, p, task_cfg) for p in problems]
+    prompts = [encode_prompt(tokenizer, p, task_cfg, max_prompt_tokens) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
     rewards = _score(reward_fns, problems, greedy, state)

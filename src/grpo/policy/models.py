@@ -15,7 +15,9 @@ from typing import Iterator
 from urllib.parse import urlparse
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerBase, PreTrainedTokenizerFast)
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from grpo.config import ModelConfig, TinyModelConfig
 from grpo.policy import unpad
@@ -37,6 +39,9 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+
+TINY_POSITIONS = 1024  # the tiny model's context
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
@@ -66,12 +71,12 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
         model = build_tiny_model(cfg.tiny, tokenizer, dtype, attn)
     else:
         source = resolve_model_source(cfg.name)
+        check_causal_lm(source, cfg.name)
+        tokenizer = load_tokenizer(source, cfg.name)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
-        except OSError as exc:  # hub errors (missing repo, gated, network) are OSErrors with a long text
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"model.name={cfg.name} could not be loaded: {first}") from None
+        except OSError as exc:
+            raise _unloadable(cfg.name, exc) from None
     if cfg.attn_implementation == "auto":  # the forms that also run the update's micro-batch packed
         if device.type == "cpu":
             use_grouped_eager(model)
@@ -86,6 +91,55 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
         (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         model.config.use_cache = False
     return model, tokenizer
+
+
+def check_model(cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    """model.name checked from its config and tokenizer alone, before anything is written or its weights
+    load: a causal LM with a tokenizer. -> the tokenizer, for the checks of prompts."""
+    if cfg.name == "tiny":
+        return build_char_tokenizer()
+    source = resolve_model_source(cfg.name)
+    check_causal_lm(source, cfg.name)
+    return load_tokenizer(source, cfg.name)
+
+
+def _unloadable(name: str, exc: BaseException) -> ConfigError:
+    """Hub errors (missing repo, gated, network) are OSErrors with a long text: their first line."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ConfigError(f"model.name={name} could not be loaded: {first}")
+
+
+def check_causal_lm(source: str, name: str) -> None:
+    """Refuses what AutoModelForCausalLM would refuse (in 3,000 characters) or load as half a model (the decoder
+    of an encoder-decoder)."""
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except OSError as exc:
+        raise _unloadable(name, exc) from None
+    except ValueError as exc:  # no or an unknown model_type
+        raise _unloadable(name, exc) from None
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if encoder_decoder or config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ConfigError(f"model.name={name} is not a causal language model (model_type {config.model_type!r}"
+                          f"{', an encoder-decoder' if encoder_decoder else ''}): grpo trains what "
+                          "AutoModelForCausalLM loads (Llama, Qwen2, GPT-2, SmolLM2, ...); point model.name at one")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def load_tokenizer(source: str, name: str) -> PreTrainedTokenizerBase:
+    path = Path(source)
+    if path.is_dir() and not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise ConfigError(f"model.name={name} has no tokenizer (no tokenizer.json or tokenizer_config.json): save the "
+                          "model's tokenizer beside it (tokenizer.save_pretrained(DIR))")
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except OSError as exc:
+        raise _unloadable(name, exc) from None
+    except (ValueError, ImportError) as exc:  # files it cannot build a tokenizer from, or a missing library
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"model.name={name}: its tokenizer could not be loaded: {first}") from None
 
 
 def resolve_model_source(name: str) -> str:
@@ -222,7 +276,7 @@ def build_tiny_model(
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=1024,
+        max_position_embeddings=TINY_POSITIONS,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,

@@ -112,10 +112,12 @@ class RolloutCollector:
         sleep: Callable[[float], None] = time.sleep,
         ranks: Ranks = SINGLE,
         record: Callable[..., Any] | None = None,
+        max_prompt_tokens: int | None = None,
     ) -> None:
         """`max_steps`: the run's total steps (reward functions' `trainer_state.max_steps`); `record(kind, step,
-        message, **evidence)`: where failed rounds of samples are recorded (the run's events.jsonl)."""
-        self.ranks, self.record = ranks, record
+        message, **evidence)`: where failed rounds of samples are recorded (the run's events.jsonl).
+        `max_prompt_tokens`: prompts are cut from the left to this (task.truncate_prompts)."""
+        self.ranks, self.record, self.max_prompt_tokens = ranks, record, max_prompt_tokens
         self.engine, self.tokenizer, self.task, self.task_cfg = engine, tokenizer, task, task_cfg
         self.cfg, self.rewards, self.data_seed, self.sleep = cfg, list(rewards), data_seed, sleep
         self.max_steps = max_steps
@@ -162,7 +164,7 @@ class RolloutCollector:
 
     def _generate_groups(self, problems: list[Problem], indices: list[int], step: int, batch: RolloutBatch):
         G = self.cfg.samples_per_problem
-        prompts = [encode_prompt(self.tokenizer, p, self.task_cfg) for p in problems]
+        prompts = [encode_prompt(self.tokenizer, p, self.task_cfg, self.max_prompt_tokens) for p in problems]
         slots: list[Sample | None] = [None] * (len(problems) * G)
         pending = list(range(len(slots)))
         retried: set[int] = set()

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from grpo.rundir.files import atomic_write_json, read_json
 
 LAUNCH_FILE = "launch.json"
@@ -50,10 +52,38 @@ def _launch_prefix(run_dir: Path) -> list[str]:
 
 
 def resume_command(run_dir: Path, checkpoint: Path | None) -> str:
+    """The command that resumes the run; for a run whose data or rewards live only in the Python process
+    that started it (grpo.api's), which the command line cannot read, the API call."""
+    held = _held_in_python(run_dir)
+    if held:
+        overrides = [f"run_dir={run_dir}", *([f"resume_from={checkpoint}"] if checkpoint is not None else [])]
+        return (f"grpo.api.train(...) again in Python, with the same config, dataset, rewards and overrides "
+                f"({', '.join(overrides)}): this run's {' and '.join(held)} live only in Python, where the "
+                "command line cannot read them")
     parts = [*_launch_prefix(run_dir), "--config", str(run_dir / "config.yaml")]
     if checkpoint is not None:
         parts.append(f"resume_from={checkpoint}")
     return shlex.join(parts)
+
+
+def _held_in_python(run_dir: Path) -> list[str]:
+    """What of the run's saved config names in-memory data (`memory:...`) or Python reward functions
+    (`python:NAME`), as the Python API registers them."""
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    if not isinstance(config, dict):
+        return []
+    task, evaluation = config.get("task") or {}, config.get("eval") or {}
+    held = []
+    if str(task.get("path") or "").startswith("memory:"):
+        held.append(f"dataset (task.path={task['path']})")
+    rewards = [r for value in (task.get("reward"), evaluation.get("reward"))
+               for r in (value if isinstance(value, list) else [value]) if str(r).startswith("python:")]
+    if rewards:
+        held.append(f"reward functions ({', '.join(map(str, dict.fromkeys(rewards)))})")
+    return held
 
 
 def write_stop_report(run_dir: Path, cause: str, step: int, evidence: dict[str, Any], last_good: Path | None,

@@ -14,10 +14,13 @@ of what it did to get there.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 
 from grpo.config import CheckpointConfig
+from grpo.errors import ConfigError
 from grpo.rundir.events import EventLog
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import JsonlLog, atomic_write
@@ -44,10 +47,47 @@ class RunDir:
         self.summary_path = self.path / "summary.json"
 
     def acquire(self) -> "RunDir":
-        """Take the lock; raises RunDirLocked when another process writes this directory."""
+        """Make the directory and take the lock; raises RunDirLocked when another process writes this
+        directory, ConfigError when it cannot be made or written (a file in the way, a read-only
+        filesystem), leaving nothing this call made."""
         if self.writes:
-            self.lock.acquire()
+            made = self._make()
+            try:
+                self.lock.acquire()
+            except BaseException as exc:
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
+                if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+                    raise self._read_only() from None
+                raise
         return self
+
+    def _make(self) -> Path | None:
+        """The run directory made: -> the topmost directory made for it (None: it existed)."""
+        if self.path.is_dir():
+            return None
+        top = self.path
+        while not top.parent.exists() and top.parent != top:
+            top = top.parent
+        try:
+            self.path.mkdir(parents=True)
+        except (FileExistsError, NotADirectoryError):
+            if top.is_dir():
+                shutil.rmtree(top, ignore_errors=True)
+            in_the_way = next(p for p in (self.path, *self.path.parents) if p.exists() and not p.is_dir())
+            raise ConfigError(f"run_dir={self.path}: {in_the_way} is a file, not a directory; set run_dir to a new "
+                              "directory or a run's") from None
+        except OSError as exc:
+            if top.is_dir():
+                shutil.rmtree(top, ignore_errors=True)
+            if exc.errno == errno.EROFS:
+                raise self._read_only() from None
+            raise
+        return top
+
+    def _read_only(self) -> ConfigError:
+        return ConfigError(f"run_dir={self.path} is on a read-only filesystem; set run_dir to a directory on a "
+                           "writable one")
 
     def open(self) -> list[str]:
         """Repair what a killed or starved writer left behind: torn log lines, unfinished atomic

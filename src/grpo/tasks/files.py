@@ -93,7 +93,27 @@ def _read_parquet(path: Path, table: Table) -> None:
         table.add(row, f"{path} row {i}")
 
 
-_READERS = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+def _read_arrow(path: Path, table: Table) -> None:
+    """An Arrow stream, as `datasets`' save_to_disk writes each shard."""
+    try:
+        import pyarrow as pa
+    except ImportError as exc:
+        raise ConfigError(f"{path}: reading a folder written by datasets' save_to_disk needs pyarrow: "
+                          "pip install 'grpo[data]'") from exc
+    try:
+        with pa.memory_map(str(path)) as source:
+            arrow = pa.ipc.open_stream(source).read_all()
+    except Exception as exc:  # ArrowInvalid, OSError: a shard it cannot read
+        raise ConfigError(f"{path}: not a readable Arrow file ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+                          ) from exc
+    table.columns.extend(name for name in arrow.column_names if name not in table.columns)
+    for i, row in enumerate(arrow.to_pylist(), 1):
+        table.add(row, f"{path} row {i}")
+
+
+_READERS = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet, ".arrow": _read_arrow}
+DATASET_DICT = "dataset_dict.json"  # what datasets' DatasetDict.save_to_disk writes beside its split folders
+DATASET_STATE = "state.json"  # what Dataset.save_to_disk writes beside its Arrow shards
 
 
 def read_files(paths: list[Path]) -> Table:
@@ -127,10 +147,13 @@ def expand_files(patterns: list[str], key: str) -> list[Path]:
 
 def split_files(directory: Path, split: str, key: str) -> list[Path]:
     """A split's files in `directory` (or its `data/`, as the hub lays datasets out): `SPLIT.EXT`, or shards
-    `SPLIT-*.EXT` in name order."""
+    `SPLIT-*.EXT` in name order; or the Arrow shards of a folder `datasets`' save_to_disk wrote."""
     if not directory.is_dir():
         raise ConfigError(f"task.path: no directory {directory.resolve()}; set it to a directory with {split}.jsonl, "
                           f"{split}.parquet or {split}.csv")
+    saved = _saved_dataset_files(directory, split, key)
+    if saved is not None:
+        return saved
     for folder in (directory, directory / "data"):
         found = sorted(p for p in folder.glob(f"{split}*") if p.is_file() and p.suffix in FORMATS
                        and (p.stem == split or p.name.startswith(f"{split}-")))
@@ -138,6 +161,54 @@ def split_files(directory: Path, split: str, key: str) -> list[Path]:
             return found
     raise ConfigError(f"no {split} split in {directory.resolve()}: expected {split}.jsonl, {split}.parquet, {split}.csv "
                       f"or shards {split}-*.parquet there or in data/ (or set {key})")
+
+
+def _saved_dataset_files(directory: Path, split: str, key: str) -> list[Path] | None:
+    """`split`'s Arrow shards in a folder written by save_to_disk: a DatasetDict's split, or a plain Dataset,
+    which has no splits, read as the training split. None: not such a folder. `key`: task.train_files or
+    task.test_files, the role of `split`."""
+    split_key = key.replace("_files", "_split")
+    if (directory / DATASET_DICT).is_file():
+        splits = _read_json(directory / DATASET_DICT).get("splits") or []
+        if split not in splits:
+            raise ConfigError(f"task.path={directory} is a datasets DatasetDict (save_to_disk) with the splits "
+                              f"{', '.join(map(repr, splits)) or 'none'} and no {split!r}: set {split_key} to one "
+                              f"of them, or give {key}")
+        return _saved_shards(directory / split)
+    if _is_saved_dataset(directory):
+        if key != "task.train_files":
+            raise ConfigError(f"task.path={directory} is a datasets Dataset (save_to_disk), which has no splits: it is "
+                              f"read as the training split, and has no held-out {split!r} split; save a DatasetDict "
+                              f"with one, or give {key}")
+        return _saved_shards(directory)
+    return None
+
+
+def _saved_shards(folder: Path) -> list[Path]:
+    shards = [folder / entry["filename"] for entry in _read_json(folder / DATASET_STATE).get("_data_files") or []]
+    missing = [p for p in shards if not p.is_file()]
+    if not shards or missing:
+        raise ConfigError(f"{folder} was written by datasets' save_to_disk, but its {DATASET_STATE} names "
+                          + (f"{missing[0].name}, which is not there" if missing else "no data files"))
+    return shards
+
+
+def _is_saved_dataset(directory: Path) -> bool:
+    """A plain Dataset's folder: its state.json lists its shards (a state.json of anything else does not)."""
+    try:
+        return isinstance(state := json.loads((directory / DATASET_STATE).read_text()), dict) and "_data_files" in state
+    except (OSError, ValueError):
+        return False
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not readable JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def read_hub(spec: str, split: str) -> Table:

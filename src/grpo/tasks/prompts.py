@@ -50,15 +50,30 @@ def build_messages(problem: Problem, cfg: TaskConfig) -> list[dict[str, str]]:
     return messages
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: TaskConfig) -> list[int]:
+def check_chat_template(tokenizer: PreTrainedTokenizerBase, cfg: TaskConfig) -> str | None:
+    """Every prompt goes through a chat template: task.chat_template's (-> its text), else the tokenizer's
+    (-> None), else none, refused."""
     template = load_chat_template(cfg.chat_template)
     if template is None and not tokenizer.chat_template:
         raise ConfigError("the model's tokenizer has no chat template: set task.chat_template to a Jinja template "
                           "or a file holding one")
+    return template
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: TaskConfig) -> str:
+    """The prompt's text, through the chat template, up to the assistant's turn."""
+    template = check_chat_template(tokenizer, cfg)
     try:
-        text = tokenizer.apply_chat_template(build_messages(problem, cfg), chat_template=template, tokenize=False,
+        return tokenizer.apply_chat_template(build_messages(problem, cfg), chat_template=template, tokenize=False,
                                              add_generation_prompt=True)
     except jinja2.TemplateError as exc:
         which = "task.chat_template" if template is not None else "the tokenizer's chat template"
         raise ConfigError(f"{which} failed on problem {problem.id}: {type(exc).__name__}: {exc}") from exc
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: TaskConfig,
+                  max_tokens: int | None = None) -> list[int]:
+    """The prompt's token ids; with `max_tokens` (task.truncate_prompts=left, grpo.tasks.context), only
+    the last that many."""
+    ids = tokenizer(render_prompt(tokenizer, problem, cfg), add_special_tokens=False)["input_ids"]
+    return ids[-max_tokens:] if max_tokens is not None and len(ids) > max_tokens else ids

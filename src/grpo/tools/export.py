@@ -8,6 +8,7 @@ in, as a plain model. The output is written aside and renamed into place, so it 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import warnings
@@ -51,14 +52,27 @@ def export_checkpoint(checkpoint: Path, out: Path, merged: bool) -> str:
             what = "the LoRA adapter merged into its base: loads with AutoModelForCausalLM.from_pretrained"
         else:
             shutil.copytree(info.model_dir, tmp)
-            what = ("the LoRA adapter (loads with peft's AutoPeftModelForCausalLM; --merged writes a plain model)"
-                    if adapter else "the full model: loads with AutoModelForCausalLM.from_pretrained")
+            what = "the full model: loads with AutoModelForCausalLM.from_pretrained"
+            if adapter:
+                what = (f"the LoRA adapter: loads with peft's AutoPeftModelForCausalLM.from_pretrained('{out}'), its "
+                        f"base from {_name_the_base(tmp, out)} (--merged writes a plain model)")
         _honour_umask(tmp)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return f"wrote {out}: {what}"
+
+
+def _name_the_base(tmp: Path, out: Path) -> str:
+    """A base built from the config alone (model.name=tiny) is saved in the adapter's base/ and named by
+    nothing in adapter_config.json: named there as `out`'s, so that PEFT finds it. -> the base's name."""
+    config_path = tmp / lora.ADAPTER_CONFIG
+    config = json.loads(config_path.read_text())
+    if not config.get("base_model_name_or_path") and (tmp / lora.BASE_DIR).is_dir():
+        config["base_model_name_or_path"] = str(out.absolute() / lora.BASE_DIR)
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return config["base_model_name_or_path"]
 
 
 def _checkpoints_inside(path: Path) -> str:

@@ -18,16 +18,34 @@ class SkipAdvice:
             return
         self.explained.add(reason)
         if reason == "no learning signal":
-            mean, truncated = m.get(k.REWARD_MEAN), m.get(k.TRUNCATED_FRAC) or 0.0
-            why = ("every answer was wrong" if mean == 0 else "every answer was right" if mean == m.get(k.REWARD_MAX)
-                   and mean else "in every group all answers got the same reward")
-            remedy = ("more samples per problem (rollout.samples_per_problem) so some answers differ, "
-                      "dynamic sampling (rollout.filter_zero_variance=true) to refill with groups that disagree, "
-                      "a task matched to the model, or a small format bonus in the reward")
-            if truncated > 0.3:
-                remedy = f"longer answers (rollout.max_new_tokens: {truncated:.0%} were cut off), " + remedy
-            alert(f"step {step}: NO UPDATE: {why} (mean reward {mean:.3g}), so GRPO has no signal. Try {remedy}.")
+            why, remedy = _why_no_signal(m)
+            alert(f"step {step}: NO UPDATE: {why} (mean reward {m.get(k.REWARD_MEAN):.3g}), so GRPO has no signal. "
+                  f"Try {remedy}.")
         elif reason == "no trainable groups":
             alert(f"step {step}: NO UPDATE: no group had every sample generated and scored "
                   f"({m.get(k.FAILED, 0)} failed, {m.get(k.UNSCORABLE, 0)} unscorable); "
                   "the guard's breakers watch this (grpo doctor shows the failures).")
+
+
+SPREAD = ("more samples per problem (rollout.samples_per_problem) so some answers differ, dynamic sampling "
+          "(rollout.filter_zero_variance=true) to refill with groups that disagree, a task matched to the model, "
+          "or a small format bonus in the reward")
+
+
+def _why_no_signal(m: dict[str, Any]) -> tuple[str, str]:
+    """What is true of a step whose every group got one reward for all its answers, told from the rewards
+    and the accuracy (the share at task.correct_threshold or above), and what to change."""
+    accuracy, low, high = m.get(k.ACCURACY), m.get(k.REWARD_MIN), m.get(k.REWARD_MAX)
+    if low is not None and low == high and low != 0 and accuracy == 0:
+        return (f"every answer got the same reward, {low:.3g}, and none reached task.correct_threshold",
+                "a reward that tells answers apart (task.reward gives every answer the same value)")
+    if accuracy == 1:
+        why = "every answer was right"
+    elif accuracy == 0:
+        why = "every answer was wrong"
+    else:
+        why = "in every group all answers got the same reward"
+    truncated = m.get(k.TRUNCATED_FRAC) or 0.0
+    if truncated > 0.3:
+        return why, f"longer answers (rollout.max_new_tokens: {truncated:.0%} were cut off), {SPREAD}"
+    return why, SPREAD

@@ -31,6 +31,7 @@ from grpo.rollout.engines.select import resolve_engine
 from grpo.hooks import Hooks
 from grpo.train.signals import SignalWatch
 from grpo.tasks import Task, build_task
+from grpo.tasks.context import fit_prompts, model_context, problems_to_check, prompt_lengths
 
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class Components:
     collector: RolloutCollector
     rollouts: RolloutQueue  # the rollout queue: each step's batch, in turn or ahead (rollout.max_staleness)
     guard: Guard
+    eval_prompt_limit: int | None  # held-out prompts are cut from the left to this (task.truncate_prompts)
 
 
 def _say_if_steps_repeat_problems(cfg: RunConfig, task: Task) -> None:
@@ -95,13 +97,37 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     # policy (max_staleness > 0), the recomputed ones are the proximal policy's (grpo.algo.offpolicy).
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
                      else engine_name != "embedded" or not policy.inference_is_exact or cfg.rollout.max_staleness > 0)
+    prompt_limit, eval_prompt_limit = _fit_prompts(cfg, task, policy, total_steps, evaluates, record_event)
     collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, seed, total_steps,
-                                 ranks=ranks, record=record_event)
+                                 ranks=ranks, record=record_event, max_prompt_tokens=prompt_limit)
     collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
     collector = hooks.wrap_collector(collector)
     rollouts = RolloutQueue(collector, engine, policy, cfg.rollout.max_staleness, total_steps)
     return Components(task, total_steps, rewards, eval_rewards, device, policy, engine,
-                      recompute_old, collector, rollouts, Guard(cfg.guard))
+                      recompute_old, collector, rollouts, Guard(cfg.guard), eval_prompt_limit)
+
+
+def _fit_prompts(cfg: RunConfig, task: Task, policy: Policy, total_steps: int, evaluates: bool,
+                 record_event: Callable[..., Any]) -> tuple[int | None, int | None]:
+    """Every prompt the run sends, with its answer budget, against the model's context (grpo.tasks.context):
+    refused, or cut and counted. -> the most tokens a training and a held-out prompt keep (None: all whole)."""
+    context = model_context(policy.model.config.to_dict(), policy.tokenizer)
+    splits = [(problems_to_check(task, cfg.train.seed, total_steps * cfg.rollout.problems_per_step),
+               cfg.rollout.max_new_tokens, "rollout.max_new_tokens", "training prompts")]
+    if evaluates:
+        splits.append((task.eval_problems(cfg.eval.max_samples), cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+                       "eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens",
+                       "held-out prompts"))
+    limits = []
+    for problems, budget, budget_key, what in splits:
+        lengths = prompt_lengths(policy.tokenizer, problems, cfg.task)
+        fit = fit_prompts(lengths, problems, context, budget, budget_key, cfg.task, what)
+        if fit.cut:
+            log.warning("%s", fit.message())
+            record_event("prompts_truncated", 0, fit.message(), what=what, cut=fit.cut, total=fit.total,
+                         longest=fit.longest, limit=fit.limit)
+        limits.append(fit.limit)
+    return limits[0], limits[1] if evaluates else None
 
 
 def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Ranks, run_dir: Path,

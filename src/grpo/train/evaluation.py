@@ -16,15 +16,16 @@ from grpo.tasks import Task
 
 
 def evaluate_held_out(cfg: RunConfig, task: Task, engine: RolloutEngine, policy: Policy, rewards: list[Reward],
-                      ranks: Ranks, label: str, state: TrainerState) -> dict[str, Any] | None:
+                      ranks: Ranks, label: str, state: TrainerState,
+                      max_prompt_tokens: int | None = None) -> dict[str, Any] | None:
     """-> the merged result, or None when a stop signal cut the evaluation short. `state`: the run's, for
-    reward functions."""
+    reward functions. `max_prompt_tokens`: prompts are cut from the left to this (task.truncate_prompts)."""
     problems = task.eval_problems(cfg.eval.max_samples)[ranks.rank :: ranks.world]
     try:
         with progress.phase(f"evaluate ({label})"), policy.unsharded():
             result = evaluate(engine, policy.tokenizer, problems, cfg.task, rewards,
                               max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, ranks=ranks,
-                              trainer_state=state)
+                              trainer_state=state, max_prompt_tokens=max_prompt_tokens)
     except GenerationCancelled:
         return None
     return merge_evaluations(ranks.gather(result))

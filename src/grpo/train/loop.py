@@ -77,6 +77,7 @@ class TrainingLoop:
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
             self.policy, self.engine, self.collector, self.guard = parts.policy, parts.engine, parts.collector, parts.guard
             self.recompute_old, self.eval_rewards = parts.recompute_old, parts.eval_rewards
+            self.eval_prompt_limit = parts.eval_prompt_limit
             self.rollouts = parts.rollouts
             self.state = RunState(cfg, self.run, self.policy, self.guard, ranks, self.rollouts)
             self.verdicts = VerdictActions(cfg.guard, self.guard, self.state, self.run, ranks, self.signals,
@@ -311,7 +312,7 @@ class TrainingLoop:
         """Held-out accuracy, recorded; None when a stop signal cut it short (the step itself stands)."""
         try:
             result = evaluate_held_out(self.cfg, self.task, self.engine, self.policy, self.eval_rewards, self.ranks,
-                                       label, TrainerState(self.state.step, self.total_steps))
+                                       label, TrainerState(self.state.step, self.total_steps), self.eval_prompt_limit)
         except (EvaluationFailed, ServerGaveUp, WeightSyncFailed) as exc:
             self.verdicts.evaluation_failed(label, exc, self.state.step)
         if result is not None:

@@ -76,6 +76,22 @@ def test_an_adapter_on_a_named_base_exports_as_is_and_loads_with_peft(tmp_path, 
                                atol=1e-5, rtol=1e-5)
 
 
+def test_an_adapter_on_a_base_built_from_its_config_names_its_base_and_loads_with_peft(tmp_path, capsys):
+    import json
+
+    from peft import AutoPeftModelForCausalLM
+
+    policy, info = trained_checkpoint(tmp_path, "model.lora.rank=4")  # model.name=tiny: a base with no name
+    out = tmp_path / "adapter"
+    assert main(["export", "--checkpoint", str(info.path), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"wrote {out}: the LoRA adapter: loads with peft's AutoPeftModelForCausalLM.from_pretrained('{out}'), its "
+        f"base from {out / 'base'} (--merged writes a plain model)")
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(out / "base")
+    loaded = AutoPeftModelForCausalLM.from_pretrained(out).eval()
+    torch.testing.assert_close(logits(loaded), logits(policy.model), atol=1e-5, rtol=1e-5)
+
+
 def test_a_full_checkpoint_is_copied_and_bad_input_is_refused_in_one_line(tmp_path, capsys):
     policy, info = trained_checkpoint(tmp_path)
     out = tmp_path / "full"

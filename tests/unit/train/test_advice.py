@@ -15,7 +15,8 @@ def alerts(monkeypatch):
 
 def test_no_signal_names_why_and_the_remedies_once(alerts):
     advice = SkipAdvice()
-    wrong = {"reward/mean": 0.0, "reward/max": 0.0, "response/truncated_frac": 0.0}
+    wrong = {"reward/mean": 0.0, "reward/min": 0.0, "reward/max": 0.0, "reward/accuracy": 0.0,
+             "response/truncated_frac": 0.0}
     advice.after_step(1, False, "no learning signal", wrong)
     advice.after_step(2, False, "no learning signal", wrong)
     assert len(alerts) == 1
@@ -26,11 +27,25 @@ def test_no_signal_names_why_and_the_remedies_once(alerts):
 
 def test_every_answer_right_and_cut_off_answers_are_told_apart(alerts):
     SkipAdvice().after_step(4, False, "no learning signal",
-                            {"reward/mean": 1.0, "reward/max": 1.0, "response/truncated_frac": 0.5})
+                            {"reward/mean": 1.0, "reward/min": 1.0, "reward/max": 1.0, "reward/accuracy": 1.0,
+                             "response/truncated_frac": 0.5})
     assert "every answer was right" in alerts[0]
     assert "longer answers (rollout.max_new_tokens: 50% were cut off)" in alerts[0]
-    SkipAdvice().after_step(4, False, "no learning signal", {"reward/mean": 0.5, "reward/max": 1.0})
+    SkipAdvice().after_step(4, False, "no learning signal",
+                            {"reward/mean": 0.5, "reward/min": 0.0, "reward/max": 1.0, "reward/accuracy": 0.5})
     assert "in every group all answers got the same reward" in alerts[1]
+
+
+def test_a_constant_reward_below_the_threshold_is_named_and_not_called_right_or_wrong(alerts):
+    SkipAdvice().after_step(1, False, "no learning signal", {"reward/mean": 0.5, "reward/min": 0.5, "reward/max": 0.5,
+                                                            "reward/accuracy": 0.0, "response/truncated_frac": 1.0})
+    assert alerts[0].startswith("step 1: NO UPDATE: every answer got the same reward, 0.5, and none reached "
+                                "task.correct_threshold (mean reward 0.5)")
+    assert "a reward that tells answers apart" in alerts[0] and "rollout.max_new_tokens" not in alerts[0]
+    # Partial credit below the threshold that differs between groups: every answer was wrong.
+    SkipAdvice().after_step(1, False, "no learning signal", {"reward/mean": 0.3, "reward/min": 0.2, "reward/max": 0.4,
+                                                            "reward/accuracy": 0.0})
+    assert alerts[1].startswith("step 1: NO UPDATE: every answer was wrong")
 
 
 def test_no_trainable_groups_counts_the_failures(alerts):

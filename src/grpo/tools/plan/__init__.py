@@ -15,6 +15,7 @@ from grpo.tools.plan.machine import (
     SMOLLM2_135M,
     architecture,
     available_memory,
+    context_verdict,
     device_kind,
     gpu_total,
     probe_tokens,
@@ -37,8 +38,8 @@ from grpo.tools.plan.server import describe, server_cache, sizes_a_cache
 from grpo.tools.plan.server import refusal as cache_refusal
 
 __all__ = ["COSTS", "GIB", "SMOLLM2_135M", "Architecture", "Available", "Component", "Costs", "Phase", "Plan",
-           "architecture", "available_memory", "device_kind", "gpu_total", "plan_memory", "probe_tokens",
-           "prompt_tokens", "refusal", "render", "server_verdict", "suggestion"]
+           "architecture", "available_memory", "context_verdict", "device_kind", "gpu_total", "plan_memory",
+           "probe_tokens", "prompt_tokens", "refusal", "render", "server_verdict", "suggestion"]
 
 
 def refusal(cfg: RunConfig, device: str, sharded: bool = False) -> str | None:

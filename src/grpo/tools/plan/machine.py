@@ -9,14 +9,15 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from grpo.config import RunConfig
+from grpo.config import RunConfig, TaskConfig
 from grpo.errors import ConfigError
+from grpo.tasks.base import Problem
 from grpo.tools.plan.model import GIB, Architecture, Available, server_fraction
 
 # The offline preset's architecture (SmolLM2-135M-Instruct), so its plan needs no conversion of the GGUF.
 SMOLLM2_135M = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                 "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "tie_word_embeddings": True,
-                "dtype": "float32", "model_type": "llama"}
+                "dtype": "float32", "model_type": "llama", "max_position_embeddings": 8192}
 
 
 def architecture(cfg: RunConfig, download: bool = True) -> Architecture:
@@ -29,23 +30,30 @@ def architecture(cfg: RunConfig, download: bool = True) -> Architecture:
         t = cfg.model.tiny
         return Architecture(len(build_char_tokenizer()), t.hidden_size, t.intermediate_size, t.num_layers,
                             t.num_heads, t.num_heads, t.hidden_size // t.num_heads, True, None)
-    from grpo.policy.models import OFFLINE_MODELS, cache_dir
-
-    if name in OFFLINE_MODELS:
-        path = cache_dir() / "models" / name / "config.json"
-        config = json.loads(path.read_text()) if path.is_file() else SMOLLM2_135M
-    elif Path(name).expanduser().is_dir():
-        path = Path(name).expanduser() / "config.json"
-        if not path.is_file():
-            raise ConfigError(f"model.name={name} has no config.json; point it at a model directory")
-        config = json.loads(path.read_text())
-    else:
-        config = _hub_config(name, download)
+    config = config_json(cfg, download)
     try:
         return Architecture.from_config_json(config, config.get("dtype") or config.get("torch_dtype") or "float32")
     except KeyError as exc:
         raise ConfigError(f"model.name={name}: its config.json has no {exc.args[0]}; grpo plan models "
                           "Llama-style decoders") from None
+
+
+def config_json(cfg: RunConfig, download: bool = True) -> dict:
+    """The model's config.json as a dict (tiny's: its context alone)."""
+    from grpo.policy.models import OFFLINE_MODELS, TINY_POSITIONS, cache_dir
+
+    name = cfg.model.name
+    if name == "tiny":
+        return {"max_position_embeddings": TINY_POSITIONS}
+    if name in OFFLINE_MODELS:
+        path = cache_dir() / "models" / name / "config.json"
+        return json.loads(path.read_text()) if path.is_file() else SMOLLM2_135M
+    if Path(name).expanduser().is_dir():
+        path = Path(name).expanduser() / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"model.name={name} has no config.json; point it at a model directory")
+        return json.loads(path.read_text())
+    return _hub_config(name, download)
 
 
 def _hub_config(name: str, download: bool) -> dict:
@@ -67,7 +75,7 @@ def prompt_tokens(cfg: RunConfig) -> int:
     """The longest of the first training prompts, in tokens: counted with the tokenizer where it is on disk
     (tokenizer files only), else estimated at 3 characters a token."""
     from grpo.tasks import build_task
-    from grpo.tasks.prompts import build_messages, encode_prompt
+    from grpo.tasks.prompts import encode_prompt
 
     task = build_task(replace(cfg.task), splits=("train",))
     count = min(64, task.num_train) if task.num_train is not None else 64
@@ -75,8 +83,40 @@ def prompt_tokens(cfg: RunConfig) -> int:
     tokenizer = _local_tokenizer(cfg)
     if tokenizer is not None:
         return max(len(encode_prompt(tokenizer, p, cfg.task)) for p in problems)
-    chars = max(sum(len(m["content"]) for m in build_messages(p, cfg.task)) for p in problems)
-    return math.ceil(chars / 3) + 40  # the chat template's own tokens
+    return max(_estimated_tokens(p, cfg.task) for p in problems)
+
+
+def _estimated_tokens(problem: Problem, task: TaskConfig) -> int:
+    """A prompt's length where the tokenizer is not on disk: 3 characters a token, and the chat template's own."""
+    from grpo.tasks.prompts import build_messages
+
+    return math.ceil(sum(len(m["content"]) for m in build_messages(problem, task)) / 3) + 40
+
+
+def context_verdict(cfg: RunConfig) -> str | None:
+    """`grpo plan`'s line on the prompts against the model's context (grpo.tasks.context), over every training
+    prompt, as `grpo train` judges them at load: a warning where it will refuse some, a note where
+    task.truncate_prompts=left will cut some; None where all fit or the model's config says no context."""
+    from grpo.tasks import build_task
+    from grpo.tasks.context import fit_prompts, model_context, problems_to_check, prompt_lengths
+
+    tokenizer = _local_tokenizer(cfg)
+    context = model_context(config_json(cfg), tokenizer)
+    if context is None:
+        return None
+    task = build_task(replace(cfg.task), splits=("train",))
+    problems = problems_to_check(task, cfg.train.seed, (cfg.train.steps or 1) * cfg.rollout.problems_per_step)
+    if tokenizer is not None:
+        lengths, estimated = prompt_lengths(tokenizer, problems, cfg.task), ""
+    else:
+        lengths = [_estimated_tokens(p, cfg.task) for p in problems]
+        estimated = " (prompt lengths estimated at 3 characters a token: the tokenizer is not on disk)"
+    try:
+        fit = fit_prompts(lengths, problems, context, cfg.rollout.max_new_tokens, "rollout.max_new_tokens", cfg.task,
+                          "training prompts")
+    except ConfigError as exc:
+        return f"warning: grpo train will refuse this run: {exc}{estimated}"
+    return f"note: {fit.message()}{estimated}" if fit.cut else None
 
 
 def probe_tokens(cfg: RunConfig) -> int:

@@ -1,0 +1,101 @@
+"""Prompts against the model's context: a prompt and its answer budget (max_new_tokens) must fit in the
+positions the model has. Checked at load, for every prompt a run or an evaluation will send: refused in
+one line, or with `task.truncate_prompts=left`, cut from the left to fit and counted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
+from grpo.tasks.base import Problem, Task
+
+# Where configs keep their context length: max_position_embeddings first, then other families' names.
+CONTEXT_KEYS = ("n_positions", "max_seq_len", "max_sequence_length", "seq_length", "n_ctx")
+# transformers' model_max_length when the tokenizer never set one is 1e30; a real one is far below this.
+SANE_MODEL_MAX_LENGTH = 10_000_000
+# An unlimited task (a generator) is checked on the problems a run of this many draws would see.
+UNLIMITED_CHECKED = 4096
+
+
+@dataclass(frozen=True)
+class Context:
+    positions: int
+    source: str  # which config key or tokenizer field said so
+
+
+def model_context(config: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None = None) -> Context | None:
+    """The most tokens the model attends over, from its config (a config.json's dict) or tokenizer: None when
+    neither says."""
+    config = config.get("text_config") or config
+    value = config.get("max_position_embeddings")
+    if isinstance(value, int) and value > 0:
+        return Context(value, "max_position_embeddings")
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < SANE_MODEL_MAX_LENGTH:
+        return Context(limit, "the tokenizer's model_max_length")
+    for key in CONTEXT_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return Context(value, key)
+    return None
+
+
+def prompt_lengths(tokenizer: PreTrainedTokenizerBase, problems: Sequence[Problem], cfg: TaskConfig) -> list[int]:
+    """Each problem's prompt length in tokens, as grpo.tasks.prompts.encode_prompt makes it (tokenized in one
+    batch: thousands of prompts in a second or two)."""
+    from grpo.tasks.prompts import render_prompt
+
+    texts = [render_prompt(tokenizer, p, cfg) for p in problems]
+    if not texts:
+        return []
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The prompts of one split against the context: how long a prompt may be, and how many were cut."""
+
+    limit: int | None  # the most tokens a prompt keeps (cut from the left); None: every prompt fits as it is
+    cut: int  # prompts longer than the limit
+    total: int
+    longest: int
+    what: str  # "training prompts", "evaluation prompts", ...
+
+    def message(self) -> str:
+        return (f"task.truncate_prompts=left: {self.cut} of {self.total} {self.what} cut from the left to "
+                f"{self.limit} tokens (the longest had {self.longest})")
+
+
+def fit_prompts(lengths: Sequence[int], problems: Sequence[Problem], context: Context | None, budget: int,
+                budget_key: str, cfg: TaskConfig, what: str) -> Fit:
+    """Every prompt plus its answer budget (`budget`, set by `budget_key`) within the context: refused in one
+    line (ConfigError) naming how many are too long, the longest and the fixes, unless task.truncate_prompts
+    is left, when the too long ones are counted and their limit returned."""
+    longest = max(lengths, default=0)
+    if context is None or longest + budget <= context.positions:
+        return Fit(None, 0, len(lengths), longest, what)
+    room = context.positions - budget
+    if room < 1:
+        raise ConfigError(f"{budget_key}={budget} leaves no room for a prompt in the model's context of "
+                          f"{context.positions} tokens ({context.source}): lower {budget_key}")
+    too_long = [i for i, n in enumerate(lengths) if n > room]
+    if cfg.truncate_prompts == "left":
+        return Fit(room, len(too_long), len(lengths), longest, what)
+    worst = max(too_long, key=lambda i: lengths[i])
+    raise ConfigError(
+        f"{len(too_long)} of {len(lengths)} {what} do not fit the model's context of {context.positions} tokens "
+        f"({context.source}) with {budget_key}={budget}: the longest, problem {problems[worst].id}, has "
+        f"{lengths[worst]} tokens, and a prompt may have {room}; shorten or drop them, lower {budget_key}, or set "
+        "task.truncate_prompts=left to cut them from the left")
+
+
+def problems_to_check(task: Task, seed: int, draws: int) -> list[Problem]:
+    """The training problems a run draws: all of a finite task's; the first `draws` (at most
+    UNLIMITED_CHECKED) of a generator's."""
+    count = task.num_train if task.num_train is not None else min(draws, UNLIMITED_CHECKED)
+    return [task.train_problem(i, seed) for i in range(count)]
