@@ -104,3 +104,19 @@ def test_builtin_rewards_are_known_by_name_and_a_lambda_by_its_source():
     first, second = (lambda completions, **kw: [0.0] * len(completions)), (lambda completions, **kw: [1.0])
     assert code_fingerprint(first) != code_fingerprint(second)
     assert code_fingerprint(functools.partial(first)) == code_fingerprint(functools.partial(first))
+
+
+def test_what_a_callable_object_changes_as_it_runs_does_not_change_its_identity():
+    """The same object called again in the same process (api.train twice in a notebook) keeps its identity."""
+    class Counting:
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, completions, **kwargs):
+            self.calls += 1
+            return [0.0] * len(completions)
+
+    reward = Counting()
+    before = code_fingerprint(reward)
+    reward(["a"])
+    assert code_fingerprint(reward) == before

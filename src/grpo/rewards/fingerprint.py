@@ -16,6 +16,7 @@ import marshal
 import re
 import sys
 import types
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,23 @@ def _add(obj: Any, digest: Any, seen: set[int], top: bool = False) -> None:
             digest.update(f"lambda {_value(consts)} {code.co_names} {code.co_varnames}".encode())
         _uses(obj, digest, seen)
         return
-    if callable(obj):  # an instance with __call__: its class, and its state
-        digest.update(f"instance {_value(getattr(obj, '__dict__', None))}".encode())
+    if callable(obj):  # an instance with __call__: its class, and its state as this process first saw it
+        digest.update(f"instance {_first_state(obj)}".encode())
         _add(type(obj), digest, seen, top)
+
+
+_STATES: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def _first_state(obj: Any) -> str:
+    """A callable object's attributes as first fingerprinted in this process: how it was made (a strict flag)
+    is its identity, what it changes as it runs (a call counter, a cache) must not refuse a resume in the
+    same process (a notebook that calls api.train again with the same object)."""
+    state = _value(getattr(obj, "__dict__", None))
+    try:
+        return _STATES.setdefault(obj, state)
+    except TypeError:  # not weakly referable: as it is now
+        return state
 
 
 def _uses(fn: types.FunctionType, digest: Any, seen: set[int]) -> None:
