@@ -13,9 +13,10 @@ from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import output_logits, split_head
 from grpo.policy.packed import Product, packed_linears
 from grpo.progress import tick
-from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.base import RolloutEngine
 from grpo.rollout.engines.decode_step import DecodeStep, llama_shaped
 from grpo.rollout.engines.kv_cache import preallocated_cache
+from grpo.rollout.types import Completion, GenerationCancelled, SampleStatus, SamplingParams
 
 
 def sample_next(

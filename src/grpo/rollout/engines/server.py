@@ -25,7 +25,7 @@ from typing import Any
 
 from grpo.config import ServerConfig
 from grpo.progress import tick
-from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.base import RolloutEngine
 from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.fleet import EitherEvent, Fleet
@@ -36,6 +36,7 @@ from grpo.rollout.server.weights import (
     DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
     claim_weights_dir, probe_ids, reclaim_orphaned_weights,
 )
+from grpo.rollout.types import Completion, GenerationCancelled, SampleStatus, SamplingParams
 from grpo.rundir.files import JsonlLog, atomic_write_json, read_json
 
 class ServerEngine(RolloutEngine):

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from grpo.config import ServerConfig
 from grpo.errors import ConfigError
-from grpo.rollout.engines.base import GenerationCancelled
+from grpo.rollout.types import GenerationCancelled
 from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
 from grpo.rollout.server.diagnosis import ended, likely_cause, same_failure, server_error

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import torch
 
-from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient
 
