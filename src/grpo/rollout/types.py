@@ -11,6 +11,11 @@ class GenerationCancelled(Exception):
     """Generation was cancelled from outside (a stop signal): nothing it produced may be used."""
 
 
+class EngineGaveUp(Exception):
+    """The engine cannot generate from the trainer's weights any more (its server cannot be brought back,
+    or its weights cannot be made to match): the run stops, saved."""
+
+
 class SampleStatus(str, enum.Enum):
     OK = "ok"
     TRUNCATED = "truncated"  # hit max_new_tokens: a valid (if long) answer

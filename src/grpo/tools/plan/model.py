@@ -180,7 +180,7 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     attention = attention_for(cfg, device, arch)
     eager = attention in ("eager", GROUPED_EAGER)
     gen: list[Component] = []
-    if r.engine in ("embedded", "auto"):  # auto may pick vLLM on a GPU: planned as embedded, the larger
+    if not serves(r.engine):  # auto may pick vLLM on a GPU: planned as embedded, the larger
         kv = gen_rows * (P + T) * kv_bytes_per_token(arch.num_layers, arch.num_kv_heads, arch.head_dim, m.dtype)
         gen.append(Component("KV cache", kv, f"{gen_rows} rows x {P + T} tokens"))
         prompts = min(gen_rows, r.problems_per_step)  # each distinct prompt is prefilled once
