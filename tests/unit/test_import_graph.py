@@ -17,11 +17,6 @@ import grpo
 SRC = Path(next(iter(grpo.__path__))).resolve()
 
 
-def node_of(module: str) -> str | None:
-    parts = module.split(".")
-    return parts[1] if parts[0] == "grpo" and len(parts) > 1 else None
-
-
 def module_name(path: Path) -> str:
     rel = path.relative_to(SRC.parent).with_suffix("")
     parts = list(rel.parts)
@@ -48,15 +43,26 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-def package_graph() -> dict[str, set[str]]:
+def package_graph(package: str = "grpo") -> dict[str, set[str]]:
+    """Edges between `package`'s direct children (its subpackages and modules), from every import in them."""
+    folder = SRC.parent.joinpath(*package.split("."))
+    prefix = package.split(".")
+
+    def child(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[: len(prefix)] != prefix or len(parts) == len(prefix):
+            return None
+        name = parts[len(prefix)]
+        return name if (folder / name).is_dir() or (folder / f"{name}.py").is_file() else None
+
     graph: dict[str, set[str]] = {}
-    for path in SRC.rglob("*.py"):
-        here = node_of(module_name(path))
-        if here is None:  # grpo/__init__.py
+    for path in folder.rglob("*.py"):
+        here = child(module_name(path))
+        if here is None:  # the package's own __init__.py
             continue
         for target in imported_modules(path):
-            there = node_of(target)
-            if there and there != here and ((SRC / there).is_dir() or (SRC / f"{there}.py").is_file()):
+            there = child(target)
+            if there and there != here:
                 graph.setdefault(here, set()).add(there)
     return graph
 
@@ -96,6 +102,27 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_package_level_import_cycle():
     assert find_cycle(package_graph()) is None, " -> ".join(find_cycle(package_graph()) or [])
+
+
+PACKAGES = sorted(".".join(path.parent.relative_to(SRC.parent).parts) for path in SRC.rglob("__init__.py"))
+
+
+# The doctor's record.py names crashes.Crash under TYPE_CHECKING, and crashes.py builds on record.Evidence:
+# open (issue 47 leaves it), held here so that no other cycle joins it.
+KNOWN_CYCLES = {"grpo.tools.doctor": ["crashes", "record", "crashes"]}
+
+
+def test_no_import_cycle_inside_a_package():
+    """Below the top level too: grpo.rollout's engines drive its servers, which know no engine."""
+    assert "grpo.rollout" in PACKAGES and "grpo.tools.plan" in PACKAGES
+    cycles = {package: find_cycle(package_graph(package)) for package in PACKAGES}
+    assert {package: cycle for package, cycle in cycles.items() if cycle} == KNOWN_CYCLES
+
+
+def test_the_engines_import_the_servers_and_not_the_other_way():
+    graph = package_graph("grpo.rollout")
+    assert "server" in graph["engines"] and "types" in graph["server"]
+    assert "engines" not in graph.get("server", set())
 
 
 ENTRY_POINTS = {"cli", "entry", "api"}

@@ -14,6 +14,7 @@ from grpo.faults.hooks import Faults
 from grpo.faults.names import SERVER, key, steps
 from grpo.faults.rollout import InjectedFault
 from grpo.faults.server import ServerFaults
+from grpo.rollout.engines.registry import serves
 from grpo.rollout.server.ray_host import SERVER_BUNDLES_ENV
 
 __all__ = ["Faults", "InjectedFault", "ServerFaults", "install"]
@@ -28,7 +29,7 @@ def install(cfg: RunConfig, rank: int = 0) -> Faults:
 
 def check(faults: FaultsConfig, cfg: RunConfig) -> None:
     server = [name for name in SERVER if steps(faults, name)]
-    if server and cfg.rollout.engine not in ("vllm", "sglang"):
+    if server and not serves(cfg.rollout.engine):
         raise ConfigError(f"{key(server[0])} needs a server engine: set rollout.engine=vllm or sglang")
     if steps(faults, "kill_server_actor") and not os.environ.get(SERVER_BUNDLES_ENV):
         raise ConfigError(f"{key('kill_server_actor')} needs servers placed by Ray: grpo train --launcher ray "

@@ -56,9 +56,10 @@ def bundles(nproc: int, gpus: bool, servers: int = 0) -> list[dict[str, float]]:
 
 def placed_servers(cfg: RunConfig) -> int:
     """How many servers Ray places: those grpo starts for a server engine (attached ones run elsewhere)."""
+    from grpo.rollout.engines.registry import serves
     from grpo.rollout.engines.select import resolve_engine
 
-    if resolve_engine(cfg.rollout.engine) not in ("vllm", "sglang") or cfg.rollout.server.urls:
+    if not serves(resolve_engine(cfg.rollout.engine)) or cfg.rollout.server.urls:
         return 0
     return cfg.rollout.server.replicas
 

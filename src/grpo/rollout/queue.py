@@ -28,45 +28,26 @@ checkpoint), with the worker's traceback: nothing is trained on it.
 
 from __future__ import annotations
 
-import copy
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import nullcontext
 from typing import Any
 
-from grpo.policy import lora
 from grpo.rollout.collector import RolloutBatch, RolloutCollector
 from grpo.rollout.engines import GenerationCancelled, RolloutEngine, SampleStatus
-from grpo.rollout.engines.embedded import EmbeddedEngine
-
-
-class InferenceCopy:
-    """The embedded engine's own copy of the model for generating in the background: refreshed from
-    the policy at each launch, then left alone while the policy trains. Its generation is not cut short
-    by a stop signal: the batch in flight finishes, so the checkpoint the stop saves holds it."""
-
-    def __init__(self, engine: EmbeddedEngine, policy) -> None:
-        model = copy.deepcopy(policy.model).requires_grad_(False)
-        inference = (lambda: lora.merged_for_inference(model)) if policy.lora else nullcontext
-        self.engine = EmbeddedEngine(model, engine.tokenizer, engine.batch_size, inference=inference)
-
-    def pin(self, policy) -> RolloutEngine:
-        self.engine.model.load_state_dict(policy.model.state_dict())
-        return self.engine
 
 
 class RolloutQueue:
     """Owned by the loop's thread: only it reads or writes `batches` and `in_flight`."""
 
     def __init__(self, collector: RolloutCollector, engine: RolloutEngine, policy, max_staleness: int,
-                 total_steps: int) -> None:
+                 total_steps: int, *, drain_before_sync: bool) -> None:
         self.collector, self.engine, self.policy = collector, engine, policy
         self.max_staleness, self.total_steps = max_staleness, total_steps
         self.batches: dict[int, RolloutBatch] = {}  # step -> its batch, generated
         self.in_flight: dict[int, Future[RolloutBatch]] = {}  # step -> its batch, launched
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="rollout-queue") if max_staleness else None
-        self.copy: InferenceCopy | None = None
-        # A server generates with the weights it serves: they may change only once its batch is done.
-        self.drain_before_sync = not isinstance(engine, EmbeddedEngine)
+        # A server generates with the weights it serves (EngineKind.server): they may change only once its
+        # batch is done.
+        self.drain_before_sync = drain_before_sync
 
     def take(self, step: int, data_index: int) -> RolloutBatch:
         """Step `step`'s batch (`data_index`: where the data stands after the step before), its staleness set."""
@@ -105,7 +86,7 @@ class RolloutQueue:
     def _launch(self, missing: list[int], step: int, data_index: int) -> None:
         """Launch the batches up to step+s neither generated nor on their way, on the current weights.
         Each starts where the one before it ends: known now, or from that batch's future on the worker."""
-        engine = self._pinned()
+        engine = self.engine.pinned(self.policy)
         revision, version = self.policy.revision, self.policy.version
         for j in missing:
             start: int | Future[RolloutBatch]
@@ -116,12 +97,6 @@ class RolloutQueue:
             else:
                 start = self.in_flight[j - 1]  # launched just before it: the worker reads where that one ended
             self.in_flight[j] = self.worker.submit(self._generate, j, start, engine, revision, version)
-
-    def _pinned(self) -> RolloutEngine:
-        if isinstance(self.engine, EmbeddedEngine):
-            self.copy = self.copy or InferenceCopy(self.engine, self.policy)
-            return self.copy.pin(self.policy)
-        return self.engine.pinned(self.policy)
 
     def _generate(self, step: int, start: int | Future[RolloutBatch], engine: RolloutEngine, revision: int,
                   version: int) -> RolloutBatch:

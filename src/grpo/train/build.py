@@ -27,6 +27,7 @@ from grpo.rollout.queue import RolloutQueue
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.embedded import EmbeddedEngine
+from grpo.rollout.engines.registry import ENGINES, EngineKind
 from grpo.rollout.engines.select import resolve_engine
 from grpo.hooks import Hooks
 from grpo.train.signals import SignalWatch
@@ -81,28 +82,28 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
         choice = ranks.broadcast(auto_choice(device.type) if ranks.main else None)
         cfg = with_dtype(cfg, choice.dtype)
         log.info("model.dtype=auto: %s on this %s (%s)", choice.dtype, device.type, choice.why)
-    engine_name = resolve_engine(cfg.rollout.engine)
+    kind = ENGINES[resolve_engine(cfg.rollout.engine)]
     if ranks.distributed and cfg.rollout.max_staleness:
         raise ConfigError("rollout.max_staleness > 0 does not run under torchrun yet: set rollout.max_staleness=0")
     policy = Policy(cfg, device, ranks)
-    if engine_name == "embedded":
-        # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
-        engine: RolloutEngine = EmbeddedEngine(policy.model, policy.tokenizer, cfg.rollout.generation_batch_size,
-                                               cancel=None if ranks.distributed else signals.event,
-                                               inference=policy.inference_weights)
+    if kind.server:
+        engine = _server_engine(cfg, kind, policy, ranks, run_dir, signals, record_server_event, hooks)
     else:
-        engine = _server_engine(cfg, engine_name, policy, ranks, run_dir, signals, record_server_event, hooks)
+        # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
+        engine = EmbeddedEngine(policy.model, policy.tokenizer, cfg.rollout.generation_batch_size,
+                                cancel=None if ranks.distributed else signals.event, inference=policy.inference_weights)
     # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
     # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs. Off
     # policy (max_staleness > 0), the recomputed ones are the proximal policy's (grpo.algo.offpolicy).
     recompute_old = (cfg.algo.recompute_old_logprobs if cfg.algo.recompute_old_logprobs is not None
-                     else engine_name != "embedded" or not policy.inference_is_exact or cfg.rollout.max_staleness > 0)
+                     else kind.server or not policy.inference_is_exact or cfg.rollout.max_staleness > 0)
     prompt_limit, eval_prompt_limit = _fit_prompts(cfg, task, policy, total_steps, evaluates, record_event)
     collector = RolloutCollector(engine, policy.tokenizer, task, cfg.task, cfg.rollout, rewards, seed, total_steps,
                                  ranks=ranks, record=record_event, max_prompt_tokens=prompt_limit)
     collector.check_rewards()  # a broken reward function is a one-line error now, not in step 1
     collector = hooks.wrap_collector(collector)
-    rollouts = RolloutQueue(collector, engine, policy, cfg.rollout.max_staleness, total_steps)
+    rollouts = RolloutQueue(collector, engine, policy, cfg.rollout.max_staleness, total_steps,
+                           drain_before_sync=kind.server)
     return Components(task, total_steps, rewards, eval_rewards, device, policy, engine,
                       recompute_old, collector, rollouts, Guard(cfg.guard), eval_prompt_limit)
 
@@ -130,7 +131,7 @@ def _fit_prompts(cfg: RunConfig, task: Task, policy: Policy, total_steps: int, e
     return limits[0], limits[1] if evaluates else None
 
 
-def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Ranks, run_dir: Path,
+def _server_engine(cfg: RunConfig, kind: EngineKind, policy: Policy, ranks: Ranks, run_dir: Path,
                    signals: SignalWatch, record_server_event: Callable[..., Any], hooks: Hooks) -> RolloutEngine:
     """One process: the servers' engine. Under torchrun: rank 0 holds it, every rank's calls go
     through it (grpo.rollout.engines.ranked); a stop signal is acted on at a step's end, by all ranks."""
@@ -140,7 +141,7 @@ def _server_engine(cfg: RunConfig, engine_name: str, policy: Policy, ranks: Rank
     if ranks.distributed and not ranks.main:
         return RankedEngine(None, ranks)
     cancel = threading.Event() if ranks.distributed else signals.event
-    engine = ServerEngine(hooks.wrap_backend(make_backend(engine_name, policy.device.type)), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
+    engine = ServerEngine(hooks.wrap_backend(make_backend(kind.name, policy.device.type)), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
                           dtype=cfg.model.dtype, seed=cfg.train.seed, record=record_server_event, cancel=cancel)
     return RankedEngine(engine, ranks) if ranks.distributed else engine
 

@@ -37,9 +37,7 @@ from grpo.policy.update import UpdateResult, rows_with_gradient
 from grpo.progress import Progress
 from grpo.rewards import TrainerState
 from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
-from grpo.rollout.engines import GenerationCancelled
-from grpo.rollout.server.supervisor import ServerGaveUp
-from grpo.rollout.server.weights import WeightSyncFailed
+from grpo.rollout.types import EngineGaveUp, GenerationCancelled
 from grpo.train.run_state import RunState
 from grpo.rundir.files import read_json
 from grpo.rundir.run import RunDir
@@ -150,7 +148,7 @@ class TrainingLoop:
         if self.state.step < self.total_steps or (self.cfg.eval.after_training and finished_after is None):
             try:
                 self.engine.start(self.policy)
-            except (ServerGaveUp, WeightSyncFailed) as exc:
+            except EngineGaveUp as exc:
                 self.verdicts.server_stop(exc, self.state.step)
         else:
             log.info("the run had finished at step %d: nothing to do", self.state.step)
@@ -232,14 +230,14 @@ class TrainingLoop:
             self.state.rewind(self.mid_step.start)
             self.mid_step = None
             raise StopRequested(self.signals.signum or signal.SIGTERM) from None
-        except (ServerGaveUp, WeightSyncFailed) as exc:
+        except EngineGaveUp as exc:
             self.verdicts.server_stop(exc, step)  # saves the step's start first
 
-        sync_failed: ServerGaveUp | WeightSyncFailed | None = None
+        sync_failed: EngineGaveUp | None = None
         with timer.phase("sync"):
             try:
                 record.sync = self.rollouts.sync_weights(self.policy)
-            except (ServerGaveUp, WeightSyncFailed) as exc:
+            except EngineGaveUp as exc:
                 sync_failed = exc  # the trainer's step stands: it is recorded and saved before the stop
         self.state.step, self.state.data_index = step, batch.next_data_index
         if not record.trips:
@@ -313,7 +311,7 @@ class TrainingLoop:
         try:
             result = evaluate_held_out(self.cfg, self.task, self.engine, self.policy, self.eval_rewards, self.ranks,
                                        label, TrainerState(self.state.step, self.total_steps), self.eval_prompt_limit)
-        except (EvaluationFailed, ServerGaveUp, WeightSyncFailed) as exc:
+        except (EvaluationFailed, EngineGaveUp) as exc:
             self.verdicts.evaluation_failed(label, exc, self.state.step)
         if result is not None:
             self.state.score = result["accuracy"]

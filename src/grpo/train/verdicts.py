@@ -21,7 +21,7 @@ from grpo.errors import RunStopped
 from grpo.evaluate import EvaluationFailed
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.rollout.server.supervisor import ServerGaveUp
-from grpo.rollout.server.weights import WeightSyncFailed
+from grpo.rollout.types import EngineGaveUp
 from grpo.train.run_state import RunState
 from grpo.rundir.resume import write_stop_report
 from grpo.rundir.run import RunDir
@@ -110,12 +110,12 @@ class VerdictActions:
                          f"last good checkpoint: {report['last_good_checkpoint']}\n"
                          f"resume with: {report['resume_command']}", report)
 
-    def server_stop(self, exc: ServerGaveUp | WeightSyncFailed, step: int) -> NoReturn:
+    def server_stop(self, exc: EngineGaveUp, step: int) -> NoReturn:
         """The server side cannot go on: the guard turns that into a stop with its diagnosis."""
         self.act_on([Trip(*_breaker_of(exc), step, str(exc), _evidence_of(exc))], step)
         raise AssertionError("a stop verdict always stops")
 
-    def evaluation_failed(self, label: str, exc: EvaluationFailed | ServerGaveUp | WeightSyncFailed,
+    def evaluation_failed(self, label: str, exc: EvaluationFailed | EngineGaveUp,
                           step: int) -> NoReturn:
         """An evaluation that cannot complete has no accuracy: it is recorded as failed (never as 0%)
         and stops the run (exit 3); resuming evaluates again."""

@@ -63,7 +63,7 @@ class FakeCollector:
 
 def make_queue(s: int, total: int = 10, collector: FakeCollector | None = None):
     collector, policy = collector or FakeCollector(), FakePolicy()
-    queue = RolloutQueue(collector, FakeEngine(), policy, s, total)
+    queue = RolloutQueue(collector, FakeEngine(), policy, s, total, drain_before_sync=True)
     return queue, collector, policy
 
 

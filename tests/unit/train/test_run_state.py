@@ -24,7 +24,7 @@ def open_state(run_dir, *overrides: str, start: bool = True, resume_from=None) -
     cfg = load_config("tiny", [f"run_dir={run_dir}", "rollout.max_staleness=1", *overrides])
     torch.manual_seed(0)
     policy = Policy(cfg, torch.device("cpu"))
-    queue = RolloutQueue(FakeCollector(), FakeEngine(), policy, 1, 10)
+    queue = RolloutQueue(FakeCollector(), FakeEngine(), policy, 1, 10, drain_before_sync=True)
     state = RunState(cfg, RunDir(run_dir, cfg.checkpoint).acquire(), policy, Guard(cfg.guard), SINGLE, queue)
     if start:
         state.start(resume_from)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from contextlib import nullcontext
 from typing import Callable, ContextManager
@@ -9,13 +10,15 @@ from typing import Callable, ContextManager
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from grpo.policy import lora
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import output_logits, split_head
 from grpo.policy.packed import Product, packed_linears
 from grpo.progress import tick
-from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.base import RolloutEngine
 from grpo.rollout.engines.decode_step import DecodeStep, llama_shaped
 from grpo.rollout.engines.kv_cache import preallocated_cache
+from grpo.rollout.types import Completion, GenerationCancelled, SampleStatus, SamplingParams
 
 
 def sample_next(
@@ -79,6 +82,18 @@ class EmbeddedEngine(RolloutEngine):
         # Entered around each generate call: the policy's faster form of the same model (LoRA merged in).
         self.inference = inference
         self.eos_ids = self._eos_ids(model, tokenizer)
+        self._copy: EmbeddedEngine | None = None
+
+    def pinned(self, policy) -> RolloutEngine:
+        """Its own copy of the model for generating in the background: refreshed from the policy at each
+        call, then left alone while the policy trains. Its generation is not cut short by a stop signal: the
+        batch in flight finishes, so the checkpoint the stop saves holds it."""
+        if self._copy is None:
+            model = copy.deepcopy(policy.model).requires_grad_(False)
+            inference = (lambda: lora.merged_for_inference(model)) if policy.lora else nullcontext
+            self._copy = EmbeddedEngine(model, self.tokenizer, self.batch_size, inference=inference)
+        self._copy.model.load_state_dict(policy.model.state_dict())
+        return self._copy
 
     @staticmethod
     def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:

@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from grpo.dist import Ranks
-from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SamplingParams
+from grpo.rollout.engines.base import RolloutEngine
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.server.weights import WeightSyncFailed
+from grpo.rollout.types import Completion, GenerationCancelled, SamplingParams
 
 T = TypeVar("T")
 SHARED_ERRORS = {"ServerGaveUp": ServerGaveUp, "WeightSyncFailed": WeightSyncFailed}

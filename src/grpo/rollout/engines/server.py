@@ -14,6 +14,7 @@ starts the server from the exported weights), `generate` raises GenerationCancel
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import threading
 import time
@@ -25,7 +26,8 @@ from typing import Any
 
 from grpo.config import ServerConfig
 from grpo.progress import tick
-from grpo.rollout.engines.base import Completion, GenerationCancelled, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.engines.base import RolloutEngine
+from grpo.rollout.engines.registry import ENGINES
 from grpo.rollout.server.backend import Backend, ReloadMode
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.fleet import EitherEvent, Fleet
@@ -36,6 +38,7 @@ from grpo.rollout.server.weights import (
     DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
     claim_weights_dir, probe_ids, reclaim_orphaned_weights,
 )
+from grpo.rollout.types import Completion, GenerationCancelled, SampleStatus, SamplingParams
 from grpo.rundir.files import JsonlLog, atomic_write_json, read_json
 
 class ServerEngine(RolloutEngine):
@@ -332,13 +335,10 @@ def _last_incarnations(run_dir: Path) -> dict[str, int]:
 def make_backend(name: str, device: str = "cpu") -> Backend:
     """`device`: the trainer's device type; a server grpo starts runs on the same kind (vLLM-CPU is a
     build of its own: vLLM is told only how its cache is sized)."""
-    if name == "vllm":
-        from grpo.rollout.server.vllm import VLLMBackend
-
-        return VLLMBackend(on_cpu=device == "cpu")
-    if name == "sglang":
-        from grpo.rollout.server.sglang import SGLangBackend
-
-        return SGLangBackend(on_cpu=device == "cpu")
-    raise ValueError(f"unknown server backend {name!r}; valid: vllm, sglang")
+    kind = ENGINES.get(name)
+    if kind is None or kind.backend is None:
+        valid = ", ".join(k.name for k in ENGINES.values() if k.backend)
+        raise ValueError(f"unknown server backend {name!r}; valid: {valid}")
+    module, _, cls = kind.backend.partition(":")
+    return getattr(importlib.import_module(module), cls)(on_cpu=device == "cpu")
 

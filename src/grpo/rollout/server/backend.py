@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo.config import ServerConfig
-from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.client import HttpClient, ServerError
 
 

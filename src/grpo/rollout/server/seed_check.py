@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient
 

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 from grpo.config import ServerConfig
-from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect, kv_bytes_per_token
 from grpo.rollout.server.client import HttpClient, ServerError
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from grpo.config import ServerConfig
 from grpo.errors import ConfigError
-from grpo.rollout.engines.base import GenerationCancelled
+from grpo.rollout.types import EngineGaveUp, GenerationCancelled
 from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
 from grpo.rollout.server.diagnosis import ended, likely_cause, same_failure, server_error
@@ -52,7 +52,7 @@ class StartCancelled(GenerationCancelled):
     """A stop signal ended a server start or a restart's wait: the caller stops, nothing failed."""
 
 
-class ServerGaveUp(Exception):
+class ServerGaveUp(EngineGaveUp):
     """The server cannot be brought back; `diagnosis` says why, for STOPPED.json."""
 
     def __init__(self, message: str, diagnosis: dict[str, Any]) -> None:

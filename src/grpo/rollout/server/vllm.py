@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import ServerConfig
-from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect
 from grpo.rollout.server.client import HttpClient, ServerError
 

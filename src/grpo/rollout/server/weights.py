@@ -26,7 +26,7 @@ from typing import Protocol
 
 import torch
 
-from grpo.rollout.engines.base import SamplingParams
+from grpo.rollout.types import EngineGaveUp, SamplingParams
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient
 
@@ -62,7 +62,7 @@ class WeightSource(Protocol):
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]: ...
 
 
-class WeightSyncFailed(Exception):
+class WeightSyncFailed(EngineGaveUp):
     """The server's weights could not be made to match the trainer's."""
 
     def __init__(self, message: str, evidence: dict) -> None:

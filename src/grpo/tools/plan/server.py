@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 
 from grpo.config import RunConfig
 from grpo.precision import with_concrete_dtype
+from grpo.rollout.engines.registry import ENGINES, serves
 from grpo.rollout.server.backend import Backend, kv_bytes_per_token
-from grpo.tools.plan.model import BYTES, COSTS, GIB, Architecture, Costs
+from grpo.tools.plan.model import BYTES, GIB, Architecture
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,10 @@ class ServerCache:
 def sizes_a_cache(cfg: RunConfig) -> bool:
     """Whether the config gives the servers grpo starts a KV cache size."""
     s = cfg.rollout.server
-    return cfg.rollout.engine in ("vllm", "sglang") and not s.urls and s.kv_cache_gib is not None
+    return serves(cfg.rollout.engine) and not s.urls and s.kv_cache_gib is not None
 
 
-def server_cache(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int, probe_len: int,
-                 costs: Costs = COSTS) -> ServerCache | None:
+def server_cache(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int, probe_len: int) -> ServerCache | None:
     """The cache of the servers grpo starts, when rollout.server.kv_cache_gib sizes it; None otherwise (the
     embedded engine, attached servers, the server's default size, vLLM on a GPU)."""
     from grpo.rollout.engines.server import make_backend
@@ -76,7 +76,7 @@ def server_cache(cfg: RunConfig, device: str, arch: Architecture, prompt_len: in
            else f"the weight probe's {probe_len} tokens + {PROBE_GENERATED} generated")
     if backend.cache_slack_tokens:
         why += f" + {backend.cache_slack_tokens} {backend.name} keeps back"
-    runtime = costs.server_runtime_cpu_bytes(backend.name) if device == "cpu" else 0.0
+    runtime = ENGINES[backend.name].server_cpu_bytes if device == "cpu" else 0.0
     return ServerCache(backend, s.replicas, s.kv_cache_gib, per_token, dtype, max(answer, probe)
                        + backend.cache_slack_tokens, why, r.problems_per_step * r.samples_per_problem,
                        s.max_concurrent_requests, runtime + arch.params * BYTES[dtype])
