@@ -23,7 +23,7 @@ import re
 import stat
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from grpo.tools.doctor.record import UnreadableRun
 
@@ -129,12 +129,6 @@ def read_lines(path: Path) -> list[str]:
     return list(iter_lines(path))
 
 
-def read_head(path: Path, size: int = HEAD) -> str:
-    """The first `size` bytes of a file, as text: enough to tell its format."""
-    with open_regular(path) as f:
-        return _decode(f.read(size))
-
-
 def read_ends(path: Path) -> str:
     """The file's first HEAD bytes and its last TAIL bytes, as text: where a log says what wrote it
     (launch lines, config dumps) and how it ended (a traceback)."""
@@ -176,10 +170,6 @@ def clean(line: str) -> str:
     return line
 
 
-def lines_of(path: Path, lines: Iterable[str] | None = None) -> Iterable[str]:
-    return iter_lines(path) if lines is None else lines
-
-
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)", re.IGNORECASE)
 MAX_DIGITS = 40  # a printed metric is never longer; a 400-digit integer is not a metric
 
@@ -207,10 +197,6 @@ def as_step(value: float | int | None) -> int | None:
     except (ValueError, OverflowError):
         return None
     return step if 0 <= step < 10**12 else None
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 _STAMPS = (

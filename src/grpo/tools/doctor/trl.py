@@ -19,7 +19,7 @@ from typing import Any
 
 from grpo.tools.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
                                 TRUNCATED, ZERO_STD, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
-from grpo.tools.doctor.logreader import LogReader
+from grpo.tools.doctor.logreader import LOG_SUFFIXES, LogReader
 from grpo.tools.doctor.textlog import MAX_LINE, as_step, number, read_ends, read_lines
 
 STATE = "trainer_state.json"
@@ -157,7 +157,6 @@ _COLUMNS = {"training loss": "loss", "completion_length": "completions/mean_leng
 _RESUMED = re.compile(r"Continuing training from global step (\d+)")
 _SWIFT_STEP = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _SHOWN = ("loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std")
-LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 
 def looks_like_log(path: Path) -> bool:

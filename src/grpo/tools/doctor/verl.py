@@ -22,7 +22,6 @@ from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NOR
 from grpo.tools.doctor.textlog import as_step, clean, number, read_ends
 
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
-_STEP_ANYWHERE = re.compile(_STEP.pattern, re.MULTILINE)  # a step line at any position in a log's head
 _CHECKPOINT = re.compile(r"global_step_(\d+)")
 _PROGRESS = re.compile(r"Training Progress:.*?\|\s*(\d+)/(\d+)")
 _KEYS = {
