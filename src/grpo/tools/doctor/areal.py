@@ -116,18 +116,8 @@ class ArealReader(LogReader):
                 self.previous_done = stamp
             return
         evidence = Evidence(str(self.path), number_, line.strip()[:300])
-        if not any(hint in line for hint in _HINTS):
-            pass
-        elif UNREACHABLE.search(line):
-            record.marks.append(Mark(self.current + 1, "server_unreachable", line.strip()[:200], evidence))
-        elif ROLLOUT_ERROR.search(line):
-            record.marks.append(Mark(self.current + 1, "rollout_error", line.strip()[:200], evidence))
-        elif NONFINITE.search(line):
-            record.marks.append(Mark(self.current + 1, "nonfinite", line.strip()[:200], evidence))
-        elif RESTART.search(line):
-            resumed = _RESUMED_AT.search(line)
-            record.restart(Mark(int(resumed.group(1)[:12]) if resumed else self.current + 1, "restart",
-                                     line.strip()[:200], evidence))
+        if any(hint in line for hint in _HINTS):
+            self._event(line, evidence)
         memory = _MEMORY.search(line)
         if memory and self.current:
             value = number(memory.group(1))
@@ -139,6 +129,20 @@ class ArealReader(LogReader):
                     _add_checkpoint(record, match, line)
         if "Training completes" in line or "training completes" in line:
             record.finished = True
+
+    def _event(self, line: str, evidence: Evidence) -> None:
+        """A line that may say the server could not be reached, a rollout failed, a NaN, or a resume."""
+        record, text = self.record, line.strip()[:200]
+        if UNREACHABLE.search(line):
+            record.marks.append(Mark(self.current + 1, "server_unreachable", text, evidence))
+        elif ROLLOUT_ERROR.search(line):
+            record.marks.append(Mark(self.current + 1, "rollout_error", text, evidence))
+        elif NONFINITE.search(line):
+            record.marks.append(Mark(self.current + 1, "nonfinite", text, evidence))
+        elif RESTART.search(line):
+            resumed = _RESUMED_AT.search(line)
+            record.restart(Mark(int(resumed.group(1)[:12]) if resumed else self.current + 1, "restart", text,
+                                evidence))
 
     def _take_table(self) -> None:
         for row, evidence in self.table:
