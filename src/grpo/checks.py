@@ -103,7 +103,7 @@ def collapsed(reward: float, history: list[float], threshold: float) -> bool | N
     """reward_collapse's rule on one step: below threshold x the baseline's mean and below its noise
     (mean - 2 standard deviations); None while the baseline is too short or too low to fall from, and
     for a reward of exactly 0, which is zero_reward's to judge (a dead source, or a reward never wired)."""
-    if len(history) < MIN_HISTORY or reward == 0.0:
+    if len(history) < MIN_HISTORY:
         return None
     baseline = math.fsum(history) / len(history)
     spread = math.sqrt(math.fsum((v - baseline) ** 2 for v in history) / len(history))

@@ -86,6 +86,7 @@ class RunRecord:
     # Earlier attempts' steps from where the run was restarted on (a resume, or the step count going back):
     # kept apart as history, so only the current attempt is judged. Each: (restart step, its metrics, marks).
     earlier: list[tuple[int, dict[int, dict[str, float]], list[Mark]]] = field(default_factory=list)
+    _order: tuple[int, list[int]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def steps(self) -> list[int]:
         """The training steps logged (a step with only an evaluation, e.g. verl's step 0, is not one)."""
@@ -97,11 +98,9 @@ class RunRecord:
 
     def _sorted(self) -> list[int]:
         """The logged steps in order, sorted again only when steps came or went since."""
-        cached = self.__dict__.get("_order")
-        if cached is None or cached[0] != len(self.metrics):
-            cached = (len(self.metrics), sorted(self.metrics))
-            self.__dict__["_order"] = cached
-        return cached[1]
+        if self._order is None or self._order[0] != len(self.metrics):
+            self._order = (len(self.metrics), sorted(self.metrics))
+        return self._order[1]
 
     def finite_series(self, name: str) -> list[tuple[int, float]]:
         """The series without its NaN and infinite values (the anomalies that read them judge those apart)."""
@@ -114,7 +113,7 @@ class RunRecord:
         """The run restarted at `mark.step`: the steps and marks from there on belonged to an earlier
         attempt (its bad steps must not judge the attempt now running) and move to `earlier`."""
         gone = {s: self.metrics.pop(s) for s in [s for s in self.metrics if s >= mark.step]}
-        self.__dict__.pop("_order", None)
+        self._order = None
         marks = [m for m in self.marks if m.step >= mark.step and m.kind != "restart"]
         self.finished = False  # an earlier attempt's end (or another trainer's in the same log) is not this one's
         if gone or marks:
