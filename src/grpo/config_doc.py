@@ -1,7 +1,7 @@
 """Every config key's meaning, read from the dataclasses: `grpo config show` (the resolved config with each
 key's value, default and meaning) and the configuration reference (`reference_markdown`).
 
-A key's meaning is the `help` of its `knob(...)` in grpo/config.py; a section's is the first paragraph of
+A key's meaning is the `help` of its `knob(...)` in grpo/config/schema.py; a section's is the first paragraph of
 its dataclass's docstring. A key without one fails a test (`undocumented`).
 """
 

@@ -1,0 +1,19 @@
+"""Typed run configuration: its schema (`schema.py`: a dataclass per section, each key's meaning and check
+beside it) and its loader (`loader.py`: YAML files, presets and dotted CLI overrides, checked key by key).
+Import both from here: `from grpo.config import RunConfig, load_config`.
+"""
+
+from grpo.config.loader import (PRESET_DIR, apply_override, config_yaml, from_dict, load_config, read_yaml_config,
+                                resolve_config_path, split_overrides, to_dict, yaml_error_line)
+from grpo.config.schema import (ActorConfig, AlgoConfig, ArithConfig, BreakerConfig, CheckpointConfig, EvalConfig,
+                                FaultsConfig, GuardConfig, LoggingConfig, LoraConfig, MemoryConfig, ModelConfig,
+                                RolloutConfig, RunConfig, ServerConfig, TaskConfig, TestingConfig, TinyModelConfig,
+                                TrainConfig, validate)
+
+__all__ = [
+    "PRESET_DIR", "ActorConfig", "AlgoConfig", "ArithConfig", "BreakerConfig", "CheckpointConfig", "EvalConfig",
+    "FaultsConfig", "GuardConfig", "LoggingConfig", "LoraConfig", "MemoryConfig", "ModelConfig", "RolloutConfig",
+    "RunConfig", "ServerConfig", "TaskConfig", "TestingConfig", "TinyModelConfig", "TrainConfig", "apply_override",
+    "config_yaml", "from_dict", "load_config", "read_yaml_config", "resolve_config_path", "split_overrides",
+    "to_dict", "validate", "yaml_error_line",
+]
