@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from grpo.checks import CHECKS
-from grpo.config_keys import Rule, above, at_least, finite, knob, problems, rule, within
+from grpo.config.keys import Rule, above, at_least, finite, knob, problems, rule, within
 from grpo.errors import ConfigError
 
 
