@@ -60,12 +60,15 @@ IMPORTANCE_CAPPED_FRAC = "offpolicy/importance_capped_frac"
 OFFPOLICY_KL = "offpolicy/kl"
 
 # --- update phase: read after the update -----------------------------------------------------------
-ACTOR_PREFIX = "actor/"  # actor/<name> for each of the update's own measures
+# The update's own measures (grpo.policy.update; the loss's from grpo.algo.loss.measure_names).
 LOSS = "actor/loss"
 GRAD_NORM = "actor/grad_norm"
-KL = "actor/kl"
+KL = "actor/kl"  # to the reference, with algo.kl_coef > 0
 ENTROPY = "actor/entropy"
-CLIP_FRAC = "actor/clip_frac"
+CLIP_FRAC = "actor/clip_frac"  # tokens whose ratio the clip bound: they pass no gradient
+CLIP_LOW_FRAC = "actor/clip_low_frac"  # ... bound below (negative advantage)
+CLIP_HIGH_FRAC = "actor/clip_high_frac"  # ... bound above (positive advantage)
+RATIO_MEAN = "actor/ratio_mean"
 # The rows (and their completion tokens) the update computed: those with a gradient (grpo.policy.update).
 ROWS_COMPUTED = "actor/rows_computed"
 TOKENS_COMPUTED = "actor/tokens_computed"
@@ -74,8 +77,15 @@ APPLIED = "update/applied"
 NONFINITE = "update/nonfinite"
 NO_SIGNAL = "update/no_signal"
 SKIP_REASON = "update/skip_reason"
+# a server engine's weight sync after the update, and its log-prob probe (grpo.rollout.server.weights)
+SYNC_S = "sync/seconds"
+SYNC_PROBE_DIFF = "sync/probe_diff"
+SYNC_PROBE_MAX_DIFF = "sync/probe_max_diff"
+SYNC_TOLERANCE = "sync/tolerance"
 
 # --- the step ------------------------------------------------------------------------------------
+STEP = "step"  # every line's stamp: the step, and when it was written (time.time())
+TIME = "time"
 EVAL_PREFIX = "eval/"  # eval/<name>: a held-out evaluation due this step
 LR = "actor/lr"
 DATA_INDEX = "data/index"

@@ -69,7 +69,7 @@ class MetricsLogger:
         self.started = time.time()
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        record = {"step": step, "time": time.time(), **metrics}
+        record = {k.STEP: step, k.TIME: time.time(), **metrics}
         if not self.enabled:
             return
         self.log_file.append(record)

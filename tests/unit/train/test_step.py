@@ -1,6 +1,7 @@
 """The step record (grpo.train.step): which trip blocks the update, why a step trained on nothing, and
 the metrics line it makes: the same keys, in the same order, that old runs hold (the doctor reads them)."""
 
+from grpo import metric_keys as keys
 from grpo.guard.breakers import Trip
 from grpo.policy.update import PrepareStats, UpdateResult
 from grpo.rollout.collector import RewardStats, RolloutStats
@@ -48,7 +49,7 @@ APPLIED_LINE = [
 
 def test_an_applied_steps_line_has_the_keys_old_runs_have_in_their_order():
     record = StepRecord(3, rollout=rollout(), prepared=PrepareStats(0.01, 0.2),
-                        update=UpdateResult(True, {"loss": 0.5, "grad_norm": 1.5}, optimizer_steps=1))
+                        update=UpdateResult(True, {keys.LOSS: 0.5, keys.GRAD_NORM: 1.5}, optimizer_steps=1))
     record.sync, record.timings = {"weights/version": 3}, {"time/rollout_s": 2.5}
     line = done(record).metrics()
     assert list(line) == APPLIED_LINE
@@ -78,7 +79,7 @@ def test_a_blocking_trip_is_the_first_that_does_more_than_warn_and_names_the_ski
 
 
 def test_the_nonfinite_flag_comes_from_the_update_not_from_its_reasons_text():
-    nan = UpdateResult(False, {"loss": float("nan")}, "loss was NaN at update 0", nonfinite=True)
+    nan = UpdateResult(False, {keys.LOSS: float("nan")}, "loss was NaN at update 0", nonfinite=True)
     worded = UpdateResult(False, {}, "no learning signal: nothing non-finite here")
     assert done(StepRecord(1, rollout=rollout(), update=nan)).update_metrics()["update/nonfinite"] == 1
     assert done(StepRecord(1, rollout=rollout(), update=worded)).update_metrics()["update/nonfinite"] == 0
