@@ -23,8 +23,10 @@ STALENESS_MAX = "rollout/staleness_max"  # versions between the weights that gen
 STALENESS_MEAN = "rollout/staleness_mean"
 GROUPS_TRAINED = "groups/trained"
 GROUPS_DROPPED_INVALID = "groups/dropped_invalid"
-GROUPS_DROPPED_ZERO_STD = "groups/dropped_zero_std"
-ZERO_STD_FRAC = "groups/zero_std_frac"
+# Zero-variance groups: every answer got the same reward, so every advantage is 0 (rollout.filter_zero_variance
+# drops them). Their keys keep the text they were first written with, zero_std, so older runs read the same.
+GROUPS_DROPPED_ZERO_VARIANCE = "groups/dropped_zero_std"
+ZERO_VARIANCE_FRAC = "groups/zero_std_frac"  # of complete groups
 EMPTY_FRAC = "response/empty_frac"
 TRUNCATED_FRAC = "response/truncated_frac"
 LENGTH_MEAN = "response/length_mean"

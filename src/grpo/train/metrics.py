@@ -18,7 +18,7 @@ CONSOLE_COLUMNS = [
     ("step", "step", "{:>5d}"),
     ("reward", k.REWARD_MEAN, "{:>6.3f}"),
     ("acc", k.ACCURACY, "{:>5.2f}"),
-    ("zero_std", k.ZERO_STD_FRAC, "{:>8.2f}"),
+    ("zero_std", k.ZERO_VARIANCE_FRAC, "{:>8.2f}"),
     ("len", k.LENGTH_MEAN, "{:>5.1f}"),
     ("trunc", k.TRUNCATED_FRAC, "{:>5.2f}"),
     ("failed", k.FAILED_FRAC, "{:>6.2f}"),

@@ -12,7 +12,8 @@ def rollout(**changes) -> RolloutStats:
     stats = RolloutStats(
         attempts={"ok": 6, "truncated": 1, "failed": 1, "timeout": 0, "empty": 0, "unscorable": 0},
         failed_frac=0.125, recovered=1, unrecovered=0, unrecovered_frac=0.0, unscorable_frac=0.0, retries=1,
-        rounds=1, reward_errors=0, groups_trained=2, groups_dropped_invalid=0, groups_dropped_zero_std=0, zero_std_frac=0.5, empty_frac=0.0,
+        rounds=1, reward_errors=0, groups_trained=2, groups_dropped_invalid=0, groups_dropped_zero_variance=0,
+        zero_variance_frac=0.5, empty_frac=0.0,
         truncated_frac=1 / 7, rewards=RewardStats(0.5, 0.5, 0.0, 1.0, 0.5, {"correct": (0.5, 0.5)}), sources=[],
         length_mean=12.0, length_max=20, staleness=1, generated_tokens=100, generate_s=2.0, reward_s=0.1)
     for name, value in changes.items():
