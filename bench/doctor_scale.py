@@ -58,7 +58,7 @@ CHILDREN: set[int] = set()  # process groups to kill on exit
 class Metrics:
     reward: float
     reward_std: float
-    zero_std: float
+    zero_variance: float
     loss: float
     grad_norm: float
     entropy: float
@@ -69,17 +69,17 @@ class Metrics:
 
 
 def healthy(rng: random.Random) -> Metrics:
-    return Metrics(reward=rng.uniform(0.36, 0.48), reward_std=rng.uniform(0.30, 0.42), zero_std=rng.uniform(0.1, 0.3),
-                   loss=rng.uniform(-0.02, 0.02), grad_norm=rng.uniform(0.30, 0.55), entropy=rng.uniform(0.57, 0.64),
-                   length=rng.uniform(390, 430), clip=rng.uniform(0.0, 0.04), step_s=rng.uniform(55, 60),
-                   memory=61.3 + rng.random() * 0.2)
+    return Metrics(reward=rng.uniform(0.36, 0.48), reward_std=rng.uniform(0.30, 0.42),
+                   zero_variance=rng.uniform(0.1, 0.3), loss=rng.uniform(-0.02, 0.02),
+                   grad_norm=rng.uniform(0.30, 0.55), entropy=rng.uniform(0.57, 0.64), length=rng.uniform(390, 430),
+                   clip=rng.uniform(0.0, 0.04), step_s=rng.uniform(55, 60), memory=61.3 + rng.random() * 0.2)
 
 
 def dead(rng: random.Random) -> Metrics:
     """The reward source died: every completion scores exactly 0, so every group is identical."""
     m = healthy(rng)
     m.reward = m.reward_std = m.loss = m.grad_norm = 0.0
-    m.zero_std = 1.0
+    m.zero_variance = 1.0
     return m
 
 
@@ -272,8 +272,8 @@ class TrlLog(Format):
                  "completions/max_length": 1024.0, "completions/clipped_ratio": m.clip,
                  "completions/mean_terminated_length": m.length - 20, "rewards/accuracy_reward/mean": m.reward,
                  "rewards/accuracy_reward/std": m.reward_std, "reward": m.reward, "reward_std": m.reward_std,
-                 "frac_reward_zero_std": m.zero_std, "kl": 0.0011, "entropy": m.entropy, "clip_ratio/low_mean": 0.0,
-                 "clip_ratio/high_mean": 0.0, "step_time": m.step_s, "epoch": n / total}
+                 "frac_reward_zero_std": m.zero_variance, "kl": 0.0011, "entropy": m.entropy,
+                 "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "step_time": m.step_s, "epoch": n / total}
         shown = {k: f"{v:.4g}" for k, v in entry.items()}
         bar = "█" * (n * 10 // total)
         return (f"\r{100 * n // total:3d}%|{bar:<10}| {n}/{total} [{n // 60:02d}:{n % 60:02d}<99:00:00, "

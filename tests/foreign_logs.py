@@ -26,7 +26,7 @@ RAY_SHUTDOWN = ["2025-11-14 10:12:02,112\tINFO worker.py:1997 -- Shutting down R
 class Step:
     step: int
     reward: float
-    zero_std: float  # fraction of groups whose rewards are all identical
+    zero_variance: float  # fraction of groups whose rewards are all identical
     loss: float
     grad_norm: float
 
@@ -61,7 +61,7 @@ class Format:
             return "\n".join(TRACEBACK) + "\n"
         if kind == "shutdown":
             return "\n".join(RAY_SHUTDOWN) + "\n"
-        torn = "\n".join(self.step(Step(last.step + 1, last.reward, last.zero_std, last.loss, last.grad_norm),
+        torn = "\n".join(self.step(Step(last.step + 1, last.reward, last.zero_variance, last.loss, last.grad_norm),
                                    total))
         return torn[: len(torn) // 2]
 
@@ -127,7 +127,7 @@ class TrlLog(Format):
 
     def step(self, s: Step, total: int) -> list[str]:
         entry = {"loss": s.loss, "grad_norm": s.grad_norm, "learning_rate": 1e-6, "reward": s.reward,
-                 "reward_std": 0.0 if s.zero_std >= 1 else 0.3, "frac_reward_zero_std": s.zero_std,
+                 "reward_std": 0.0 if s.zero_variance >= 1 else 0.3, "frac_reward_zero_std": s.zero_variance,
                  "completions/clipped_ratio": 0.1, "entropy": 0.6, "epoch": s.step / total}
         shown = {k: f"{v:.4g}" for k, v in entry.items()}
         return [f"\r{100 * s.step // total:3d}%|█         | {s.step}/{total} [00:{s.step:02d}<00:10,  1.2it/s]"
@@ -145,7 +145,7 @@ class Grpo(Format):
     name, log_name = "grpo", "metrics.jsonl"
 
     def step(self, s: Step, total: int) -> list[str]:
-        return [json.dumps({"step": s.step, "reward/mean": s.reward, "groups/zero_std_frac": s.zero_std,
+        return [json.dumps({"step": s.step, "reward/mean": s.reward, "groups/zero_std_frac": s.zero_variance,
                             "actor/loss": s.loss, "actor/grad_norm": s.grad_norm, "update/applied": True})]
 
     def save(self, step: int, root: Path) -> list[str]:

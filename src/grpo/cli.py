@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.config if args.command == "train" else "quickstart", args.overrides)
     try:
         if args.command == "config":
-            from grpo.config_doc import render
+            from grpo.config.doc import render
 
             print(render(load_config(args.config, args.overrides)), end="")
             return 0

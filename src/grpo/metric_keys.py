@@ -23,8 +23,10 @@ STALENESS_MAX = "rollout/staleness_max"  # versions between the weights that gen
 STALENESS_MEAN = "rollout/staleness_mean"
 GROUPS_TRAINED = "groups/trained"
 GROUPS_DROPPED_INVALID = "groups/dropped_invalid"
-GROUPS_DROPPED_ZERO_STD = "groups/dropped_zero_std"
-ZERO_STD_FRAC = "groups/zero_std_frac"
+# Zero-variance groups: every answer got the same reward, so every advantage is 0 (rollout.filter_zero_variance
+# drops them). Their keys keep the text they were first written with, zero_std, so older runs read the same.
+GROUPS_DROPPED_ZERO_VARIANCE = "groups/dropped_zero_std"
+ZERO_VARIANCE_FRAC = "groups/zero_std_frac"  # of complete groups
 EMPTY_FRAC = "response/empty_frac"
 TRUNCATED_FRAC = "response/truncated_frac"
 LENGTH_MEAN = "response/length_mean"
@@ -60,12 +62,15 @@ IMPORTANCE_CAPPED_FRAC = "offpolicy/importance_capped_frac"
 OFFPOLICY_KL = "offpolicy/kl"
 
 # --- update phase: read after the update -----------------------------------------------------------
-ACTOR_PREFIX = "actor/"  # actor/<name> for each of the update's own measures
+# The update's own measures (grpo.policy.update; the loss's from grpo.algo.loss.measure_names).
 LOSS = "actor/loss"
 GRAD_NORM = "actor/grad_norm"
-KL = "actor/kl"
+KL = "actor/kl"  # to the reference, with algo.kl_coef > 0
 ENTROPY = "actor/entropy"
-CLIP_FRAC = "actor/clip_frac"
+CLIP_FRAC = "actor/clip_frac"  # tokens whose ratio the clip bound: they pass no gradient
+CLIP_LOW_FRAC = "actor/clip_low_frac"  # ... bound below (negative advantage)
+CLIP_HIGH_FRAC = "actor/clip_high_frac"  # ... bound above (positive advantage)
+RATIO_MEAN = "actor/ratio_mean"
 # The rows (and their completion tokens) the update computed: those with a gradient (grpo.policy.update).
 ROWS_COMPUTED = "actor/rows_computed"
 TOKENS_COMPUTED = "actor/tokens_computed"
@@ -74,8 +79,15 @@ APPLIED = "update/applied"
 NONFINITE = "update/nonfinite"
 NO_SIGNAL = "update/no_signal"
 SKIP_REASON = "update/skip_reason"
+# a server engine's weight sync after the update, and its log-prob probe (grpo.rollout.server.weights)
+SYNC_S = "sync/seconds"
+SYNC_PROBE_DIFF = "sync/probe_diff"
+SYNC_PROBE_MAX_DIFF = "sync/probe_max_diff"
+SYNC_TOLERANCE = "sync/tolerance"
 
 # --- the step ------------------------------------------------------------------------------------
+STEP = "step"  # every line's stamp: the step, and when it was written (time.time())
+TIME = "time"
 EVAL_PREFIX = "eval/"  # eval/<name>: a held-out evaluation due this step
 LR = "actor/lr"
 DATA_INDEX = "data/index"

@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grpo import metric_keys as keys
 from grpo.algo.advantages import group_advantages
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.config import ModelConfig, TinyModelConfig
@@ -155,7 +156,7 @@ def test_loss_and_every_gradient_equal_trls(setup, case):
     trl_loss, trl_grads = trl["losses"][case]
     assert abs(loss) > 1e-4  # a loss of 0 would compare nothing
     # The clip binds on both sides somewhere in this batch, or the clip would go untested.
-    assert metrics["clip_low_frac"] > 0 and metrics["clip_high_frac"] > 0, metrics
+    assert metrics[keys.CLIP_LOW_FRAC] > 0 and metrics[keys.CLIP_HIGH_FRAC] > 0, metrics
     assert abs(loss - trl_loss) < 1e-5, (loss, trl_loss)
     assert grads.keys() == trl_grads.keys()
     worst = max((grads[n] - trl_grads[n]).abs().max().item() for n in grads)

@@ -103,7 +103,7 @@ def trl_dir_writer(args):
 
     def write(step: int, m, mark) -> None:
         history.append({"step": step, "loss": m.loss, "grad_norm": m.grad_norm, "reward": m.reward,
-                        "reward_std": 0.0 if m.zero_std >= 1 else 0.3, "frac_reward_zero_std": m.zero_std})
+                        "reward_std": 0.0 if m.zero_variance >= 1 else 0.3, "frac_reward_zero_std": m.zero_variance})
         checkpoint = args.root / f"checkpoint-{step}"
         checkpoint.mkdir()
         state = {"global_step": step, "max_steps": args.steps, "log_history": history}

@@ -319,16 +319,12 @@ def test_values_that_cannot_train_are_refused_in_one_line(override, message):
 
 
 def test_every_preset_passes_validation():
-    from grpo.config import PRESET_DIR
-
     for preset in PRESET_DIR.rglob("*.yaml"):
         load_config(preset)
 
 
 def test_a_tab_indented_file_and_a_run_directory_as_config_get_their_fix(tmp_path):
     """Issue 25 items 4 and 9: one line naming the file and the fix."""
-    from grpo.config import ConfigError, load_config
-
     (tmp_path / "tabs.yaml").write_text("train:\n\tsteps: 2\n")
     with pytest.raises(ConfigError, match=r"tabs\.yaml:2:1: .*use spaces"):
         load_config(tmp_path / "tabs.yaml")

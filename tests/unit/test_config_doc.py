@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from grpo.config_doc import field_help, reference_markdown, render, undocumented
+from grpo.config.doc import field_help, reference_markdown, render, undocumented
 from grpo.config import ActorConfig, RunConfig, ServerConfig, load_config
 
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from grpo.config_keys import Rule, above, at_least, finite, knob, problems, within
+from grpo.config.keys import Rule, above, at_least, finite, knob, problems, within
 
 
 @pytest.mark.parametrize("interval, inside, outside", [

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo import metric_keys as keys
 from grpo.algo.kl import kl_estimate
 
 
@@ -46,9 +47,10 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, totals: Batch
 
 
 def measure_names(cfg: LossConfig) -> tuple[str, ...]:
-    """The measures `policy_loss` returns (besides its token count): each a mean over the tokens it saw."""
-    return ("clip_frac", "clip_low_frac", "clip_high_frac", "ratio_mean", "approx_kl_old") + (
-        ("kl",) if cfg.kl_coef > 0 else ())
+    """The measures `policy_loss` returns (besides its token count), by their metrics-line keys: each a mean
+    over the tokens it saw."""
+    return (keys.CLIP_FRAC, keys.CLIP_LOW_FRAC, keys.CLIP_HIGH_FRAC, keys.RATIO_MEAN, keys.APPROX_KL_OLD) + (
+        (keys.KL,) if cfg.kl_coef > 0 else ())
 
 
 def policy_loss(
@@ -86,13 +88,13 @@ def policy_loss(
         # A clip "binds" when the min picks the clipped term: that token passes no gradient.
         binds = clipped < unclipped
         metrics = {
-            "clip_frac": ((binds.to(mask.dtype) * mask).sum() / n).item(),
-            "clip_low_frac": (((binds & (adv < 0)).to(mask.dtype) * mask).sum() / n).item(),
-            "clip_high_frac": (((binds & (adv > 0)).to(mask.dtype) * mask).sum() / n).item(),
-            "ratio_mean": ((ratio * mask).sum() / n).item(),
-            "approx_kl_old": ((0.5 * log_ratio.pow(2) * mask).sum() / n).item(),
+            keys.CLIP_FRAC: ((binds.to(mask.dtype) * mask).sum() / n).item(),
+            keys.CLIP_LOW_FRAC: (((binds & (adv < 0)).to(mask.dtype) * mask).sum() / n).item(),
+            keys.CLIP_HIGH_FRAC: (((binds & (adv > 0)).to(mask.dtype) * mask).sum() / n).item(),
+            keys.RATIO_MEAN: ((ratio * mask).sum() / n).item(),
+            keys.APPROX_KL_OLD: ((0.5 * log_ratio.pow(2) * mask).sum() / n).item(),
             "tokens": n.item(),
         }
         if kl_token is not None:
-            metrics["kl"] = ((kl_token * mask).sum() / n).item()
+            metrics[keys.KL] = ((kl_token * mask).sum() / n).item()
     return loss, metrics

@@ -173,7 +173,7 @@ class Guard:
         loss = m.get(k.LOSS)
         bad = no_signal or (bool(m.get(k.APPLIED)) and loss is not None and loss == b.threshold)
         return bad, "loss exactly 0: every group's answers got the same reward (no learning signal)", {
-            "loss": loss, "zero_std_frac": m.get(k.ZERO_STD_FRAC)}
+            "loss": loss, "zero_std_frac": m.get(k.ZERO_VARIANCE_FRAC)}
 
     def _grad_norm_spike(self, b: BreakerConfig, m: dict[str, Any]):
         norm = m.get(k.GRAD_NORM)

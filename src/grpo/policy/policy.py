@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from grpo import metric_keys
 from grpo.algo.loss import BatchTotals, LossConfig
 from grpo.algo.offpolicy import importance_weights
 from grpo.config import RunConfig
@@ -169,8 +170,8 @@ class Policy:
             collective=self._collective(batch) if self.sharded else None,
         )
         if self.sharded:  # every rank's share of the sums; the gradient norm is global already
-            keys = sorted(k for k in result.metrics if k != "grad_norm")
-            result.metrics.update(zip(keys, self.ranks.sum([result.metrics[k] for k in keys])))
+            summed = sorted(k for k in result.metrics if k != metric_keys.GRAD_NORM)
+            result.metrics.update(zip(summed, self.ranks.sum([result.metrics[k] for k in summed])))
         if result.applied:
             self.version += 1
         if result.optimizer_steps:

@@ -250,7 +250,7 @@ class PrepareStats:
 @dataclass
 class UpdateResult:
     applied: bool
-    metrics: dict[str, float] = field(default_factory=dict)  # the update's measures: loss, grad_norm, kl, ...
+    metrics: dict[str, float] = field(default_factory=dict)  # the update's measures by their keys: actor/loss, ...
     skip_reason: str | None = None
     optimizer_steps: int = 0  # steps that changed the weights (all of them when applied)
     nonfinite: bool = False  # a non-finite loss or gradient, or weights left non-finite by the update
@@ -327,10 +327,10 @@ def update_policy(
     if not computed_tokens:  # every rank alike: a step on zero gradients would still move AdamW by its momentum
         return UpdateResult(False, skip_reason="no learning signal")
     # Every rank reports the same measures, summed across ranks, whatever its rows.
-    sums = dict.fromkeys((*measure_names(loss_cfg), "entropy"), 0.0)
-    sums["rows_computed"], sums["tokens_computed"] = float(len(computed)), float(own_tokens)
+    sums = dict.fromkeys((*measure_names(loss_cfg), keys.ENTROPY), 0.0)
+    sums[keys.ROWS_COMPUTED], sums[keys.TOKENS_COMPUTED] = float(len(computed)), float(own_tokens)
     skipped = set(range(len(batch))).difference(computed)
-    sums["entropy"] = -sum(lp for r in skipped for lp in batch.old_logprobs[r]) / max(totals.num_tokens, 1)
+    sums[keys.ENTROPY] = -sum(lp for r in skipped for lp in batch.old_logprobs[r]) / max(totals.num_tokens, 1)
     steps_applied = 0
     model.train()
     chunks = micro_batches(batch, micro_batch_size, computed)
@@ -362,10 +362,10 @@ def update_policy(
             for key, value in metrics.items():
                 sums[key] += weight * value / updates
             if entropy is not None:
-                sums["entropy"] += (entropy * mb.completion_mask).sum().item() / max(totals.num_tokens, 1)
+                sums[keys.ENTROPY] += (entropy * mb.completion_mask).sum().item() / max(totals.num_tokens, 1)
         grad_norm = optimizer.clip_grad_norm(max_grad_norm)
-        sums["loss"] = sums.get("loss", 0.0) + loss_total / updates
-        sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / updates
+        sums[keys.LOSS] = sums.get(keys.LOSS, 0.0) + loss_total / updates
+        sums[keys.GRAD_NORM] = sums.get(keys.GRAD_NORM, 0.0) + grad_norm / updates
         if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
             optimizer.zero_grad()
             what = "loss" if not math.isfinite(loss_total) else "gradient norm"

@@ -28,16 +28,19 @@ def register_reward(
     def add(reward_fn: RewardFn) -> RewardFn:
         if not callable(reward_fn):
             raise TypeError(f"reward {name!r} must be callable, got {type(reward_fn).__name__}")
-        if name in _REGISTRY and not replace:
-            raise ValueError(f"a reward named {name!r} is already registered")
+        _refuse_taken(name, replace)
         _REGISTRY[name] = reward_fn
         return reward_fn
 
     if fn is None:
-        if name in _REGISTRY and not replace:
-            raise ValueError(f"a reward named {name!r} is already registered")
+        _refuse_taken(name, replace)  # at the decorator's line, before the function it decorates is defined
         return add
     return add(fn)
+
+
+def _refuse_taken(name: str, replace: bool) -> None:
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"a reward named {name!r} is already registered")
 
 
 def registered_rewards() -> list[str]:

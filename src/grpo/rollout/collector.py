@@ -305,8 +305,8 @@ class RolloutStats:
     reward_errors: int
     groups_trained: int
     groups_dropped_invalid: int
-    groups_dropped_zero_std: int
-    zero_std_frac: float  # of complete groups
+    groups_dropped_zero_variance: int
+    zero_variance_frac: float  # of complete groups
     empty_frac: float | None  # of samples in their final state; None when there is none
     truncated_frac: float | None
     rewards: RewardStats | None  # None when no group was complete
@@ -333,8 +333,8 @@ class RolloutStats:
             keys.REWARD_ERRORS: self.reward_errors,
             keys.GROUPS_TRAINED: self.groups_trained,
             keys.GROUPS_DROPPED_INVALID: self.groups_dropped_invalid,
-            keys.GROUPS_DROPPED_ZERO_STD: self.groups_dropped_zero_std,
-            keys.ZERO_STD_FRAC: self.zero_std_frac,
+            keys.GROUPS_DROPPED_ZERO_VARIANCE: self.groups_dropped_zero_variance,
+            keys.ZERO_VARIANCE_FRAC: self.zero_variance_frac,
         })
         if self.empty_frac is not None:
             m[keys.EMPTY_FRAC], m[keys.TRUNCATED_FRAC] = self.empty_frac, self.truncated_frac
@@ -385,8 +385,8 @@ def rollout_stats(batch: RolloutBatch, ranks: Ranks = SINGLE) -> RolloutStats:
         unscorable_frac=unscorable / generated if generated else 0.0,
         retries=t["retries"], rounds=batch.rounds, reward_errors=t["reward_errors"],
         groups_trained=t["trained"], groups_dropped_invalid=t["dropped_invalid"],
-        groups_dropped_zero_std=t["dropped_zero_std"],
-        zero_std_frac=t["zero_std"] / t["complete"] if t["complete"] else 0.0,
+        groups_dropped_zero_variance=t["dropped_zero_variance"],
+        zero_variance_frac=t["zero_variance"] / t["complete"] if t["complete"] else 0.0,
         empty_frac=final.get(SampleStatus.EMPTY.value, 0) / finals if finals else None,
         truncated_frac=final.get(SampleStatus.TRUNCATED.value, 0) / finals if finals else None,
         rewards=rewards, sources=sorted(t["sources"]),
@@ -402,9 +402,9 @@ def _summary(batch: RolloutBatch) -> dict[str, Any]:
     return {
         "attempts": batch.attempts, "final": batch.final, "retries": batch.retries, "recovered": batch.recovered,
         "reward_errors": len(batch.reward_errors), "trained": len(batch.groups),
-        "dropped_invalid": batch.groups_dropped_invalid, "dropped_zero_std": batch.groups_dropped_zero_variance,
-        "zero_std": batch.groups_zero_variance, "complete": batch.groups_complete, "rewards": batch.complete_rewards,
-        "parts": batch.complete_parts, "correct": batch.complete_correct,
+        "dropped_invalid": batch.groups_dropped_invalid, "dropped_zero_variance": batch.groups_dropped_zero_variance,
+        "zero_variance": batch.groups_zero_variance, "complete": batch.groups_complete,
+        "rewards": batch.complete_rewards, "parts": batch.complete_parts, "correct": batch.complete_correct,
         "sources": {f"{s.completion.meta['server']}#{s.completion.meta['incarnation']}"
                     for s in trained if "server" in s.completion.meta},
         "lengths": [len(s.completion.token_ids) for s in trained],

@@ -18,7 +18,7 @@ CONSOLE_COLUMNS = [
     ("step", "step", "{:>5d}"),
     ("reward", k.REWARD_MEAN, "{:>6.3f}"),
     ("acc", k.ACCURACY, "{:>5.2f}"),
-    ("zero_std", k.ZERO_STD_FRAC, "{:>8.2f}"),
+    ("zero_std", k.ZERO_VARIANCE_FRAC, "{:>8.2f}"),
     ("len", k.LENGTH_MEAN, "{:>5.1f}"),
     ("trunc", k.TRUNCATED_FRAC, "{:>5.2f}"),
     ("failed", k.FAILED_FRAC, "{:>6.2f}"),
@@ -69,7 +69,7 @@ class MetricsLogger:
         self.started = time.time()
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        record = {"step": step, "time": time.time(), **metrics}
+        record = {k.STEP: step, k.TIME: time.time(), **metrics}
         if not self.enabled:
             return
         self.log_file.append(record)

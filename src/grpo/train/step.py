@@ -67,7 +67,7 @@ class StepRecord:
         """What the update breakers read: the rollout's metrics and the update's outcome."""
         m = {**self.rollout_metrics(), **self.prepared.metrics(), k.NO_SIGNAL: int(self.no_signal)}
         if self.update is not None:
-            m.update({k.ACTOR_PREFIX + name: value for name, value in self.update.metrics.items()})
+            m.update(self.update.metrics)
             m[k.APPLIED] = int(self.update.applied)
             m[k.NONFINITE] = int(self.update.nonfinite)
         return m

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from grpo import metric_keys as keys
 from grpo.algo.kl import kl_estimate
 from grpo.algo.loss import BatchTotals, LossConfig, aggregate, policy_loss
 
@@ -45,9 +46,9 @@ def test_ratio_one_gives_minus_advantage_aggregated(agg, expected):
     cfg = LossConfig(loss_agg=agg, max_new_tokens=4)
     loss, metrics = policy_loss(lp, lp.detach().clone(), ADV, MASK, cfg, TOTALS)
     assert loss.item() == pytest.approx(expected, abs=1e-6)
-    assert metrics["ratio_mean"] == pytest.approx(1.0)
-    assert metrics["clip_frac"] == 0.0
-    assert metrics["approx_kl_old"] == 0.0
+    assert metrics[keys.RATIO_MEAN] == pytest.approx(1.0)
+    assert metrics[keys.CLIP_FRAC] == 0.0
+    assert metrics[keys.APPROX_KL_OLD] == 0.0
     assert metrics["tokens"] == 5
 
 
@@ -57,8 +58,8 @@ def test_padding_tokens_do_not_count():
     old = torch.full((2, 3), -1.0)
     loss, metrics = policy_loss(lp, old, ADV, MASK, LossConfig(), TOTALS)
     assert loss.item() == pytest.approx(1 / 5, abs=1e-6)
-    assert metrics["ratio_mean"] == pytest.approx(1.0)
-    assert metrics["clip_frac"] == 0.0
+    assert metrics[keys.RATIO_MEAN] == pytest.approx(1.0)
+    assert metrics[keys.CLIP_FRAC] == 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,12 +95,12 @@ def test_clip_metrics_on_a_hand_example():
     loss, m = policy_loss(lp, old, torch.tensor([1.0, -1.0]), MASK, LossConfig(), TOTALS)
     # token losses: -1.2, -1.1, -0.9 | 0.8, 1.0 -> sum -1.4 / 5 tokens
     assert loss.item() == pytest.approx(-1.4 / 5, abs=1e-6)
-    assert m["clip_frac"] == pytest.approx(2 / 5)
-    assert m["clip_low_frac"] == pytest.approx(1 / 5)
-    assert m["clip_high_frac"] == pytest.approx(1 / 5)
-    assert m["ratio_mean"] == pytest.approx((1.5 + 1.1 + 0.9 + 0.5 + 1.0) / 5, abs=1e-6)
+    assert m[keys.CLIP_FRAC] == pytest.approx(2 / 5)
+    assert m[keys.CLIP_LOW_FRAC] == pytest.approx(1 / 5)
+    assert m[keys.CLIP_HIGH_FRAC] == pytest.approx(1 / 5)
+    assert m[keys.RATIO_MEAN] == pytest.approx((1.5 + 1.1 + 0.9 + 0.5 + 1.0) / 5, abs=1e-6)
     logs = [math.log(r) for r in (1.5, 1.1, 0.9, 0.5, 1.0)]
-    assert m["approx_kl_old"] == pytest.approx(sum(0.5 * x * x for x in logs) / 5, abs=1e-6)
+    assert m[keys.APPROX_KL_OLD] == pytest.approx(sum(0.5 * x * x for x in logs) / 5, abs=1e-6)
     assert m["tokens"] == 5
     assert "kl" not in m
 
@@ -109,11 +110,11 @@ def test_clip_frac_counts_only_clips_that_bind():
     # token still passes gradient, so it is not counted. Ratio 1.5 with A=+1 binds at 1.2.
     lp, old = logprobs_with_ratios([[0.5, 1.0]])
     _, m = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), LossConfig(), BatchTotals(2, 1))
-    assert m["clip_frac"] == 0.0 and m["clip_low_frac"] == 0.0 and m["clip_high_frac"] == 0.0
+    assert m[keys.CLIP_FRAC] == 0.0 and m[keys.CLIP_LOW_FRAC] == 0.0 and m[keys.CLIP_HIGH_FRAC] == 0.0
     lp, old = logprobs_with_ratios([[1.5, 1.0]])
     _, m = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), LossConfig(), BatchTotals(2, 1))
-    assert m["clip_frac"] == pytest.approx(0.5) and m["clip_high_frac"] == pytest.approx(0.5)
-    assert m["clip_low_frac"] == 0.0
+    assert m[keys.CLIP_FRAC] == pytest.approx(0.5) and m[keys.CLIP_HIGH_FRAC] == pytest.approx(0.5)
+    assert m[keys.CLIP_LOW_FRAC] == 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,14 +255,14 @@ def test_kl_term_is_added_with_kl_coef():
     loss, m = policy_loss(lp, lp.detach().clone(), torch.tensor([0.5]), torch.ones(1, 2), cfg, totals, ref)
     # ratio 1: policy term -0.5, plus 0.1 * mean k3
     assert loss.item() == pytest.approx(-0.5 + 0.1 * k3_mean, abs=1e-6)
-    assert m["kl"] == pytest.approx(k3_mean, abs=1e-6)
+    assert m[keys.KL] == pytest.approx(k3_mean, abs=1e-6)
     # k1: mean (1 + -1) / 2 = 0 -> only the policy term
     loss_k1, m_k1 = policy_loss(
         lp, lp.detach().clone(), torch.tensor([0.5]), torch.ones(1, 2), LossConfig(kl_coef=0.1, kl_estimator="k1"),
         totals, ref,
     )
     assert loss_k1.item() == pytest.approx(-0.5, abs=1e-6)
-    assert m_k1["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert m_k1[keys.KL] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_kl_coef_zero_ignores_the_reference():

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, policy_loss
 from grpo.algo.offpolicy import importance_weights
 
@@ -54,4 +55,4 @@ def test_the_loss_weights_each_tokens_surrogate_and_its_gradient():
     expected = -(2 * ratio[0, 0] + 1.2) / 3  # token 2 weighs nothing; token 3 is clipped at 1 + 0.2
     assert weighted.item() == pytest.approx(expected.item())
     assert grad[0].tolist() == pytest.approx([-2 * ratio[0, 0].item() / 3, 0.0, 0.0])
-    assert metrics["clip_frac"] == pytest.approx(1 / 3)  # clipping is against the proximal policy
+    assert metrics[keys.CLIP_FRAC] == pytest.approx(1 / 3)  # clipping is against the proximal policy

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from grpo import metric_keys as keys
 from grpo.config import load_config
 from grpo.errors import ConfigError
 from grpo.policy import lora
@@ -107,7 +108,7 @@ def test_an_update_changes_only_the_adapters_and_a_bf16_base_trains_fp32_adapter
     assert {p.dtype for p in policy.optimizer.params} == {torch.float32} and not policy.optimizer.use_master
     before_base, before_adapters = base_weights(policy), adapter_weights(policy)
     result = policy.update(batch_for(policy))
-    assert result.applied and result.metrics["grad_norm"] > 0
+    assert result.applied and result.metrics[keys.GRAD_NORM] > 0
     after_base = base_weights(policy)
     assert all(torch.equal(before_base[k], after_base[k]) for k in before_base)
     after = adapter_weights(policy)

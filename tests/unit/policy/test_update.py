@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from grpo import metric_keys as keys
 from grpo.config import ActorConfig, TinyModelConfig
 from grpo.algo.loss import LossConfig
 from grpo.policy.attention import packs_prompts, use_grouped_eager, use_packed_sdpa
@@ -133,7 +134,7 @@ def test_an_update_raises_the_logprob_of_positive_advantage_samples():
     optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
     result = update_policy(model, optimizer, batch, LossConfig(), updates=1, micro_batch_size=4,
                            max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
-    assert result.applied and result.metrics["grad_norm"] > 0
+    assert result.applied and result.metrics[keys.GRAD_NORM] > 0
     with torch.no_grad():
         after, _ = completion_logprobs(model, mb, 1.0)
     seq_change = ((after - before) * mb.completion_mask).sum(1)  # [6]
@@ -182,9 +183,9 @@ def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_ev
     (skipping, gradients, tokens_fed), (every_row, reference, all_tokens_fed) = step(False), step(True)
     assert skipping.applied and every_row.applied
     assert tokens_fed < all_tokens_fed / 2  # two rows of six, and one prompt of two
-    assert (skipping.metrics["rows_computed"], skipping.metrics["tokens_computed"]) == (2, 4)
-    assert (every_row.metrics["rows_computed"], every_row.metrics["tokens_computed"]) == (6, 13)
-    assert skipping.metrics["loss"] == pytest.approx(every_row.metrics["loss"], rel=1e-5, abs=1e-7)
+    assert (skipping.metrics[keys.ROWS_COMPUTED], skipping.metrics[keys.TOKENS_COMPUTED]) == (2, 4)
+    assert (every_row.metrics[keys.ROWS_COMPUTED], every_row.metrics[keys.TOKENS_COMPUTED]) == (6, 13)
+    assert skipping.metrics[keys.LOSS] == pytest.approx(every_row.metrics[keys.LOSS], rel=1e-5, abs=1e-7)
     assert len(gradients) == len(reference) == 2  # both optimizer steps, the second off policy (ratio != 1)
     for computed, every in zip(gradients, reference):
         for name, gradient in every.items():  # the rounding of other sums (gradients up to 0.15 here)
@@ -199,7 +200,7 @@ def test_the_update_measures_average_over_the_rows_it_computed():
     result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
                            micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
     # On policy the ratio is 1 at every computed token: its mean is 1, not the computed share of the tokens.
-    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert result.metrics[keys.RATIO_MEAN] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_the_entropy_covers_the_rows_not_computed_by_their_sampled_surprisal():
@@ -216,7 +217,7 @@ def test_the_entropy_covers_the_rows_not_computed_by_their_sampled_surprisal():
     result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
                            micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
     skipped_tokens = sum(len(batch.completion_ids[r]) for r in (2, 3, 4, 5))
-    assert result.metrics["entropy"] == pytest.approx((exact + 5.0 * skipped_tokens) / batch.num_tokens, rel=1e-5)
+    assert result.metrics[keys.ENTROPY] == pytest.approx((exact + 5.0 * skipped_tokens) / batch.num_tokens, rel=1e-5)
 
 
 def test_an_update_with_no_row_of_non_zero_advantage_is_skipped_and_leaves_the_weights():

@@ -146,7 +146,7 @@ def test_hundreds_of_mutated_runs_never_crash_the_doctor_or_the_watch(tmp_path, 
     steps = [healthy(s) if s < 6 else dead(s) for s in range(1, 10)]
     if name == "trl_state":
         history = [{"step": s.step, "reward": s.reward, "loss": s.loss, "grad_norm": s.grad_norm,
-                    "frac_reward_zero_std": s.zero_std} for s in steps]
+                    "frac_reward_zero_std": s.zero_variance} for s in steps]
         target = trl_dir(root, json.dumps({"global_step": 9, "max_steps": 20, "log_history": history}, indent=2))
         files = [root / "checkpoint-2" / "trainer_state.json"]
     else:

@@ -1,6 +1,7 @@
 """The step record (grpo.train.step): which trip blocks the update, why a step trained on nothing, and
 the metrics line it makes: the same keys, in the same order, that old runs hold (the doctor reads them)."""
 
+from grpo import metric_keys as keys
 from grpo.guard.breakers import Trip
 from grpo.policy.update import PrepareStats, UpdateResult
 from grpo.rollout.collector import RewardStats, RolloutStats
@@ -11,7 +12,8 @@ def rollout(**changes) -> RolloutStats:
     stats = RolloutStats(
         attempts={"ok": 6, "truncated": 1, "failed": 1, "timeout": 0, "empty": 0, "unscorable": 0},
         failed_frac=0.125, recovered=1, unrecovered=0, unrecovered_frac=0.0, unscorable_frac=0.0, retries=1,
-        rounds=1, reward_errors=0, groups_trained=2, groups_dropped_invalid=0, groups_dropped_zero_std=0, zero_std_frac=0.5, empty_frac=0.0,
+        rounds=1, reward_errors=0, groups_trained=2, groups_dropped_invalid=0, groups_dropped_zero_variance=0,
+        zero_variance_frac=0.5, empty_frac=0.0,
         truncated_frac=1 / 7, rewards=RewardStats(0.5, 0.5, 0.0, 1.0, 0.5, {"correct": (0.5, 0.5)}), sources=[],
         length_mean=12.0, length_max=20, staleness=1, generated_tokens=100, generate_s=2.0, reward_s=0.1)
     for name, value in changes.items():
@@ -48,7 +50,7 @@ APPLIED_LINE = [
 
 def test_an_applied_steps_line_has_the_keys_old_runs_have_in_their_order():
     record = StepRecord(3, rollout=rollout(), prepared=PrepareStats(0.01, 0.2),
-                        update=UpdateResult(True, {"loss": 0.5, "grad_norm": 1.5}, optimizer_steps=1))
+                        update=UpdateResult(True, {keys.LOSS: 0.5, keys.GRAD_NORM: 1.5}, optimizer_steps=1))
     record.sync, record.timings = {"weights/version": 3}, {"time/rollout_s": 2.5}
     line = done(record).metrics()
     assert list(line) == APPLIED_LINE
@@ -78,7 +80,7 @@ def test_a_blocking_trip_is_the_first_that_does_more_than_warn_and_names_the_ski
 
 
 def test_the_nonfinite_flag_comes_from_the_update_not_from_its_reasons_text():
-    nan = UpdateResult(False, {"loss": float("nan")}, "loss was NaN at update 0", nonfinite=True)
+    nan = UpdateResult(False, {keys.LOSS: float("nan")}, "loss was NaN at update 0", nonfinite=True)
     worded = UpdateResult(False, {}, "no learning signal: nothing non-finite here")
     assert done(StepRecord(1, rollout=rollout(), update=nan)).update_metrics()["update/nonfinite"] == 1
     assert done(StepRecord(1, rollout=rollout(), update=worded)).update_metrics()["update/nonfinite"] == 0

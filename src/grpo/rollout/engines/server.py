@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 
+from grpo import metric_keys as keys
 from grpo.config import ServerConfig
 from grpo.progress import tick
 from grpo.rollout.engines.base import RolloutEngine
@@ -114,8 +115,8 @@ class ServerEngine(RolloutEngine):
                           "probe_diff": max(r.diff for r in results), "probe_statistic": self.statistic,
                           "time": time.time()}
         self._write_status()
-        return {"sync/seconds": seconds, "sync/probe_diff": self.last_sync["probe_diff"],
-                "sync/probe_max_diff": max(r.max_diff for r in results), "sync/tolerance": self.tolerance}
+        return {keys.SYNC_S: seconds, keys.SYNC_PROBE_DIFF: self.last_sync["probe_diff"],
+                keys.SYNC_PROBE_MAX_DIFF: max(r.max_diff for r in results), keys.SYNC_TOLERANCE: self.tolerance}
 
     def pinned(self, policy) -> RolloutEngine:
         """Serving `policy`'s current weights, verified, and holding them until the next sync while the

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
-                                PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint, Evidence,
+                                PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_VARIANCE, Checkpoint, Evidence,
                                 Mark, RunRecord)
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.textlog import as_step, clean, iter_lines, number, read_ends, timestamp
@@ -39,7 +39,7 @@ _KEYS = (
     ("task_reward/avg", REWARD), ("task_reward/std", REWARD_STD), ("rollout/reward", REWARD),
     ("correct_ratio/avg", ACCURACY), ("actor_loss/avg", LOSS), ("kl_rewards/avg", KL), ("approx_kl/avg", KL),
     ("entropy/avg", ENTROPY), ("grad_norm", GRAD_NORM), ("response_length/avg", LENGTH), ("seq_len/avg", LENGTH),
-    ("no_eos_ratios/avg", TRUNCATED), ("zero_std_ratio", ZERO_STD),
+    ("no_eos_ratios/avg", TRUNCATED), ("zero_std_ratio", ZERO_VARIANCE),
 )
 _EVAL_KEYS = ("eval-rollout/task_reward/avg", "eval-rollout/reward")  # held-out: never the training reward
 _TIMING = re.compile(r"^timeperf/(.+)$")

@@ -40,7 +40,7 @@ import math
 import statistics
 
 from grpo.tools.doctor import crashes
-from grpo.tools.doctor.record import (ACCURACY, GRAD_NORM, KL, LOSS, REWARD, REWARD_STD, TRUNCATED, ZERO_STD, Anomaly,
+from grpo.tools.doctor.record import (ACCURACY, GRAD_NORM, KL, LOSS, REWARD, REWARD_STD, TRUNCATED, ZERO_VARIANCE, Anomaly,
                                       Checkpoint, Evidence, RunRecord)
 
 DISK_WORDS = ("no space", "quota", "read-only", "diskerror")
@@ -250,10 +250,10 @@ def _reward_source_died(record: RunRecord, first: dict[str, Anomaly],
     if zero is None or zero.step != onset:
         return None
     logs_variance = any(name in record.metrics[s] for s in record.steps()
-                        for name in (ZERO_STD, REWARD_STD, GRAD_NORM))
+                        for name in (ZERO_VARIANCE, REWARD_STD, GRAD_NORM))
     rewards = record.finite_series(REWARD)
     zeros = [s for s, v in rewards if s >= onset]
-    identical = all(record.metrics[s].get(ZERO_STD, 1.0) >= 0.999 and record.metrics[s].get(REWARD_STD, 0.0) == 0
+    identical = all(record.metrics[s].get(ZERO_VARIANCE, 1.0) >= 0.999 and record.metrics[s].get(REWARD_STD, 0.0) == 0
                     and record.metrics[s].get(GRAD_NORM, 0.0) == 0 for s in zeros)
     if logs_variance and not identical:
         return None  # exactly 0 on average, but the groups still differ: not one dead source
@@ -263,7 +263,7 @@ def _reward_source_died(record: RunRecord, first: dict[str, Anomaly],
     if any(v != 0 for s, v in rewards if s > onset):
         return None  # a dead source does not come back: a sparse reward does
     varied = [s for s in record.steps() if s < onset and (
-        record.metrics[s].get(ZERO_STD, 1.0) < 0.999 or record.metrics[s].get(REWARD_STD, 0.0) > 0
+        record.metrics[s].get(ZERO_VARIANCE, 1.0) < 0.999 or record.metrics[s].get(REWARD_STD, 0.0) > 0
         or record.metrics[s].get(GRAD_NORM, 0.0) > 0)]
     if logs_variance and not varied:
         return None  # never any signal: the task, not its source
@@ -277,7 +277,7 @@ _TELLING = ("zero_reward", "reward_collapse", "failed_rollouts", "zero_variance"
 def _only_the_reward(record: RunRecord, step: int) -> bool:
     values = record.metrics.get(step, {})
     bad = {name for name, v in values.items() if not math.isfinite(v)}
-    return bool(bad) and bad <= {REWARD, REWARD_STD, ZERO_STD}
+    return bool(bad) and bad <= {REWARD, REWARD_STD, ZERO_VARIANCE}
 
 
 def _crash_cause(crash: crashes.Crash) -> tuple[str, int | None, str, list[Anomaly]]:
@@ -383,7 +383,7 @@ def _read(record: RunRecord) -> str:
     """What the verdict rests on: the reward's range and which other measures were read, over how many steps."""
     rewards = [v for _, v in record.finite_series(REWARD)]
     said = [f"the reward at {len(rewards)} step(s) ({min(rewards):.3g} to {max(rewards):.3g})"] if rewards else []
-    said += [f"{name} at {n}" for name in (LOSS, GRAD_NORM, KL, ZERO_STD, TRUNCATED)
+    said += [f"{name} at {n}" for name in (LOSS, GRAD_NORM, KL, ZERO_VARIANCE, TRUNCATED)
              if (n := len(record.series(name)))]
     return ", ".join(said) or "no quality metric"
 

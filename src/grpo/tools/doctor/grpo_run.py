@@ -25,7 +25,7 @@ from grpo.rundir.lock import current_holder, describe_holder
 from grpo.rundir.run import LOGS
 
 from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, LOST, MEMORY_GIB,
-                                PHASE_PREFIX, REWARD, REWARD_STD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD,
+                                PHASE_PREFIX, REWARD, REWARD_STD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_VARIANCE,
                                 Checkpoint, Evidence, Mark, RunRecord)
 from grpo.tools.doctor.textlog import read_lines
 
@@ -380,7 +380,7 @@ def _name(info) -> str:
 _CANONICAL = {
     keys.REWARD_MEAN: REWARD, keys.REWARD_STD: REWARD_STD, keys.ACCURACY: ACCURACY, keys.LOSS: LOSS,
     keys.KL: KL, keys.ENTROPY: ENTROPY, keys.GRAD_NORM: GRAD_NORM, keys.LENGTH_MEAN: LENGTH,
-    keys.TRUNCATED_FRAC: TRUNCATED, keys.ZERO_STD_FRAC: ZERO_STD, keys.FAILED_FRAC: FAILED,
+    keys.TRUNCATED_FRAC: TRUNCATED, keys.ZERO_VARIANCE_FRAC: ZERO_VARIANCE, keys.FAILED_FRAC: FAILED,
     keys.STEP_S: STEP_S,
 }
 def read_record(run_dir: Path) -> RunRecord:
@@ -503,7 +503,7 @@ def _event_mark(event: dict[str, Any], evidence: Evidence) -> Mark | None:
 
 def _metric_text(line: dict[str, Any]) -> str:
     """The step's telling figures: a failed fraction of 0 says nothing, and is left out."""
-    shown = [k for k in (keys.REWARD_MEAN, keys.ZERO_STD_FRAC, keys.FAILED_FRAC, keys.UNRECOVERED_FRAC,
+    shown = [k for k in (keys.REWARD_MEAN, keys.ZERO_VARIANCE_FRAC, keys.FAILED_FRAC, keys.UNRECOVERED_FRAC,
                          keys.UNSCORABLE_FRAC, keys.REWARD_ERRORS, keys.LOSS, keys.GRAD_NORM, keys.SKIP_REASON)
              if not (k in (keys.FAILED_FRAC, keys.UNRECOVERED_FRAC, keys.UNSCORABLE_FRAC, keys.REWARD_ERRORS)
                      and line.get(k) == 0)]

@@ -15,7 +15,7 @@ from collections import deque
 
 from grpo.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
 from grpo.tools.doctor.record import (ENTROPY, GRAD_NORM, KL, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S,
-                                      TRUNCATED, ZERO_STD, Anomaly, Evidence, RunRecord)
+                                      TRUNCATED, ZERO_VARIANCE, Anomaly, Evidence, RunRecord)
 
 # Marks that are anomalies in their own right, under their own names on the timeline: every check's
 # (a grpo run's trips) and the events.
@@ -156,7 +156,7 @@ def _zero_variance(record: RunRecord, interval: int) -> list[Anomaly]:
     while one group per step scoring the same by chance now and then is not. Per step: the fraction of
     such groups, or 1 when the reward's spread is exactly 0."""
     check = CHECKS["zero_variance"]
-    series = record.finite_series(ZERO_STD) or [(s, 1.0 if v == 0.0 else 0.0)
+    series = record.finite_series(ZERO_VARIANCE) or [(s, 1.0 if v == 0.0 else 0.0)
                                                 for s, v in record.finite_series(REWARD_STD)]
     size = max(3, -(-check.patience // interval))
     window: deque[tuple[int, float]] = deque()

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from grpo.tools.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
-                                TRUNCATED, ZERO_STD, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
+                                TRUNCATED, ZERO_VARIANCE, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
 from grpo.tools.doctor.logreader import LOG_SUFFIXES, LogReader
 from grpo.tools.doctor.textlog import MAX_LINE, as_step, number, read_ends, read_lines
 
 STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-_KEYS = {"reward": REWARD, "reward_std": REWARD_STD, "frac_reward_zero_std": ZERO_STD, "loss": LOSS,
+_KEYS = {"reward": REWARD, "reward_std": REWARD_STD, "frac_reward_zero_std": ZERO_VARIANCE, "loss": LOSS,
          "grad_norm": GRAD_NORM, "kl": KL, "entropy": ENTROPY, "completions/mean_length": LENGTH,
          "completions/clipped_ratio": TRUNCATED, "step_time": STEP_S}
 _ACCURACY = re.compile(r"^rewards/.*accura.*/mean$")

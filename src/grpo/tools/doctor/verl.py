@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
-                                      PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_STD, Checkpoint,
+                                      PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_VARIANCE, Checkpoint,
                                       Evidence, Mark, RunRecord)
 from grpo.tools.doctor.textlog import as_step, clean, number, read_ends
 
@@ -28,7 +28,7 @@ _KEYS = {
     "critic/score/mean": REWARD, "critic/rewards/mean": REWARD, "critic/score/std": REWARD_STD,
     "actor/pg_loss": LOSS, "actor/kl_loss": KL, "critic/kl": KL, "actor/entropy": ENTROPY,
     "actor/grad_norm": GRAD_NORM, "response_length/mean": LENGTH, "response_length/clip_ratio": TRUNCATED,
-    "timing_s/step": STEP_S, "perf/max_memory_allocated_gb": MEMORY_GIB, "critic/score/zero_std_frac": ZERO_STD,
+    "timing_s/step": STEP_S, "perf/max_memory_allocated_gb": MEMORY_GIB, "critic/score/zero_std_frac": ZERO_VARIANCE,
     "critic/accuracy/mean": ACCURACY,
 }
 _PHASES = {"timing_s/gen": "generate", "timing_s/reward": "reward", "timing_s/old_log_prob": "old_log_prob",

@@ -17,7 +17,7 @@ from pathlib import Path
 from grpo.checks import CHECKS
 from grpo.tools.doctor import UnreadableRun, examine
 from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
-                                PHASE_PREFIX, REWARD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_STD, Diagnosis,
+                                PHASE_PREFIX, REWARD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_VARIANCE, Diagnosis,
                                 RunRecord)
 from grpo.rundir.files import atomic_write
 
@@ -36,7 +36,7 @@ PANELS = [
     ("entropy", [(ENTROPY, "entropy")]),
     ("gradient norm", [(GRAD_NORM, "grad norm")]),
     ("response length (tokens)", [(LENGTH, "mean length")]),
-    ("fractions", [(TRUNCATED, "truncated"), (ZERO_STD, "zero-variance groups"), (FAILED, "failed generations")]),
+    ("fractions", [(TRUNCATED, "truncated"), (ZERO_VARIANCE, "zero-variance groups"), (FAILED, "failed generations")]),
     ("rollouts by status", "statuses"),
     ("step time by phase (s)", "phases"),
     ("memory (GiB)", [(MEMORY_GIB, "peak memory")]),

@@ -1,7 +1,7 @@
 """Every config key's meaning, read from the dataclasses: `grpo config show` (the resolved config with each
 key's value, default and meaning) and the configuration reference (`reference_markdown`).
 
-A key's meaning is the `help` of its `knob(...)` in grpo/config.py; a section's is the first paragraph of
+A key's meaning is the `help` of its `knob(...)` in schema.py; a section's is the first paragraph of
 its dataclass's docstring. A key without one fails a test (`undocumented`).
 """
 
@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import yaml
 
-from grpo.config import RunConfig
-from grpo.config_keys import CHECK, key_help
+from grpo.config.keys import CHECK, key_help
+from grpo.config.schema import RunConfig
 
 
 def field_help(cls: type) -> dict[str, str]:
@@ -83,7 +83,7 @@ def reference_markdown() -> str:
     it has one, the check of its value. Read from the dataclasses, so it is never out of date; the docs site
     writes it to a page at build time:
 
-        from grpo.config_doc import reference_markdown
+        from grpo.config.doc import reference_markdown
         Path("docs/reference/config.md").write_text(reference_markdown())
     """
     lines = ["# Configuration reference", "",

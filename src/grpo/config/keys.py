@@ -3,10 +3,10 @@
     problems_per_step: int = knob(8, "groups per step", check=at_least(1))
 
 The meaning is what `grpo config show` prints beside the key and what the configuration reference
-(`grpo.config_doc.reference_markdown`) lists; the check refuses a value that cannot train, in one line
+(`grpo.config.doc.reference_markdown`) lists; the check refuses a value that cannot train, in one line
 that names the key. A null value of an optional key is never checked: null always means "the default
 behaviour" and is described in the key's meaning. Rules across a section's keys are the section's
-`check_section(at)` method; rules across sections are in `grpo.config.validate`.
+`check_section(at)` method; rules across sections are in `grpo.config.schema.validate`.
 """
 
 from __future__ import annotations
