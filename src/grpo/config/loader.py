@@ -23,7 +23,6 @@ from grpo.errors import ConfigError
 PRESET_DIR = Path(__file__).parent.parent / "configs"
 
 
-
 def resolve_config_path(name_or_path: str) -> Path:
     """A file path, or a preset name such as `quickstart` or `gsm8k/fast`."""
     path = Path(name_or_path)
