@@ -27,6 +27,7 @@ class EngineKind:
 
 ENGINES = {kind.name: kind for kind in (
     EngineKind("embedded", server=False, engine="grpo.rollout.engines.embedded:EmbeddedEngine"),
+    EngineKind("transformers", server=False, engine="grpo.rollout.engines.transformers:TransformersEngine"),
     EngineKind("vllm", server=True, backend="grpo.rollout.server.vllm:VLLMBackend", gpu_fraction=0.9,
                server_cpu_bytes=1.7 * GIB),
     EngineKind("sglang", server=True, backend="grpo.rollout.server.sglang:SGLangBackend", gpu_fraction=0.88,
