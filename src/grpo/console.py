@@ -88,11 +88,12 @@ def setup(run_dir: Path | None = None, quiet: bool = False) -> None:
 
 
 def quiet_libraries() -> None:
-    for noisy in ("transformers", "httpx", "urllib3", "huggingface_hub"):
+    for noisy in ("httpx", "urllib3", "huggingface_hub"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_warning()
     hf_logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -193,9 +193,10 @@ class ServerConfig:
 class RolloutConfig:
     """Generating the groups of answers: the engine, sampling, and retries of failed samples."""
 
-    engine: Literal["auto", "embedded", "vllm", "sglang"] = knob("embedded", help=(
-        "embedded: generate with the training model in-process; vllm / sglang: a supervised server; auto: vllm when "
-        "it is importable and CUDA is present, otherwise embedded."
+    engine: Literal["auto", "embedded", "transformers", "vllm", "sglang"] = knob("embedded", help=(
+        "embedded: generate with the training model in-process; transformers: the same through transformers' own "
+        "generate (slower: a reference); vllm / sglang: a supervised server; auto: vllm when it is importable and "
+        "CUDA is present, otherwise embedded."
     ))
     server: ServerConfig = field(default_factory=ServerConfig)
     problems_per_step: int = knob(8, "groups per step", check=at_least(1))
@@ -209,7 +210,7 @@ class RolloutConfig:
                                                  "carry a learning signal"))
     top_p: float = knob(1.0, "nucleus sampling; 1 samples from the whole distribution", check=within("(0, 1]"))
     stop: list[str] = knob(factory=list, help="strings that end an answer")
-    generation_batch_size: int = knob(64, "the embedded engine's rows per forward pass", check=at_least(1))
+    generation_batch_size: int = knob(64, "an in-process engine's rows per forward pass", check=at_least(1))
     max_retries: int = knob(2, "A failed sample is retried this many times (exponential backoff with jitter), then "
                             "dropped.", check=at_least(0))
     retry_backoff_s: float = knob(0.5, "the first retry's wait, doubling (with jitter) for each one after",

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from grpo.config import ServerConfig
+from grpo.faults import signals
 from grpo.faults.names import SERVER, SERVER_ROLLOUT, key
 from grpo.faults.schedule import Schedule
 from grpo.rollout.engines import SamplingParams
@@ -99,17 +100,17 @@ class ServerFaults(Backend):
         where = dict(server=first.name, incarnation=first.incarnation)
         if isinstance(first.process, ActorServer) and self._take("kill_server_actor"):
             self._record("kill_server_actor", f"SIGKILL to {first.name}'s Ray actor mid-rollout", **where)
-            first.process.kill_actor()
+            signals.kill_actor(first.process)
         for name, sig in (("kill_server", signal.SIGKILL), ("hang_server", signal.SIGSTOP)):
             if self._take(name):
-                first.process.send(sig)
+                signals.send(first.process, sig)
                 self._record(name, f"sent {signal.Signals(sig).name} to {first.name} mid-rollout", **where)
 
     def reload_weights(self, client: HttpClient, model_dir: Path, mode: str) -> None:
         first = self.engine.servers[0] if self.engine is not None else None
         if first is not None and first.process is not None and client is first.client and \
                 self._take("kill_server_in_sync"):
-            first.process.send(signal.SIGKILL)
+            signals.send(first.process, signal.SIGKILL)
             self._record("kill_server_in_sync", f"sent SIGKILL to {first.name} as its weight reload went out",
                          server=first.name, incarnation=first.incarnation)
         if mode == ReloadMode.FULL:

@@ -93,7 +93,7 @@ def _trainer(run_dir: Path, problems: list[str]) -> list[str]:
 def _servers(run_dir: Path, problems: list[str], waiting: list[str]) -> list[str]:
     status, why = read_json(run_dir / "servers" / "status.json")
     if status is None:
-        return ["SERVERS  none (embedded engine)" if why == "missing" else f"SERVERS  status.json is {why}"]
+        return ["SERVERS  none (an in-process engine)" if why == "missing" else f"SERVERS  status.json is {why}"]
     from grpo.rollout.engines.server import make_backend
     from grpo.rollout.server.client import HttpClient, ServerError
 

@@ -26,7 +26,7 @@ from grpo.rewards import Reward, resolve_rewards
 from grpo.rollout.queue import RolloutQueue
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
-from grpo.rollout.engines.embedded import EmbeddedEngine
+from grpo.rollout.engines.in_process import make_in_process
 from grpo.rollout.engines.registry import ENGINES, EngineKind
 from grpo.rollout.engines.select import resolve_engine
 from grpo.hooks import Hooks
@@ -90,8 +90,8 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
         engine = _server_engine(cfg, kind, policy, ranks, run_dir, signals, record_server_event, hooks)
     else:
         # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
-        engine = EmbeddedEngine(policy.model, policy.tokenizer, cfg.rollout.generation_batch_size,
-                                cancel=None if ranks.distributed else signals.event, inference=policy.inference_weights)
+        engine = make_in_process(kind, policy, cfg.rollout.generation_batch_size,
+                                 cancel=None if ranks.distributed else signals.event)
     # A server's kernels differ from the trainer's, and LoRA merged into half-precision weights for
     # generation is rounded: then the sampler's log-probs are not the trainer's old log-probs. Off
     # policy (max_staleness > 0), the recomputed ones are the proximal policy's (grpo.algo.offpolicy).

@@ -1,24 +1,18 @@
-"""In-process generation with the training model itself: batched, KV-cached, no weight sync needed."""
+"""In-process generation with the training model itself: batched, KV-cached, a group's prompt prefilled once,
+the decode step taken through the model's own modules where it has the form (grpo.rollout.engines.decode_step)."""
 
 from __future__ import annotations
 
-import copy
-import threading
-from contextlib import nullcontext
-from typing import Callable, ContextManager
-
 import torch
-from transformers import PreTrainedTokenizerBase
 
-from grpo.policy import lora
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import output_logits, split_head
 from grpo.policy.packed import Product, packed_linears
 from grpo.progress import tick
-from grpo.rollout.engines.base import RolloutEngine
 from grpo.rollout.engines.decode_step import DecodeStep, llama_shaped
+from grpo.rollout.engines.in_process import InProcessEngine
 from grpo.rollout.engines.kv_cache import preallocated_cache
-from grpo.rollout.types import Completion, GenerationCancelled, SampleStatus, SamplingParams
+from grpo.rollout.types import Completion, GenerationCancelled, SamplingParams
 
 
 def sample_next(
@@ -63,70 +57,22 @@ def live_rows_in_place(live: torch.Tensor) -> torch.Tensor:
     return keep
 
 
-def out_of_memory(exc: RuntimeError) -> bool:
-    """The one failure generation expects: the device ran out of memory for this batch (torch raises
-    OutOfMemoryError on CUDA, a RuntimeError from the allocator on CPU)."""
-    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
-
-
-class EmbeddedEngine(RolloutEngine):
-    def __init__(
-        self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64,
-        cancel: threading.Event | None = None,
-        inference: Callable[[], ContextManager[object]] = nullcontext,
-    ) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.cancel = cancel or threading.Event()  # set from outside to abandon generation at the next token
-        # Entered around each generate call: the policy's faster form of the same model (LoRA merged in).
-        self.inference = inference
-        self.eos_ids = self._eos_ids(model, tokenizer)
-        self._copy: EmbeddedEngine | None = None
-
-    def pinned(self, policy) -> RolloutEngine:
-        """Its own copy of the model for generating in the background: refreshed from the policy at each
-        call, then left alone while the policy trains. Its generation is not cut short by a stop signal: the
-        batch in flight finishes, so the checkpoint the stop saves holds it."""
-        if self._copy is None:
-            model = copy.deepcopy(policy.model).requires_grad_(False)
-            inference = (lambda: lora.merged_for_inference(model)) if policy.lora else nullcontext
-            self._copy = EmbeddedEngine(model, self.tokenizer, self.batch_size, inference=inference)
-        self._copy.model.load_state_dict(policy.model.state_dict())
-        return self._copy
-
-    @staticmethod
-    def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:
-        ids = {tokenizer.eos_token_id}
-        config_eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
-        if isinstance(config_eos, int):
-            ids.add(config_eos)
-        elif config_eos:
-            ids.update(config_eos)
-        return {i for i in ids if i is not None}
-
+class EmbeddedEngine(InProcessEngine):
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
     ) -> list[Completion]:
         seeds = list(range(len(prompts))) if seeds is None else seeds
-        results: list[Completion] = []
         with self.inference():
             split = split_head(self.model)  # of the model as merged for inference
             with packed_linears(self.model, self.batch_size, split[1] if split else None) as packed_head:
                 # (done, total) decode steps, for the progress display
                 self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)
-                for start in range(0, len(prompts), self.batch_size):
-                    chunk = prompts[start : start + self.batch_size]
+
+                def one_batch(start: int, chunk: list[list[int]], chunk_seeds: list[int]) -> list[Completion]:
                     self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
-                    try:
-                        results.extend(self._generate_batch(chunk, params, seeds[start : start + self.batch_size],
-                                                            split, packed_head))
-                    except RuntimeError as exc:
-                        if not out_of_memory(exc):
-                            raise  # a bug (ours or the model's) is a crash with its traceback, never failed samples
-                        error = f"{type(exc).__name__}: {exc}"  # the samples fail and are retried; the run goes on
-                        results.extend(Completion([], [], "", "error", SampleStatus.FAILED, error) for _ in chunk)
-        return results
+                    return self._generate_batch(chunk, params, chunk_seeds, split, packed_head)
+
+                return self.in_batches(prompts, seeds, one_batch)
 
     @torch.no_grad()  # not inference_mode: FSDP2 reuses the unsharded parameter buffers for training
     def _generate_batch(
@@ -139,29 +85,8 @@ class EmbeddedEngine(RolloutEngine):
             tokens, logprobs, finished_by_stop = self._decode(prompts, params, seeds, split, packed_head)
         finally:
             self.model.train(was_training)
-        completions = []
-        for row_tokens, row_logprobs, stopped in zip(tokens, logprobs, finished_by_stop):
-            text = self.tokenizer.decode(row_tokens, skip_special_tokens=True)
-            if params.stop:
-                text, row_tokens, row_logprobs, stopped = self._apply_stop(text, row_tokens, row_logprobs, params, stopped)
-            if stopped:
-                status, reason = SampleStatus.OK, "stop"
-            else:
-                status, reason = SampleStatus.TRUNCATED, "length"
-            if not text.strip():
-                status = SampleStatus.EMPTY
-            completions.append(Completion(row_tokens, row_logprobs, text, reason, status))
-        return completions
-
-    def _apply_stop(self, text, row_tokens, row_logprobs, params, stopped):
-        """Cut at the first stop string, keeping whole tokens up to and including the one that completes it."""
-        cut = min((text.find(s) + len(s) for s in params.stop if s in text), default=-1)
-        if cut < 0:
-            return text, row_tokens, row_logprobs, stopped
-        for n in range(1, len(row_tokens) + 1):
-            if len(self.tokenizer.decode(row_tokens[:n], skip_special_tokens=True)) >= cut:
-                return text[:cut], row_tokens[:n], row_logprobs[:n], True
-        return text, row_tokens, row_logprobs, stopped
+        return [self.completion(row_tokens, row_logprobs, stopped, params)
+                for row_tokens, row_logprobs, stopped in zip(tokens, logprobs, finished_by_stop)]
 
     def _decode(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int],
                 split: tuple[torch.nn.Module, torch.Tensor] | None, packed_head: Product | None):

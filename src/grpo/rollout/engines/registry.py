@@ -14,7 +14,8 @@ class EngineKind:
     # Generates in server processes (grpo starts them, or attaches to rollout.server.urls): they hold weights of
     # their own, synced after each update, with kernels of their own (the trainer recomputes old log-probs).
     server: bool
-    backend: str | None = None  # "module:Class" of its grpo.rollout.server backend
+    engine: str | None = None  # in-process: "module:Class" of its InProcessEngine (grpo.rollout.engines.in_process)
+    backend: str | None = None  # a server: "module:Class" of its grpo.rollout.server backend
     # What `grpo plan` counts for a server grpo starts: its share of the GPU when rollout.server.memory_fraction
     # is null (the server's own default) ...
     gpu_fraction: float = 0.0
@@ -25,7 +26,8 @@ class EngineKind:
 
 
 ENGINES = {kind.name: kind for kind in (
-    EngineKind("embedded", server=False),
+    EngineKind("embedded", server=False, engine="grpo.rollout.engines.embedded:EmbeddedEngine"),
+    EngineKind("transformers", server=False, engine="grpo.rollout.engines.transformers:TransformersEngine"),
     EngineKind("vllm", server=True, backend="grpo.rollout.server.vllm:VLLMBackend", gpu_fraction=0.9,
                server_cpu_bytes=1.7 * GIB),
     EngineKind("sglang", server=True, backend="grpo.rollout.server.sglang:SGLangBackend", gpu_fraction=0.88,

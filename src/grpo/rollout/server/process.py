@@ -120,31 +120,14 @@ class ServerProcess:
 
     def _signal_group(self, sig: int) -> None:
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def _signal_server(self, sig: int) -> None:
-        """`sig` to every process of the server's session but the reaper, which then ends what is left,
-        removes the shared memory they left and exits as the server did. (A signal to the whole group
-        would take the reaper with it, and leave that memory behind.)"""
-        if self.proc is None:
-            return
-        server = [pid for pid in session_members(self.proc.pid) if pid != self.proc.pid]
-        if not server:  # the reaper has not started the server yet: nothing to clean, it goes too
-            self._signal_group(sig)
-        for pid in server:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            signal_group(self.proc.pid, sig)
 
     def kill(self) -> None:
         """SIGKILL the server and wait for its reaper; the exit counts as expected."""
         self.expected_exit = True
         self._signal_group(signal.SIGCONT)  # a reaper stopped with its server (SIGSTOP to the group) cleans up
-        self._signal_server(signal.SIGKILL)
+        if self.proc is not None:
+            signal_server(self.proc.pid, signal.SIGKILL)
         if not self.exited.wait(15):  # the reaper itself stuck: the whole group, as a last resort
             self._signal_group(signal.SIGKILL)
             self.exited.wait(30)
@@ -157,17 +140,34 @@ class ServerProcess:
         if not self.exited.wait(grace_s):
             self.kill()
 
-    def send(self, sig: int) -> None:
-        """A signal from outside grpo's own control (fault injection, as the OOM killer or a crash would
-        reach the server's processes): its exit is unexpected."""
-        self._signal_server(sig)
-
     def output(self, limit: int = 4 * 2**20) -> list[str]:
         """What the server wrote since this start (its last `limit` bytes)."""
         return log_since(self.log_path, self.log_offset, limit)
 
     def tail(self, lines: int = 20) -> list[str]:
         return log_tail(self.log_path, lines)
+
+
+def signal_group(reaper_pid: int, sig: int) -> None:
+    """`sig` to a server's whole process group, its reaper included."""
+    try:
+        os.killpg(reaper_pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def signal_server(reaper_pid: int, sig: int) -> None:
+    """`sig` to every process of a server's session but its reaper (the process grpo started, `reaper_pid`),
+    which then ends what is left, removes the shared memory they left and exits as the server did. (A signal
+    to the whole group would take the reaper with it, and leave that memory behind.)"""
+    server = [pid for pid in session_members(reaper_pid) if pid != reaper_pid]
+    if not server:  # the reaper has not started the server yet: nothing to clean, it goes too
+        signal_group(reaper_pid, sig)
+    for pid in server:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def describe_exit(code: int | None) -> str:

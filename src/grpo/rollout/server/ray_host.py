@@ -21,7 +21,6 @@ filesystem every node sees (the launcher refuses servers on another node with th
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import threading
 import time
@@ -83,14 +82,6 @@ class ServerHost:
     def kill(self) -> None:
         assert self.process is not None
         self.process.kill()
-
-    def send(self, sig: int) -> None:
-        assert self.process is not None
-        self.process.send(sig)
-
-    def die(self) -> None:
-        """Fault injection: SIGKILL this actor's own process, as the OOM killer or a lost node would end it."""
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def actor_loss_cause(exc: Exception) -> str:
@@ -170,14 +161,6 @@ class ActorServer:
         if not self.exited.is_set():
             self._call(self.actor.stop, grace_s)
         self.exited.wait(30)
-
-    def send(self, sig: int) -> None:
-        self._call(self.actor.send, sig)
-
-    def kill_actor(self) -> None:
-        """Fault injection: SIGKILL the actor's process, and wait until its loss is seen."""
-        self.actor.die.remote()
-        self.exited.wait(60)
 
     def output(self, limit: int = 4 * 2**20) -> list[str]:
         return log_since(self.log_path, self.log_offset, limit)

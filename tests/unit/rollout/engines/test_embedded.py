@@ -11,11 +11,12 @@ from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.update import TrainBatch, collate, completion_logprobs
 
 
-def make_engine(batch_size=8, seed=0):
+def make_engine(batch_size=8, seed=0, engine=EmbeddedEngine):
+    """An in-process engine (`engine`: its class) on a tiny model of its own, built from `seed`."""
     torch.manual_seed(seed)
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(TinyModelConfig(), tokenizer, torch.float32)
-    return EmbeddedEngine(model, tokenizer, batch_size), tokenizer
+    return engine(model, tokenizer, batch_size), tokenizer
 
 
 def prompts_for(tokenizer, texts):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 from typing import get_args, get_type_hints
 
 import grpo
 from grpo.config import RolloutConfig
+from grpo.rollout.engines.in_process import InProcessEngine
 from grpo.rollout.engines.registry import ENGINES, serves
 from grpo.rollout.engines.server import make_backend
 
@@ -40,10 +42,16 @@ def test_the_scan_sees_every_name_and_the_schema_offers_each():
     assert set(get_args(get_type_hints(RolloutConfig)["engine"])) == {"auto", *ENGINES}
 
 
-def test_every_server_engine_has_a_backend_of_its_name():
+def test_every_engine_declares_what_builds_it():
+    """A server engine its backend (ServerEngine drives it), an in-process one its class (grpo.train.build
+    builds it through grpo.rollout.engines.in_process.make_in_process)."""
     for kind in ENGINES.values():
         assert serves(kind.name) == kind.server
+        assert (kind.backend is not None, kind.engine is not None) == (kind.server, not kind.server), kind
         if kind.server:
             assert make_backend(kind.name).name == kind.name
             assert 0 < kind.gpu_fraction < 1 and kind.server_cpu_bytes > 0
+        else:
+            module, _, name = kind.engine.partition(":")
+            assert issubclass(getattr(importlib.import_module(module), name), InProcessEngine)
     assert not serves("auto")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo.config import ServerConfig
+from grpo.faults import signals
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec
 from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.diagnosis import likely_cause
@@ -86,7 +87,7 @@ def test_ready_means_a_generation_answered_and_a_kill_is_seen_at_once(tmp_path):
     assert sup.seeds.reproducible is True and sup.status()["seeds"]["reproducible"] is True
     assert sup.ensure_ready() is False  # already ready: nothing to do
 
-    sup.process.send(signal.SIGKILL)  # from outside: an OOM killer, say
+    signals.send(sup.process, signal.SIGKILL)  # from outside: an OOM killer, say
     assert sup.process.exited.wait(10)
     while "server_failed" not in kinds(events):  # the watcher thread records it right after the exit
         sup.process.exited.wait(0.05)
@@ -211,7 +212,7 @@ def test_a_sigkill_seen_first_by_the_health_check_is_recorded_as_the_kill_not_as
     sup.ensure_ready()
 
     def killed_under_the_check() -> None:  # the connection resets before the watcher sees the exit
-        sup.process.send(signal.SIGKILL)
+        signals.send(sup.process, signal.SIGKILL)
         raise ServerError("connect", "POST /generate: ConnectionResetError: [Errno 104] Connection reset by peer")
 
     backend.on_health = killed_under_the_check
