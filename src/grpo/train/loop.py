@@ -44,6 +44,7 @@ from grpo.rundir.run import RunDir
 from grpo.train.signals import SignalWatch, StopRequested
 from grpo.train.step import StepRecord, StepState
 from grpo.train.verdicts import VerdictActions
+from grpo.train.advantages import rows_to_train
 
 log = logging.getLogger(__name__)
 SERVER_TROUBLE = ("server_failed", "server_gave_up", "weight_sync_mismatch")
@@ -267,7 +268,7 @@ class TrainingLoop:
 
     def _advantages_and_update(self, step: int, batch: RolloutBatch, record: StepRecord, timer: PhaseTimer) -> None:
         with timer.phase("advantages"):
-            train_batch = batch.train_batch(self.cfg.algo)
+            train_batch = rows_to_train(batch, self.cfg.algo)
             # A signal: a row of non-zero advantage, or any row under a KL term. Without one the update is
             # skipped, since a step on zero gradients would still move AdamW by its momentum.
             signal_here = bool(rows_with_gradient(train_batch, self.policy.loss_cfg))
