@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from grpo.algo.loss import BatchTotals, LossConfig
+from grpo.algo.loss import BatchTotals, LossConfig, rows_with_gradient
 from grpo.algo.offpolicy import importance_weights
 from grpo.config import RunConfig
 from grpo.errors import ConfigError
@@ -26,8 +26,7 @@ from grpo.policy import lora, sharding, state
 from grpo.policy.models import DTYPES, load_model_and_tokenizer
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.update import (
-    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, rows_with_gradient,
-    update_policy,
+    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
 )
 
 
@@ -178,7 +177,7 @@ class Policy:
         return result
 
     def _collective(self, batch: TrainBatch) -> Collective:
-        computed = rows_with_gradient(batch, self.loss_cfg)
+        computed = rows_with_gradient(batch.advantages, self.loss_cfg.kl_coef)
         tokens, sequences, computed_tokens = self.ranks.sum([
             batch.num_tokens, len(batch), sum(len(batch.completion_ids[r]) for r in computed)])
         (passes,) = self.ranks.max([len(micro_batches(batch, self.cfg.algo.micro_batch_size, computed))])

@@ -15,7 +15,7 @@ from grpo.policy.attention import PackedPrompts, packs_prompts
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo import metric_keys as keys
-from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss
+from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss, rows_with_gradient
 from grpo.algo.offpolicy import OffPolicyStats
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.unpad import RealTokens, real_tokens
@@ -270,17 +270,6 @@ def micro_batches(batch: TrainBatch, size: int, rows: Sequence[int] | None = Non
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def rows_with_gradient(batch: TrainBatch, loss_cfg: LossConfig) -> list[int]:
-    """The rows the update must compute: all of them under a KL term, else those of non-zero advantage.
-    A row of advantage 0 adds exactly 0 to the clipped surrogate and to its gradient, whatever its
-    log-probs and importance weight, and the loss is normalised over the whole batch's tokens and rows
-    (`BatchTotals`): leaving it out changes neither. A group whose rewards all agree is such rows (about
-    40% of the quickstart's); their forward and backward passes were most of the update's products."""
-    if loss_cfg.kl_coef > 0:
-        return list(range(len(batch)))
-    return (batch.advantages != 0).nonzero().flatten().tolist()
-
-
 @dataclass
 class Collective:
     """What one rank of many needs for its share of the update: the whole batch's sizes (the loss
@@ -321,7 +310,7 @@ def update_policy(
     """
     device = next(model.parameters()).device
     totals = collective.totals if collective else BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
-    computed = rows_with_gradient(batch, loss_cfg)
+    computed = rows_with_gradient(batch.advantages, loss_cfg.kl_coef)
     own_tokens = sum(len(batch.completion_ids[r]) for r in computed)
     computed_tokens = collective.computed_tokens if collective else own_tokens  # every rank's
     if not computed_tokens:  # every rank alike: a step on zero gradients would still move AdamW by its momentum

