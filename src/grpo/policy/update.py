@@ -15,20 +15,22 @@ from grpo.policy.attention import PackedPrompts, packs_prompts
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo import metric_keys as keys
-from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss, rows_with_gradient
+from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.unpad import RealTokens, real_tokens
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainBatch:
-    """The samples an update trains on: one row per completion, ragged until collated."""
+    """The samples an update trains on: one row per completion, ragged until collated. Made once per step
+    (grpo.train.advantages), then `Policy.prepare` makes a new one with what the loss needs besides."""
 
     prompt_ids: list[list[int]]  # [B][P_i]
     completion_ids: list[list[int]]  # [B][T_i]
-    old_logprobs: list[list[float]]  # [B][T_i] under the sampling policy
+    old_logprobs: list[list[float]]  # [B][T_i] under the sampling policy (the trainer's, once recomputed)
     advantages: torch.Tensor  # [B]
+    gradient_rows: list[int]  # [R] the rows the update computes (grpo.algo.loss.rows_with_gradient)
     ref_logprobs: list[torch.Tensor] | None = None  # [B][T_i], when a KL term is used
     importance_weights: list[torch.Tensor] | None = None  # [B][T_i] proximal/behaviour, off policy (algo.offpolicy)
 
@@ -278,7 +280,7 @@ class Collective:
     lets gradients reduce across ranks only on the last of them."""
 
     totals: BatchTotals
-    computed_tokens: int  # of the rows with a gradient (`rows_with_gradient`), every rank's: what metrics average over
+    computed_tokens: int  # of every rank's rows with a gradient (`TrainBatch.gradient_rows`): what metrics average over
     micro_batches: int
     set_gradient_sync: Callable[[bool], None]
     zero_loss: Callable[[], torch.Tensor]  # a loss of 0 that reaches every parameter
@@ -301,7 +303,7 @@ def update_policy(
     """`updates` optimizer steps over the batch, each accumulating gradients over micro-batches.
 
     A step whose loss or gradient norm is not finite is not applied; its gradients are discarded.
-    Only the rows with a gradient are computed (`rows_with_gradient`): the loss's measures (clipping,
+    Only the rows with a gradient are computed (`batch.gradient_rows`): the loss's measures (clipping,
     ratio, KL) are means over their tokens. The entropy is the whole batch's mean: exact on those rows, and
     on the others the sampled tokens' surprisal (-log p under the sampling distribution, whose expectation
     is that distribution's entropy), so that a collapse still shows when most groups' rewards agree.
@@ -310,7 +312,7 @@ def update_policy(
     """
     device = next(model.parameters()).device
     totals = collective.totals if collective else BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
-    computed = rows_with_gradient(batch.advantages, loss_cfg.kl_coef)
+    computed = batch.gradient_rows
     own_tokens = sum(len(batch.completion_ids[r]) for r in computed)
     computed_tokens = collective.computed_tokens if collective else own_tokens  # every rank's
     if not computed_tokens:  # every rank alike: a step on zero gradients would still move AdamW by its momentum

@@ -33,7 +33,6 @@ from grpo.hooks import Hooks, StepHooks
 from grpo.train.metrics import MetricsLogger
 from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
-from grpo.algo.loss import rows_with_gradient
 from grpo.policy.update import UpdateResult
 from grpo.progress import Progress
 from grpo.rewards import TrainerState
@@ -270,12 +269,12 @@ class TrainingLoop:
     def _advantages_and_update(self, step: int, batch: RolloutBatch, record: StepRecord, timer: PhaseTimer) -> None:
         with timer.phase("advantages"):
             train_batch = rows_to_train(batch, self.cfg.algo)
-            # A signal: a row of non-zero advantage, or any row under a KL term. Without one the update is
-            # skipped, since a step on zero gradients would still move AdamW by its momentum.
-            signal_here = bool(rows_with_gradient(train_batch.advantages, self.cfg.algo.kl_coef))
-            rows, signal_anywhere = self.ranks.sum([len(train_batch), float(signal_here)])
+            # A signal: a row with a gradient (of non-zero advantage, or any under a KL term) on some rank.
+            # Without one the update is skipped, since a step on zero gradients would still move AdamW by
+            # its momentum.
+            rows, signal_anywhere = self.ranks.sum([len(train_batch), float(bool(train_batch.gradient_rows))])
             if rows and signal_anywhere:
-                record.prepared = self.policy.prepare(train_batch, self.recompute_old)
+                train_batch, record.prepared = self.policy.prepare(train_batch, self.recompute_old)
                 record.trips += self.guard.check("offpolicy", step, record.update_metrics())
         record.no_signal = bool(rows) and not signal_anywhere
         if record.blocking_trip is not None:
