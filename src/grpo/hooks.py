@@ -4,18 +4,34 @@ step. grpo.faults rehearses failures through them (grpo.entry installs it when `
 tests watch and disturb whole runs through them instead of patching the loop's methods.
 
 A hook's step points run on the loop's thread, in the order the hooks were given; each method leaves
-the run as it is unless overridden.
+the run as it is unless overridden. Once the run is built, a hook is handed a `RunView`: the little of the
+run that hooks read, not the loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager
 
 if TYPE_CHECKING:
+    import torch
+
     from grpo.rollout.collector import RolloutCollector
+    from grpo.rollout.engines.server import ServerEngine
     from grpo.rollout.server.backend import Backend
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What hooks see of a built run."""
+
+    run_dir: Path
+    model: torch.nn.Module  # the policy's model: the weights the update changes (a LoRA model: its adapters)
+    server_engine: ServerEngine | None  # the servers' engine on the rank holding it (None: embedded, another rank)
+    current_step: Callable[[], int]  # the run's last step done (after a rollback, the one it went back to)
 
 
 class StepHooks:
@@ -29,9 +45,8 @@ class StepHooks:
         """The rollout collector, before the rollout queue is built on it (it may run on the queue's worker)."""
         return collector
 
-    def built(self, loop: Any) -> None:
-        """Every part is built and the run's state restored: `loop` is the grpo.train.loop.TrainingLoop
-        (loop.engine, loop.policy, loop.run, ...)."""
+    def built(self, run: RunView) -> None:
+        """Every part is built and the run's state restored."""
 
     def step_start(self, step: int) -> None:
         """Before the step's rollout phase."""
@@ -70,8 +85,8 @@ class Hooks:
             collector = hook.wrap_collector(collector)
         return collector
 
-    def built(self, loop: Any) -> None:
-        self._each("built", loop)
+    def built(self, run: RunView) -> None:
+        self._each("built", run)
 
     def step_start(self, step: int) -> None:
         self._each("step_start", step)

@@ -78,8 +78,8 @@ class ServerKilledDuringEvaluations(StepHooks):
         self.server = ServerFaults(backend)
         return self.server
 
-    def built(self, loop) -> None:
-        self.server.engine = loop.engine
+    def built(self, run) -> None:
+        self.server.engine = run.server_engine
 
 
 def disturb_each_evaluation(monkeypatch) -> tuple[StepHooks, list[tuple[list, list, dict, dict]]]:

@@ -19,12 +19,12 @@ class ParamRecorder(StepHooks):
     def __init__(self) -> None:
         self.after: dict[int, dict] = {}
 
-    def built(self, loop) -> None:
-        self.loop = loop
-        self.after[0] = params(loop.policy.model)
+    def built(self, run) -> None:
+        self.run = run
+        self.after[0] = params(run.model)
 
     def step_end(self, step: int) -> None:
-        self.after[self.loop.step] = params(self.loop.policy.model)  # a rollback restored an earlier step
+        self.after[self.run.current_step()] = params(self.run.model)  # a rollback restored an earlier step
 
 
 def test_every_metrics_line_says_if_an_update_was_applied_and_counts_statuses(tmp_path):

@@ -66,8 +66,8 @@ def test_one_of_two_servers_killed_mid_rollout_only_its_samples_are_retried_whil
     class Step4OnceSglang0IsBack(StepHooks):
         # Steps take about a second, a restart several: step 3 runs while sglang-0 restarts, and
         # step 4 begins once it is up (to be verified and rejoin in that step).
-        def built(self, loop) -> None:
-            self.servers = loop.engine.servers
+        def built(self, run) -> None:
+            self.servers = run.server_engine.servers
 
         def step_start(self, step: int) -> None:
             if step == 4:

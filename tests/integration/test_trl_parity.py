@@ -94,6 +94,7 @@ def setup(tmp_path_factory):
         completion_ids=[draw(n) for n in completion_lens],
         old_logprobs=[[0.0] * n for n in completion_lens],
         advantages=group_advantages(torch.tensor(REWARDS).view(GROUPS, GROUP_SIZE), "group").flatten(),
+        gradient_rows=list(range(rows)),  # the loss is compared over every row
     )
     mb = collate(train, list(range(rows)), pad, torch.device("cpu"))
     with torch.no_grad():
@@ -135,7 +136,7 @@ def grpo_loss_and_grads(root: Path, train: TrainBatch, batch: dict, loss_kwargs:
     train = TrainBatch(
         prompt_ids=train.prompt_ids, completion_ids=train.completion_ids,
         old_logprobs=[batch["old_logprobs"][r, :n].tolist() for r, n in enumerate(lengths)],
-        advantages=batch["advantages"],
+        advantages=batch["advantages"], gradient_rows=train.gradient_rows,
         ref_logprobs=[batch["ref_logprobs"][r, :n] for r, n in enumerate(lengths)],
         importance_weights=[batch["importance_weights"][r, :n] for r, n in enumerate(lengths)] if weighted else None,
     )

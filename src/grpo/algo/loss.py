@@ -53,6 +53,17 @@ def measure_names(cfg: LossConfig) -> tuple[str, ...]:
         (keys.KL,) if cfg.kl_coef > 0 else ())
 
 
+def rows_with_gradient(advantages: torch.Tensor, kl_coef: float) -> list[int]:
+    """advantages [B] -> the rows the update must compute: all of them under a KL term, else those of non-zero
+    advantage. A row of advantage 0 adds exactly 0 to the clipped surrogate and to its gradient, whatever its
+    log-probs and importance weight, and the loss is normalised over the whole batch's tokens and rows
+    (`BatchTotals`): leaving it out changes neither. A group whose rewards all agree is such rows (about
+    40% of the quickstart's); their forward and backward passes were most of the update's products."""
+    if kl_coef > 0:
+        return list(range(len(advantages)))
+    return (advantages != 0).nonzero().flatten().tolist()
+
+
 def policy_loss(
     logprobs: torch.Tensor,  # [B, T] current policy, with grad
     old_logprobs: torch.Tensor,  # [B, T] the policy that sampled the tokens

@@ -18,7 +18,7 @@ from grpo.faults.schedule import Schedule
 from grpo.faults.server import ServerFaults
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.server.backend import Backend
-from grpo.hooks import StepHooks
+from grpo.hooks import RunView, StepHooks
 
 
 class Faults(StepHooks):
@@ -38,10 +38,10 @@ class Faults(StepHooks):
     def wrap_collector(self, collector: RolloutCollector) -> RolloutCollector:
         return FaultyCollector(collector, self.schedule, self.server)
 
-    def built(self, loop) -> None:
-        self.model, self.run_dir = loop.policy.model, loop.run.path
+    def built(self, run: RunView) -> None:
+        self.model, self.run_dir = run.model, run.run_dir
         if self.server is not None:
-            self.server.engine = getattr(loop.engine, "inner", loop.engine)  # under torchrun: rank 0's
+            self.server.engine = run.server_engine
 
     def after_rollout(self, step: int) -> None:
         """SIGKILL this rank, once per run: a marker in the run directory keeps the group restarted

@@ -27,8 +27,7 @@ from grpo.policy import lora, sharding, state
 from grpo.policy.models import DTYPES, load_model_and_tokenizer
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.update import (
-    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, rows_with_gradient,
-    update_policy,
+    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
 )
 
 
@@ -90,17 +89,17 @@ class Policy:
             finally:
                 self._unsharded_depth -= 1
 
-    def prepare(self, batch: TrainBatch, recompute_old: bool) -> PrepareStats:
-        """Fill in what the loss needs beyond the sampler's output: recomputed old log-probs when
-        asked for, and the reference model's log-probs when a KL term is used. -> how far the
-        sampler's log-probs are from the trainer's, when recomputed (drift shows on the curves).
+    def prepare(self, batch: TrainBatch, recompute_old: bool) -> tuple[TrainBatch, PrepareStats]:
+        """-> the batch with what the loss needs beyond the sampler's output (recomputed old log-probs when
+        asked for, and the reference model's log-probs when a KL term is used), a new value; and how far
+        the sampler's log-probs are from the trainer's, when recomputed (drift shows on the curves).
         Off policy (rollout.max_staleness > 0) the recomputed log-probs are the proximal policy's, and
         each token gets its importance weight proximal/behaviour (grpo.algo.offpolicy)."""
         stats = PrepareStats()
         with self.unsharded():
             if recompute_old:
                 sampler = batch.old_logprobs
-                batch.old_logprobs = self.logprobs(batch)
+                batch = dataclasses.replace(batch, old_logprobs=self.logprobs(batch))
                 diffs = [abs(a - b) for s, t in zip(sampler, batch.old_logprobs) for a, b in zip(s, t)]
                 if diffs:
                     stats.logprob_mismatch, stats.logprob_mismatch_max = sum(diffs) / len(diffs), max(diffs)
@@ -108,10 +107,12 @@ class Policy:
                     flat = lambda rows: torch.tensor([x for row in rows for x in row], dtype=torch.float64)  # noqa: E731
                     weights, stats.offpolicy = importance_weights(flat(batch.old_logprobs), flat(sampler),
                                                                   self.cfg.algo.importance_cap)  # [tokens]
-                    batch.importance_weights = list(weights.split([len(row) for row in sampler]))
+                    per_row = list(weights.split([len(row) for row in sampler]))  # [B][T_i]
+                    batch = dataclasses.replace(batch, importance_weights=per_row)
             if self.uses_reference:
-                batch.ref_logprobs = [torch.tensor(lp) for lp in self.reference_logprobs(batch)]
-        return stats
+                reference = [torch.tensor(lp) for lp in self.reference_logprobs(batch)]  # [B][T_i]
+                batch = dataclasses.replace(batch, ref_logprobs=reference)
+        return batch, stats
 
     def reference_logprobs(self, batch: TrainBatch) -> list[list[float]]:
         if self.lora:
@@ -179,10 +180,9 @@ class Policy:
         return result
 
     def _collective(self, batch: TrainBatch) -> Collective:
-        computed = rows_with_gradient(batch, self.loss_cfg)
         tokens, sequences, computed_tokens = self.ranks.sum([
-            batch.num_tokens, len(batch), sum(len(batch.completion_ids[r]) for r in computed)])
-        (passes,) = self.ranks.max([len(micro_batches(batch, self.cfg.algo.micro_batch_size, computed))])
+            batch.num_tokens, len(batch), sum(len(batch.completion_ids[r]) for r in batch.gradient_rows)])
+        (passes,) = self.ranks.max([len(micro_batches(batch, self.cfg.algo.micro_batch_size, batch.gradient_rows))])
         pad = torch.tensor([[self.tokenizer.pad_token_id]], device=self.device)
         return Collective(
             BatchTotals(int(tokens), int(sequences)), int(computed_tokens), max(int(passes), 1),

@@ -21,14 +21,16 @@ from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.unpad import RealTokens, real_tokens
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainBatch:
-    """The samples an update trains on: one row per completion, ragged until collated."""
+    """The samples an update trains on: one row per completion, ragged until collated. Made once per step
+    (grpo.train.advantages), then `Policy.prepare` makes a new one with what the loss needs besides."""
 
     prompt_ids: list[list[int]]  # [B][P_i]
     completion_ids: list[list[int]]  # [B][T_i]
-    old_logprobs: list[list[float]]  # [B][T_i] under the sampling policy
+    old_logprobs: list[list[float]]  # [B][T_i] under the sampling policy (the trainer's, once recomputed)
     advantages: torch.Tensor  # [B]
+    gradient_rows: list[int]  # [R] the rows the update computes (grpo.algo.loss.rows_with_gradient)
     ref_logprobs: list[torch.Tensor] | None = None  # [B][T_i], when a KL term is used
     importance_weights: list[torch.Tensor] | None = None  # [B][T_i] proximal/behaviour, off policy (algo.offpolicy)
 
@@ -270,17 +272,6 @@ def micro_batches(batch: TrainBatch, size: int, rows: Sequence[int] | None = Non
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def rows_with_gradient(batch: TrainBatch, loss_cfg: LossConfig) -> list[int]:
-    """The rows the update must compute: all of them under a KL term, else those of non-zero advantage.
-    A row of advantage 0 adds exactly 0 to the clipped surrogate and to its gradient, whatever its
-    log-probs and importance weight, and the loss is normalised over the whole batch's tokens and rows
-    (`BatchTotals`): leaving it out changes neither. A group whose rewards all agree is such rows (about
-    40% of the quickstart's); their forward and backward passes were most of the update's products."""
-    if loss_cfg.kl_coef > 0:
-        return list(range(len(batch)))
-    return (batch.advantages != 0).nonzero().flatten().tolist()
-
-
 @dataclass
 class Collective:
     """What one rank of many needs for its share of the update: the whole batch's sizes (the loss
@@ -289,7 +280,7 @@ class Collective:
     lets gradients reduce across ranks only on the last of them."""
 
     totals: BatchTotals
-    computed_tokens: int  # of the rows with a gradient (`rows_with_gradient`), every rank's: what metrics average over
+    computed_tokens: int  # of every rank's rows with a gradient (`TrainBatch.gradient_rows`): what metrics average over
     micro_batches: int
     set_gradient_sync: Callable[[bool], None]
     zero_loss: Callable[[], torch.Tensor]  # a loss of 0 that reaches every parameter
@@ -312,7 +303,7 @@ def update_policy(
     """`updates` optimizer steps over the batch, each accumulating gradients over micro-batches.
 
     A step whose loss or gradient norm is not finite is not applied; its gradients are discarded.
-    Only the rows with a gradient are computed (`rows_with_gradient`): the loss's measures (clipping,
+    Only the rows with a gradient are computed (`batch.gradient_rows`): the loss's measures (clipping,
     ratio, KL) are means over their tokens. The entropy is the whole batch's mean: exact on those rows, and
     on the others the sampled tokens' surprisal (-log p under the sampling distribution, whose expectation
     is that distribution's entropy), so that a collapse still shows when most groups' rewards agree.
@@ -321,7 +312,7 @@ def update_policy(
     """
     device = next(model.parameters()).device
     totals = collective.totals if collective else BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
-    computed = rows_with_gradient(batch, loss_cfg)
+    computed = batch.gradient_rows
     own_tokens = sum(len(batch.completion_ids[r]) for r in computed)
     computed_tokens = collective.computed_tokens if collective else own_tokens  # every rank's
     if not computed_tokens:  # every rank alike: a step on zero gradients would still move AdamW by its momentum

@@ -21,11 +21,10 @@ from typing import Any, Callable
 
 import torch
 
-from grpo.algo.advantages import group_advantages, zero_variance_groups
-from grpo.config import AlgoConfig, RolloutConfig, TaskConfig
+from grpo.algo.advantages import zero_variance_groups
+from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
 from grpo import metric_keys as keys
-from grpo.policy.update import TrainBatch
 from grpo.rollout.seeds import sample_seed
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.tasks.prompts import encode_prompt
@@ -83,19 +82,6 @@ class RolloutBatch:
     def rewards(self) -> torch.Tensor:
         """[N, G] rewards of the kept groups."""
         return torch.tensor([[s.reward for s in g.samples] for g in self.groups], dtype=torch.float32)
-
-    def train_batch(self, algo: AlgoConfig) -> TrainBatch:
-        """The rows to train on, with their group advantages."""
-        samples = [s for g in self.groups for s in g.samples]
-        if not samples:
-            return TrainBatch([], [], [], torch.zeros(0))
-        return TrainBatch(
-            prompt_ids=[s.prompt_ids for s in samples],
-            completion_ids=[s.completion.token_ids for s in samples],
-            old_logprobs=[s.completion.logprobs for s in samples],
-            advantages=group_advantages(self.rewards(), algo.advantage_norm, algo.advantage_std,
-                                        algo.advantage_eps).flatten(),  # [N*G]
-        )
 
 
 class RolloutCollector:

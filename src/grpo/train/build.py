@@ -10,7 +10,7 @@ import random
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -34,6 +34,9 @@ from grpo.train.signals import SignalWatch
 from grpo.tasks import Task, build_task
 from grpo.tasks.context import fit_prompts, model_context, problems_to_check, prompt_lengths
 
+if TYPE_CHECKING:
+    from grpo.rollout.engines.server import ServerEngine
+
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ class Components:
     device: torch.device
     policy: Policy
     engine: RolloutEngine
+    server_engine: ServerEngine | None  # the one-process server engine, on the rank holding it (else None)
     recompute_old: bool  # recompute old log-probs with the trainer rather than trust the sampler's
     collector: RolloutCollector
     rollouts: RolloutQueue  # the rollout queue: each step's batch, in turn or ahead (rollout.max_staleness)
@@ -86,8 +90,9 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     if ranks.distributed and cfg.rollout.max_staleness:
         raise ConfigError("rollout.max_staleness > 0 does not run under torchrun yet: set rollout.max_staleness=0")
     policy = Policy(cfg, device, ranks)
+    server_engine = None
     if kind.server:
-        engine = _server_engine(cfg, kind, policy, ranks, run_dir, signals, record_server_event, hooks)
+        engine, server_engine = _server_engine(cfg, kind, policy, ranks, run_dir, signals, record_server_event, hooks)
     else:
         # Ranks must stop together, at a step's end: a signal may not cut one rank's generation short.
         engine = make_in_process(kind, policy, cfg.rollout.generation_batch_size,
@@ -104,7 +109,7 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     collector = hooks.wrap_collector(collector)
     rollouts = RolloutQueue(collector, engine, policy, cfg.rollout.max_staleness, total_steps,
                            drain_before_sync=kind.server)
-    return Components(task, total_steps, rewards, eval_rewards, device, policy, engine,
+    return Components(task, total_steps, rewards, eval_rewards, device, policy, engine, server_engine,
                       recompute_old, collector, rollouts, Guard(cfg.guard), eval_prompt_limit)
 
 
@@ -132,18 +137,20 @@ def _fit_prompts(cfg: RunConfig, task: Task, policy: Policy, total_steps: int, e
 
 
 def _server_engine(cfg: RunConfig, kind: EngineKind, policy: Policy, ranks: Ranks, run_dir: Path,
-                   signals: SignalWatch, record_server_event: Callable[..., Any], hooks: Hooks) -> RolloutEngine:
+                   signals: SignalWatch, record_server_event: Callable[..., Any],
+                   hooks: Hooks) -> tuple[RolloutEngine, ServerEngine | None]:
     """One process: the servers' engine. Under torchrun: rank 0 holds it, every rank's calls go
-    through it (grpo.rollout.engines.ranked); a stop signal is acted on at a step's end, by all ranks."""
+    through it (grpo.rollout.engines.ranked); a stop signal is acted on at a step's end, by all ranks.
+    -> the engine the run calls, and the servers' engine where this rank holds it."""
     from grpo.rollout.engines.ranked import RankedEngine
     from grpo.rollout.engines.server import ServerEngine, make_backend
 
     if ranks.distributed and not ranks.main:
-        return RankedEngine(None, ranks)
+        return RankedEngine(None, ranks), None
     cancel = threading.Event() if ranks.distributed else signals.event
     engine = ServerEngine(hooks.wrap_backend(make_backend(kind.name, policy.device.type)), cfg.rollout.server, policy.tokenizer, run_dir=run_dir,
                           dtype=cfg.model.dtype, seed=cfg.train.seed, record=record_server_event, cancel=cancel)
-    return RankedEngine(engine, ranks) if ranks.distributed else engine
+    return (RankedEngine(engine, ranks) if ranks.distributed else engine), engine
 
 
 def _total_steps(cfg: RunConfig, task: Task) -> int:

@@ -7,7 +7,9 @@
 Rollout breakers run before the update, so a bad batch is never trained on. The guard only decides;
 `VerdictActions` carries out its verdicts (roll back, pause, stop), and `RunState` starts, saves and
 restores the run. A stop signal abandons a step before its update is applied (or lets an applied one
-finish), saves, and exits. Components are built in grpo.train.build; the step's record is grpo.train.step.
+finish), saves, and exits. Components are built in grpo.train.build; the rows the update trains on (their
+advantages, and which carry a gradient) are named once per step in grpo.train.advantages, then only read;
+the step's record is grpo.train.step.
 """
 
 from __future__ import annotations
@@ -29,24 +31,25 @@ from grpo.dist import SINGLE, Ranks
 from grpo.errors import RunStopped, is_disk_error
 from grpo.evaluate import EvaluationFailed, format_table
 from grpo.train.evaluation import evaluate_held_out
-from grpo.hooks import Hooks, StepHooks
+from grpo.hooks import Hooks, RunView, StepHooks
 from grpo.train.metrics import MetricsLogger
 from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
-from grpo.policy.update import UpdateResult, rows_with_gradient
+from grpo.policy.update import UpdateResult
 from grpo.progress import Progress
 from grpo.rewards import TrainerState
 from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
 from grpo.rollout.types import EngineGaveUp, GenerationCancelled
 from grpo.train.run_state import RunState
+from grpo.rundir.events import ServerEvents, StepInProgress
 from grpo.rundir.files import read_json
 from grpo.rundir.run import RunDir
 from grpo.train.signals import SignalWatch, StopRequested
 from grpo.train.step import StepRecord, StepState
 from grpo.train.verdicts import VerdictActions
+from grpo.train.advantages import rows_to_train
 
 log = logging.getLogger(__name__)
-SERVER_TROUBLE = ("server_failed", "server_gave_up", "weight_sync_mismatch")
 
 
 @dataclass
@@ -67,10 +70,13 @@ class TrainingLoop:
         self.run = run or RunDir(cfg.resolved_run_dir, cfg.checkpoint, writes=ranks.main).acquire()
         self.metrics: MetricsLogger | None = None
         self.signals = SignalWatch()
-        self.engine, self.rollouts, self.state, self.event_step = None, None, None, 0
+        self.engine, self.rollouts, self.state = None, None, None
         self.mid_step: MidStep | None = None
+        # Set here, read by the threads that record a server's events: the step they are recorded under.
+        self.step_in_progress = StepInProgress()
+        server_events = ServerEvents(self.run.events, self.step_in_progress)
         try:
-            parts = build(cfg, ranks, self.run.path, self.signals, self._record_server_event, self.hooks,
+            parts = build(cfg, ranks, self.run.path, self.signals, server_events.record, self.hooks,
                           self.run.events.record)
             self.task, self.total_steps, self.device = parts.task, parts.total_steps, parts.device
             self.policy, self.engine, self.collector, self.guard = parts.policy, parts.engine, parts.collector, parts.guard
@@ -82,10 +88,11 @@ class TrainingLoop:
                                            save_before_stop=self._save_before_stopping)
             self.advice = SkipAdvice()
             self.state.start(resume_from)
-            self.event_step = self.state.step
+            self.step_in_progress.set(self.state.step)
             self.metrics = MetricsLogger(self.run.path, cfg.logging, self.total_steps, cfg.name, to_dict(cfg),
                                          start_step=self.state.step, enabled=ranks.main)
-            self.hooks.built(self)
+            self.hooks.built(RunView(self.run.path, self.policy.model, parts.server_engine,
+                                     current_step=lambda: self.state.step))
         except BaseException as exc:
             # A disk that fills during the start (the step-0 checkpoint) is recorded like one that fills
             # later, so that `grpo doctor` and `grpo health` read the run.
@@ -101,11 +108,6 @@ class TrainingLoop:
     @property
     def step(self) -> int:
         return self.state.step
-
-    def _record_server_event(self, kind: str, message: str, **evidence: Any) -> None:
-        """Server events (from watcher threads too): one line each, under the step in progress, as its trips."""
-        self.run.events.record(kind, self.event_step, message, **evidence)
-        (log.warning if kind in SERVER_TROUBLE else log.info)("%s", message)
 
     def close(self) -> None:
         progress.activate(None)
@@ -209,7 +211,7 @@ class TrainingLoop:
 
     def _train_step(self, step: int) -> None:
         record, timer, started = StepRecord(step), PhaseTimer(self.device), time.perf_counter()
-        self.event_step = step
+        self.step_in_progress.set(step)
         self.policy.set_lr(lr_at(step - 1, self.total_steps, self.cfg.actor) * self.state.lr_scale)
         checkpoint_due = self.ranks.broadcast(self.state.checkpoint_due(step))  # rank 0's clock decides
         self.mid_step = MidStep(self.state.snapshot())
@@ -267,13 +269,13 @@ class TrainingLoop:
 
     def _advantages_and_update(self, step: int, batch: RolloutBatch, record: StepRecord, timer: PhaseTimer) -> None:
         with timer.phase("advantages"):
-            train_batch = batch.train_batch(self.cfg.algo)
-            # A signal: a row of non-zero advantage, or any row under a KL term. Without one the update is
-            # skipped, since a step on zero gradients would still move AdamW by its momentum.
-            signal_here = bool(rows_with_gradient(train_batch, self.policy.loss_cfg))
-            rows, signal_anywhere = self.ranks.sum([len(train_batch), float(signal_here)])
+            train_batch = rows_to_train(batch, self.cfg.algo)
+            # A signal: a row with a gradient (of non-zero advantage, or any under a KL term) on some rank.
+            # Without one the update is skipped, since a step on zero gradients would still move AdamW by
+            # its momentum.
+            rows, signal_anywhere = self.ranks.sum([len(train_batch), float(bool(train_batch.gradient_rows))])
             if rows and signal_anywhere:
-                record.prepared = self.policy.prepare(train_batch, self.recompute_old)
+                train_batch, record.prepared = self.policy.prepare(train_batch, self.recompute_old)
                 record.trips += self.guard.check("offpolicy", step, record.update_metrics())
         record.no_signal = bool(rows) and not signal_anywhere
         if record.blocking_trip is not None:

@@ -7,7 +7,7 @@ import torch
 
 from grpo import metric_keys as keys
 from grpo.algo.kl import kl_estimate
-from grpo.algo.loss import BatchTotals, LossConfig, aggregate, policy_loss
+from grpo.algo.loss import BatchTotals, LossConfig, aggregate, policy_loss, rows_with_gradient
 
 # B=2, T=3: the second sequence has one padding token.
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -279,3 +279,10 @@ def test_kl_coef_without_reference_raises():
     lp = torch.zeros(1, 2, requires_grad=True)
     with pytest.raises(ValueError, match="ref_logprobs"):
         policy_loss(lp, lp.detach(), torch.ones(1), torch.ones(1, 2), LossConfig(kl_coef=0.05), BatchTotals(2, 1))
+
+
+def test_the_rows_with_a_gradient_are_those_of_non_zero_advantage_and_all_under_a_kl_term():
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, 0.0])
+    assert rows_with_gradient(advantages, kl_coef=0.0) == [0, 1, 2, 3, 4]
+    assert rows_with_gradient(torch.zeros(6), kl_coef=0.0) == []
+    assert rows_with_gradient(torch.zeros(6), kl_coef=0.1) == list(range(6))

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo import metric_keys as keys
+from grpo.algo.loss import rows_with_gradient
 from grpo.config import load_config
 from grpo.errors import ConfigError
 from grpo.policy import lora
@@ -33,8 +34,9 @@ def batch_for(policy: Policy, advantages=(1.0, -1.0, 0.5, -0.5)) -> TrainBatch:
     rows = [prompts[0], prompts[0], prompts[1], prompts[1]]
     engine = EmbeddedEngine(policy.model, tok)
     completions = engine.generate(rows, SamplingParams(10, temperature=1.0), list(range(1, 1 + len(rows))))
-    return TrainBatch(rows, [c.token_ids for c in completions], [c.logprobs for c in completions],
-                      torch.tensor(advantages))
+    advantages = torch.tensor(advantages)  # [4]
+    return TrainBatch(rows, [c.token_ids for c in completions], [c.logprobs for c in completions], advantages,
+                      rows_with_gradient(advantages, policy.loss_cfg.kl_coef))
 
 
 def base_weights(policy: Policy) -> dict[str, torch.Tensor]:
@@ -119,8 +121,7 @@ def test_an_update_changes_only_the_adapters_and_a_bf16_base_trains_fp32_adapter
 def test_the_kl_reference_is_the_base_with_the_adapters_off_and_costs_no_copy():
     policy = tiny_policy(*LORA, "algo.kl_coef=0.1", "actor.lr=1e-2")
     assert policy.ref_model is None and policy.uses_reference
-    batch = batch_for(policy)
-    policy.prepare(batch, recompute_old=False)
+    batch, _ = policy.prepare(batch_for(policy), recompute_old=False)
     start = [r.tolist() for r in batch.ref_logprobs]
     assert start == policy.logprobs(batch)  # B starts at 0: the adapted model is the base
     policy.update(batch)

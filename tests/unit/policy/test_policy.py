@@ -3,6 +3,7 @@ matches the sampler."""
 
 import torch
 
+from grpo.algo.loss import rows_with_gradient
 from grpo.config import load_config
 from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch, micro_batches
@@ -15,16 +16,18 @@ def tiny_policy(*overrides: str) -> Policy:
     return Policy(load_config("tiny", list(overrides)), torch.device("cpu"))
 
 
-def sampled_batch(policy: Policy, temperature: float) -> TrainBatch:
-    """Completions of different lengths from the embedded engine, with the sampler's log-probs."""
+def sampled_batch(policy: Policy, temperature: float, advantages: list[float] | None = None) -> TrainBatch:
+    """Completions of different lengths from the embedded engine, with the sampler's log-probs (and advantages 0
+    unless given)."""
     tok = policy.tokenizer
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "what is 7*8?", "9")]
     engine = EmbeddedEngine(policy.model, tok)
     rows = [p for p in prompts for _ in range(3)]
     completions = engine.generate(rows, SamplingParams(max_new_tokens=12, temperature=temperature),
                                   list(range(3, 3 + len(rows))))
-    batch = TrainBatch(rows, [c.token_ids for c in completions], [c.logprobs for c in completions],
-                       torch.zeros(len(rows)))
+    advantages = torch.tensor(advantages) if advantages is not None else torch.zeros(len(rows))  # [B]
+    batch = TrainBatch(rows, [c.token_ids for c in completions], [c.logprobs for c in completions], advantages,
+                       rows_with_gradient(advantages, policy.loss_cfg.kl_coef))
     order = [r for rows in micro_batches(batch, 4) for r in rows]
     assert order != sorted(order)  # micro-batches reorder the rows: results must come back in place
     return batch
@@ -34,8 +37,9 @@ def test_recomputed_old_logprobs_match_the_sampler_row_by_row():
     policy = tiny_policy("rollout.temperature=0.7", "algo.micro_batch_size=4")
     batch = sampled_batch(policy, temperature=0.7)
     sampler = [list(lp) for lp in batch.old_logprobs]
-    metrics = policy.prepare(batch, recompute_old=True)
-    for mine, theirs in zip(batch.old_logprobs, sampler):
+    prepared, metrics = policy.prepare(batch, recompute_old=True)
+    assert batch.old_logprobs == sampler  # the batch given is left as it was
+    for mine, theirs in zip(prepared.old_logprobs, sampler):
         assert len(mine) == len(theirs)
         assert max(abs(a - b) for a, b in zip(mine, theirs)) < 1e-4
     assert metrics.logprob_mismatch < 1e-4 and metrics.logprob_mismatch_max < 1e-4
@@ -54,8 +58,7 @@ def test_sequence_logprobs_are_the_greedy_samplers_at_temperature_one():
 
 def test_revision_changes_with_every_weight_change_and_version_only_with_updates(tmp_path):
     policy = tiny_policy()
-    batch = sampled_batch(policy, temperature=1.0)
-    batch.advantages = torch.tensor([1.0, -1.0, 0.0] * 3)
+    batch = sampled_batch(policy, temperature=1.0, advantages=[1.0, -1.0, 0.0] * 3)
     assert (policy.version, policy.revision) == (0, 0)
     assert policy.update(batch).applied
     assert (policy.version, policy.revision) == (1, 1)
@@ -73,10 +76,10 @@ def test_off_policy_prepare_keeps_the_behaviour_log_probs_apart_and_weights_each
     with torch.no_grad():  # the policy moved on since it sampled: the samples are one version behind
         for p in policy.model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
-    metrics = policy.prepare(batch, recompute_old=True)
-    proximal = batch.old_logprobs
-    assert [len(w) for w in batch.importance_weights] == [len(row) for row in behaviour]
-    for weights, prox, behav in zip(batch.importance_weights, proximal, behaviour):
+    prepared, metrics = policy.prepare(batch, recompute_old=True)
+    proximal = prepared.old_logprobs
+    assert [len(w) for w in prepared.importance_weights] == [len(row) for row in behaviour]
+    for weights, prox, behav in zip(prepared.importance_weights, proximal, behaviour):
         expected = [min(float(torch.tensor(p - b, dtype=torch.float64).exp()), 1.5) for p, b in zip(prox, behav)]
         assert weights.tolist() == [float(torch.tensor(e, dtype=torch.float32)) for e in expected]
     assert metrics.offpolicy.kl > 0 and metrics.offpolicy.importance_weight_max > 1.5
@@ -86,6 +89,6 @@ def test_off_policy_prepare_keeps_the_behaviour_log_probs_apart_and_weights_each
 def test_on_policy_prepare_adds_no_importance_weights():
     policy = tiny_policy("rollout.temperature=0.7", "algo.micro_batch_size=4")
     batch = sampled_batch(policy, temperature=0.7)
-    metrics = policy.prepare(batch, recompute_old=True)
-    assert batch.importance_weights is None and metrics.offpolicy is None
+    prepared, metrics = policy.prepare(batch, recompute_old=True)
+    assert prepared.importance_weights is None and metrics.offpolicy is None
     assert not any(k.startswith("offpolicy/") for k in metrics.metrics())

@@ -1,11 +1,13 @@
 """The update phase: shared-prompt log-probs equal the full forward, and updates move the policy the right way."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from grpo import metric_keys as keys
 from grpo.config import ActorConfig, TinyModelConfig
-from grpo.algo.loss import LossConfig
+from grpo.algo.loss import LossConfig, rows_with_gradient
 from grpo.policy.attention import packs_prompts, use_grouped_eager, use_packed_sdpa
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.optim import MasterWeightAdamW
@@ -19,13 +21,14 @@ def tiny(seed=0, attn="eager"):
     return build_tiny_model(TinyModelConfig(), tok, torch.float32, attn), tok
 
 
-def group_batch(tok):
+def group_batch(tok, advantages=(1.0, -1.0, 0.5, -0.5, 1.0, 0.0)):
     # Two groups of three samples; prompts of different lengths, completions of different lengths.
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ("what is 1+2?", "7*8=")]
     completions = [[20, 21, 22], [23], [24, 25], [30, 31, 32, 33], [34, 35], [36]]
     prompt_ids = [prompts[0]] * 3 + [prompts[1]] * 3
-    return TrainBatch(prompt_ids, completions, [[-1.0] * len(c) for c in completions],
-                      torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, 0.0]))
+    advantages = torch.tensor(advantages)  # [6]
+    return TrainBatch(prompt_ids, completions, [[-1.0] * len(c) for c in completions], advantages,
+                      rows_with_gradient(advantages, kl_coef=0.0))
 
 
 def test_collate_keeps_one_copy_of_each_prompt():
@@ -110,7 +113,7 @@ def test_a_sliding_window_shorter_than_the_sequence_is_not_packed():
 
 def test_single_token_completions_use_only_the_prompt_pass():
     model, tok = tiny()
-    batch = TrainBatch([[5, 6, 7]] * 2, [[9], [10]], [[-1.0], [-1.0]], torch.tensor([1.0, -1.0]))
+    batch = TrainBatch([[5, 6, 7]] * 2, [[9], [10]], [[-1.0], [-1.0]], torch.tensor([1.0, -1.0]), [0, 1])
     mb = collate(batch, [0, 1], tok.pad_token_id, torch.device("cpu"))
     a, _ = completion_logprobs(model, mb, 1.0, share_prompt=True)
     b, _ = completion_logprobs(model, mb, 1.0, share_prompt=False)
@@ -130,7 +133,7 @@ def test_an_update_raises_the_logprob_of_positive_advantage_samples():
     mb = collate(batch, list(range(6)), tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
         before, _ = completion_logprobs(model, mb, 1.0)
-    batch.old_logprobs = [before[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)]
+    batch = replace(batch, old_logprobs=[before[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)])
     optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
     result = update_policy(model, optimizer, batch, LossConfig(), updates=1, micro_batch_size=4,
                            max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
@@ -153,31 +156,30 @@ def test_a_nan_loss_is_not_applied():
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
 
 
+ONE_GROUP_AGREED = [1.0, -1.0, 0.0, 0.0, 0.0, 0.0]  # the second group's rewards all agreed
+
+
 def on_policy(model, tok, batch):
     """The batch with its old log-probs set to the model's own (the ratio starts at 1)."""
     mb = collate(batch, list(range(len(batch))), tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
         logprobs, _ = completion_logprobs(model, mb, 1.0)
-    batch.old_logprobs = [logprobs[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)]
-    return batch
+    return replace(batch, old_logprobs=[logprobs[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)])
 
 
-def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_every_row(monkeypatch):
+def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_every_row():
     def step(compute_every_row):
         model, tok = tiny()
-        batch = group_batch(tok)
-        batch.advantages = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])  # the second group's rewards all agreed
-        batch = on_policy(model, tok, batch)
+        batch = on_policy(model, tok, group_batch(tok, ONE_GROUP_AGREED))
         rows_seen = []
         model.get_input_embeddings().register_forward_hook(lambda module, args, out: rows_seen.append(args[0].numel()))
         if compute_every_row:
-            monkeypatch.setattr(update, "rows_with_gradient", lambda batch, cfg: list(range(len(batch))))
+            batch = replace(batch, gradient_rows=list(range(len(batch))))
         optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
         gradients, apply = [], optimizer.step
         optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
         result = update_policy(model, optimizer, batch, LossConfig(), updates=2, micro_batch_size=2,
                                max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
-        monkeypatch.undo()
         return result, gradients, sum(rows_seen)
 
     (skipping, gradients, tokens_fed), (every_row, reference, all_tokens_fed) = step(False), step(True)
@@ -194,9 +196,7 @@ def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_ev
 
 def test_the_update_measures_average_over_the_rows_it_computed():
     model, tok = tiny()
-    batch = group_batch(tok)
-    batch.advantages = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])
-    batch = on_policy(model, tok, batch)
+    batch = on_policy(model, tok, group_batch(tok, ONE_GROUP_AGREED))
     result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
                            micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
     # On policy the ratio is 1 at every computed token: its mean is 1, not the computed share of the tokens.
@@ -205,9 +205,7 @@ def test_the_update_measures_average_over_the_rows_it_computed():
 
 def test_the_entropy_covers_the_rows_not_computed_by_their_sampled_surprisal():
     model, tok = tiny()
-    batch = group_batch(tok)
-    batch.advantages = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])
-    batch = on_policy(model, tok, batch)
+    batch = on_policy(model, tok, group_batch(tok, ONE_GROUP_AGREED))
     for row in (2, 3, 4, 5):  # as sampled: -log p of each token under the sampling distribution
         batch.old_logprobs[row] = [-5.0] * len(batch.completion_ids[row])
     mb = collate(batch, [0, 1], tok.pad_token_id, torch.device("cpu"))
@@ -222,18 +220,9 @@ def test_the_entropy_covers_the_rows_not_computed_by_their_sampled_surprisal():
 
 def test_an_update_with_no_row_of_non_zero_advantage_is_skipped_and_leaves_the_weights():
     model, tok = tiny()
-    batch = group_batch(tok)
-    batch.advantages = torch.zeros(6)
+    batch = group_batch(tok, advantages=[0.0] * 6)
     before = {n: p.clone() for n, p in model.named_parameters()}
     result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
                            micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
     assert not result.applied and result.skip_reason == "no learning signal"
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
-
-
-def test_under_a_kl_term_every_row_is_computed():
-    _, tok = tiny()
-    batch = group_batch(tok)
-    batch.advantages = torch.zeros(6)
-    assert update.rows_with_gradient(batch, LossConfig(kl_coef=0.1)) == list(range(6))
-    assert update.rows_with_gradient(group_batch(tok), LossConfig()) == [0, 1, 2, 3, 4]

@@ -1,17 +1,14 @@
 """The rollout collector: statuses, retries, whole-group validity, refill and dynamic sampling."""
 
 import json
-import math
 from collections import deque
 
-import pytest
-
-from grpo.config import AlgoConfig, ArithConfig, RolloutConfig, TaskConfig
+from grpo.config import ArithConfig, RolloutConfig, TaskConfig
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
 from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import Reward, math_batch_reward
-from grpo.rollout.collector import Group, RolloutBatch, RolloutCollector, Sample, rollout_stats
-from grpo.tasks import Problem, build_task
+from grpo.rollout.collector import RolloutCollector, rollout_stats
+from grpo.tasks import build_task
 from grpo.tasks.arith import ArithTask
 
 
@@ -177,13 +174,3 @@ def test_a_retry_is_named_by_what_is_retried():
 
     assert retry_note(["empty"]) == "1 sample (empty)"
     assert retry_note(["failed", "empty", "failed"]) == "3 samples (2 failed, 1 empty)"
-
-
-def test_the_train_batch_s_advantages_follow_algo_s_std_and_epsilon():
-    problem = Problem("p", "1 + 1", "2")
-    group = Group(problem, [Sample(problem, [1], Completion([5], [-0.1], "x", "stop", OK), OK, reward=r)
-                            for r in (1.0, 0.0)])
-    batch = RolloutBatch(groups=[group], next_data_index=1)
-    assert batch.train_batch(AlgoConfig()).advantages.tolist() == pytest.approx([1.0, -1.0], abs=1e-5)
-    trl = batch.train_batch(AlgoConfig(advantage_std="sample", advantage_eps=1e-4)).advantages
-    assert trl.tolist() == pytest.approx([0.5 / (math.sqrt(0.5) + 1e-4), -0.5 / (math.sqrt(0.5) + 1e-4)], abs=1e-6)

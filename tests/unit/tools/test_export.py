@@ -26,7 +26,7 @@ def trained_checkpoint(tmp_path, *overrides: str) -> tuple[Policy, object]:
         completions = EmbeddedEngine(policy.model, policy.tokenizer).generate(
             [prompt] * 4, SamplingParams(8), [0, 1, 2, 3])
         policy.update(TrainBatch([prompt] * 4, [c.token_ids for c in completions], [c.logprobs for c in completions],
-                                 torch.tensor([1.0, -1.0, 0.5, -0.5])))
+                                 torch.tensor([1.0, -1.0, 0.5, -0.5]), [0, 1, 2, 3]))
     def write(directory):
         policy.save_model(directory / "model")
         policy.save_state(directory / "policy")

@@ -45,7 +45,7 @@ def test_sampled_logprobs_match_a_training_forward_pass(monkeypatch, blocked_hea
     prompts = prompts_for(tok, ["abc", "hello world", "abc", "9+9=", "abc"])
     temperature = 0.7
     outs = engine.generate(prompts, SamplingParams(10, temperature), list(range(1, 1 + len(prompts))))
-    batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(len(prompts)))
+    batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(len(prompts)), [])
     mb = collate(batch, list(range(len(prompts))), tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
         logprobs, _ = completion_logprobs(engine.model, mb, temperature)
