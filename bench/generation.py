@@ -14,11 +14,11 @@ import time
 import torch
 
 from grpo.config import ArithConfig, ModelConfig, TaskConfig
+from grpo.policy.models import load_model_and_tokenizer, resolve_device
 from grpo.rollout.engines import SamplingParams
 from grpo.rollout.engines.embedded import EmbeddedEngine
-from grpo.policy.models import load_model_and_tokenizer, resolve_device
-from grpo.tasks.prompts import encode_prompt
 from grpo.tasks.arith import ArithTask
+from grpo.tasks.prompts import encode_prompt
 
 
 def main() -> None:

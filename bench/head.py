@@ -19,6 +19,7 @@ import datetime
 import torch
 
 import grpo.policy.head as head
+
 from shared import machine, time_op  # bench/shared.py (bench/ is the script's folder)
 
 ROWS = (8, 16, 32, 64, 128, 256)  # decode rows (64 = the quickstart's 8 x 8), then the update head's chunk

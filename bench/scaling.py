@@ -120,7 +120,8 @@ def count_collectives(into: Path, overrides: list[str]) -> int:
     from torch.distributed import distributed_c10d as c10d
 
     from grpo import cli
-    from grpo.train import loop, timing as phases
+    from grpo.train import loop
+    from grpo.train import timing as phases
 
     where = ["start"]  # "step:phase" while a step runs
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

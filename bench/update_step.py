@@ -21,9 +21,9 @@ import torch
 
 from grpo.config import ArithConfig, ModelConfig, TaskConfig
 from grpo.policy.models import load_model_and_tokenizer, resolve_device
-from grpo.tasks.prompts import encode_prompt
-from grpo.tasks.arith import ArithTask
 from grpo.policy.update import TrainBatch, collate, completion_logprobs, micro_batches
+from grpo.tasks.arith import ArithTask
+from grpo.tasks.prompts import encode_prompt
 
 from shared import machine  # bench/shared.py (bench/ is the script's folder)
 

@@ -76,7 +76,8 @@ def main() -> int:
 def build_tiny_model(target: Path) -> Path:
     sys.path.insert(0, str(REPO_ROOT / "src"))
     from grpo.config import TinyModelConfig
-    from grpo.policy.models import build_char_tokenizer, build_tiny_model as build
+    from grpo.policy.models import build_char_tokenizer
+    from grpo.policy.models import build_tiny_model as build
 
     tokenizer = build_char_tokenizer()
     torch.manual_seed(0)

@@ -5,18 +5,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
 
-import os
-
 from grpo.config import load_config
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
-from grpo.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, START_INTERRUPTED, ConfigError, DiskError,
-                         RunDirLocked, exit_status, one_line)
+from grpo.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_STOPPED,
+    START_INTERRUPTED,
+    ConfigError,
+    DiskError,
+    RunDirLocked,
+    exit_status,
+    one_line,
+)
 from grpo.rundir.files import atomic_write
 
 DEFAULT_EVAL_TOKENS = 256  # grpo eval's answer budget when neither a flag nor the config sets one
@@ -117,8 +125,18 @@ def _interrupts_as_keyboard_interrupt():
 
 def _plan(config: str | None, overrides: list[str]) -> int:
     from grpo.config import split_overrides
-    from grpo.tools.plan import (architecture, available_memory, context_verdict, device_kind, gpu_total, plan_memory,
-                                 prompt_tokens, render, server_verdict, suggestion)
+    from grpo.tools.plan import (
+        architecture,
+        available_memory,
+        context_verdict,
+        device_kind,
+        gpu_total,
+        plan_memory,
+        prompt_tokens,
+        render,
+        server_verdict,
+        suggestion,
+    )
 
     cfg = load_config(config, split_overrides(overrides)[0])
     device = device_kind(cfg)

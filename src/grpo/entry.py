@@ -18,17 +18,29 @@ from grpo.config import FaultsConfig, RunConfig, load_config, split_overrides
 from grpo.console import alert, say
 from grpo.console import setup as setup_console
 from grpo.dist import Ranks, from_environment
-from grpo.errors import (EXIT_BAD_INPUT, EXIT_CRASH, EXIT_OK, EXIT_SIGINT, START_INTERRUPTED, ConfigError, DiskError,
-                         RunDirLocked, RunInterrupted, RunStopped, exit_status, one_line)
+from grpo.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CRASH,
+    EXIT_OK,
+    EXIT_SIGINT,
+    START_INTERRUPTED,
+    ConfigError,
+    DiskError,
+    RunDirLocked,
+    RunInterrupted,
+    RunStopped,
+    exit_status,
+    one_line,
+)
 from grpo.hooks import StepHooks
-from grpo.train.loop import TrainingLoop
-from grpo.train.expected_gain import quickstart_expectation
-from grpo.tools.plan import device_kind, refusal
 from grpo.policy.models import check_model, resolve_device
-from grpo.tasks.prompts import check_chat_template
-from grpo.tools.report import report_line
 from grpo.rundir.resume import record_launch, resume_command
 from grpo.rundir.run import RunDir
+from grpo.tasks.prompts import check_chat_template
+from grpo.tools.plan import device_kind, refusal
+from grpo.tools.report import report_line
+from grpo.train.expected_gain import quickstart_expectation
+from grpo.train.loop import TrainingLoop
 
 
 @dataclass

@@ -14,13 +14,19 @@ from typing import Any, Callable
 
 from grpo.config import TaskConfig
 from grpo.dist import SINGLE, Ranks
-from grpo.rollout.seeds import sample_seed
+from grpo.rewards import (
+    Reward,
+    TrainerState,
+    extract_answer,
+    math_batch_reward,
+    math_format_reward,
+    parse_number,
+    score,
+)
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
-from grpo.tasks.prompts import encode_prompt
-from grpo.rewards import (Reward, TrainerState, extract_answer, math_batch_reward, math_format_reward, parse_number,
-                          score)
+from grpo.rollout.seeds import sample_seed
 from grpo.tasks import Problem, reward_inputs
-
+from grpo.tasks.prompts import encode_prompt
 
 ENGINE_FAILURES = (SampleStatus.FAILED, SampleStatus.TIMEOUT)  # not answers: an empty answer is one
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
 from tests.waiting import wait_until
 
 # The system calls that change files. Reads cannot tear anything: a kill during one is the same as

@@ -8,8 +8,7 @@ import torch
 
 from grpo.rundir.files import JsonlLog
 
-from .helpers import (SignalAt, abandoned_lines, deterministic, make_loop, max_param_diff, metric_lines, params,
-                      run_tiny)
+from .helpers import SignalAt, abandoned_lines, deterministic, make_loop, max_param_diff, metric_lines, params, run_tiny
 
 
 def events(run_dir, kind):

@@ -4,10 +4,10 @@ import pytest
 
 from grpo.cli import main
 from grpo.config import load_config
-from grpo.tools.doctor import diagnose
 from grpo.errors import RunStopped
+from grpo.tools.doctor import diagnose
 
-from .helpers import run_tiny, make_loop
+from .helpers import make_loop, run_tiny
 
 
 def test_a_healthy_run_is_reported_finished_with_no_trips(tmp_path, capsys):

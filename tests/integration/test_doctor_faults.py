@@ -17,7 +17,7 @@ from grpo.errors import RunStopped
 from grpo.rundir.checkpoints import CheckpointStore
 from tests.waiting import wait_until
 
-from .helpers import run_tiny, make_loop
+from .helpers import make_loop, run_tiny
 from .test_server_engine import SGLANG
 
 STEPS = 8

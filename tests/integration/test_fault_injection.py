@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from grpo.cli import main
-from grpo.errors import EXIT_DISK
 from grpo.config import CheckpointConfig
-from grpo.tools.doctor import diagnose
+from grpo.errors import EXIT_DISK
 from grpo.rundir.checkpoints import CheckpointStore
+from grpo.tools.doctor import diagnose
 
 from .faultinject import STRACE, FileOp, continue_traced, distinct, killed_op, op_key, record_ops, start_stopped
 from .test_run_directory import assert_same_run

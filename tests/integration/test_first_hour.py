@@ -14,7 +14,6 @@ import pytest
 
 import grpo.cli
 from grpo.cli import main
-
 from tests.processes import env_with_src
 
 from .helpers import metric_lines

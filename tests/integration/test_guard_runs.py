@@ -10,7 +10,7 @@ from grpo.config import load_config
 from grpo.errors import RunStopped
 from grpo.hooks import StepHooks
 
-from .helpers import abandoned_lines, max_param_diff, metric_lines, params, run_tiny, make_loop
+from .helpers import abandoned_lines, make_loop, max_param_diff, metric_lines, params, run_tiny
 
 
 class ParamRecorder(StepHooks):

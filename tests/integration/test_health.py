@@ -16,8 +16,8 @@ from grpo.cli import main
 from grpo.rundir.files import JsonlLog
 from tests.waiting import wait_until
 
-from .test_server_engine import SGLANG
 from .helpers import make_loop
+from .test_server_engine import SGLANG
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from grpo.config import load_config
 
-from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny, make_loop
+from .helpers import deterministic, make_loop, max_param_diff, metric_lines, params, run_tiny
 from .test_server_engine import SGLANG
 
 LORA = ["model.lora.rank=8"]

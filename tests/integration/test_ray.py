@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo.tools.doctor import diagnose
 from grpo.rundir.files import JsonlLog
+from grpo.tools.doctor import diagnose
 
 from .helpers import metric_lines
 from .test_distributed import STEPS, assert_close_metrics, assert_same_weights, one_process, weights

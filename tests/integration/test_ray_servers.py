@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from grpo.tools.doctor import diagnose
-
 from tests.processes import session
 
 from .helpers import metric_lines

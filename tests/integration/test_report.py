@@ -16,6 +16,7 @@ from PIL import Image
 from grpo.cli import main
 from grpo.config import load_config
 from grpo.errors import RunStopped
+
 from .helpers import make_loop
 
 SAMPLES = Path(__file__).resolve().parents[1] / "unit" / "tools" / "doctor" / "samples"

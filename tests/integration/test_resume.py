@@ -7,7 +7,7 @@ import pytest
 from grpo.config import load_config
 from grpo.hooks import StepHooks
 
-from .helpers import deterministic, max_param_diff, metric_lines, params, run_tiny, make_loop
+from .helpers import deterministic, make_loop, max_param_diff, metric_lines, params, run_tiny
 
 
 def test_resume_after_crash_matches_uninterrupted_run(tmp_path):

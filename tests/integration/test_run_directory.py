@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 
 from grpo.cli import main
 from grpo.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED
-from grpo.tools.doctor import diagnose
 from grpo.rundir.files import JsonlLog
+from grpo.tools.doctor import diagnose
 
 from .helpers import SignalAt, deterministic, make_loop, metric_lines
 
@@ -264,8 +264,8 @@ def test_sigterm_stops_without_saving_when_the_save_would_outlast_the_grace(tmp_
 @pytest.mark.parametrize("phase", ["rollout", "update"])
 def test_a_stop_mid_step_abandons_it_and_the_resume_is_exact(tmp_path, straight, phase):
     """A signal during generation or between micro-batches: nothing of that step is kept."""
-    from grpo.errors import RunInterrupted
     from grpo.config import load_config
+    from grpo.errors import RunInterrupted
 
     run_dir = tmp_path / "r"
     loop = make_loop(load_config("tiny", [f"run_dir={run_dir}", "train.steps=6", "checkpoint.every_steps=2"]),

@@ -21,13 +21,19 @@ from grpo.config import load_config
 from grpo.errors import EXIT_STOPPED, ConfigError, RunStopped
 from grpo.hooks import StepHooks
 from grpo.policy.optim import lr_at
-from grpo.tools.doctor import diagnose
-from grpo.train.loop import TrainingLoop
 from grpo.rollout.server.weights import default_weights_dir
 from grpo.rundir.files import JsonlLog
+from grpo.tools.doctor import diagnose
+from grpo.train.loop import TrainingLoop
 
-from .helpers import (ServerKilledDuringEvaluations, assert_killed_in_the_sync_after_step_2, disturb_each_evaluation,
-                      make_loop, metric_lines, start_attached_standin)
+from .helpers import (
+    ServerKilledDuringEvaluations,
+    assert_killed_in_the_sync_after_step_2,
+    disturb_each_evaluation,
+    make_loop,
+    metric_lines,
+    start_attached_standin,
+)
 
 STANDIN = Path(__file__).resolve().parents[1] / "standins" / "sglang_server.py"
 STANDIN_COMMAND = f"{{python}} {STANDIN} --model-path {{model}} --host {{host}} --port {{port}} --dtype {{dtype}} --seed {{seed}}"
@@ -320,8 +326,8 @@ def test_a_server_killed_during_both_evaluations_changes_no_answer(tmp_path, mon
 
 
 def test_an_evaluation_that_cannot_complete_is_recorded_as_failed_not_as_an_accuracy(tmp_path, monkeypatch):
-    from grpo.evaluate import evaluate
     from grpo.errors import RunStopped
+    from grpo.evaluate import evaluate
 
     def garbled(engine, *args, **kwargs):
         standin_fault(run_dir, garbage="json")  # every answer garbled, however often it is retried
@@ -400,8 +406,8 @@ def test_an_attached_url_that_is_not_a_server_is_refused_at_start_in_one_line(tm
 
 def test_a_server_given_up_during_the_evaluation_after_training_stops_the_run_recording_it_failed(tmp_path,
                                                                                                   monkeypatch):
-    from grpo.evaluate import evaluate
     from grpo.errors import RunStopped
+    from grpo.evaluate import evaluate
 
     hooks = ServerKilledDuringEvaluations()
 

@@ -13,14 +13,13 @@ from safetensors.torch import load_file
 
 from grpo.config import load_config
 from grpo.hooks import StepHooks
+from grpo.rollout.server.supervisor import ServerState
 from grpo.tools.doctor import diagnose
 from grpo.tools.health import check
 from grpo.train.loop import TrainingLoop
-from grpo.rollout.server.supervisor import ServerState
-
 from tests.waiting import wait_until
 
-from .helpers import max_param_diff, metric_lines, params, start_attached_standin, make_loop
+from .helpers import make_loop, max_param_diff, metric_lines, params, start_attached_standin
 from .test_server_engine import SGLANG, of_kind
 
 FLEET = [*SGLANG, "rollout.server.replicas=2"]

@@ -35,7 +35,6 @@ from grpo.rundir.files import JsonlLog
 from grpo.tools.doctor import diagnose
 from grpo.tools.health import check as health_check
 from grpo.train.loop import TrainingLoop
-
 from tests.processes import env_with_src, kill_group_and_see_it_reclaimed, session
 from tests.waiting import wait_until
 

@@ -23,17 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from grpo.errors import EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.config import load_config
+from grpo.errors import EXIT_INTERRUPTED, EXIT_STOPPED
 from grpo.hooks import StepHooks
-from grpo.train.loop import TrainingLoop
 from grpo.rundir.files import JsonlLog
 from grpo.tools.health import check as health_check
-
+from grpo.train.loop import TrainingLoop
 from tests.processes import kill_group_and_see_it_reclaimed, session
 from tests.waiting import wait_until
 
-from .helpers import disturb_each_evaluation, metric_lines, make_loop
+from .helpers import disturb_each_evaluation, make_loop, metric_lines
 
 VLLM_PYTHON = Path(os.environ.get("GRPO_VLLM_PYTHON", Path(__file__).resolve().parents[2] / ".venv-vllm/bin/python"))
 

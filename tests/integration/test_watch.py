@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo.cli import main
 from grpo.checks import CHECKS
+from grpo.cli import main
 
 STREAK = CHECKS["zero_reward"].patience  # a dead reward trips its checks after this many steps
 from tests.processes import env_with_src

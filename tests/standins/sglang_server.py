@@ -52,8 +52,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.utils import logging as hf_logging
 from transformers.modeling_utils import load_state_dict
+from transformers.utils import logging as hf_logging
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 FAULTS = ("stale_head", "skip_reload", "garbage", "hang_generate")

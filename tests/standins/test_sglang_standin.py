@@ -17,8 +17,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.config import TinyModelConfig
+from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from tests.waiting import wait_until
 
 SERVER = Path(__file__).with_name("sglang_server.py")

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from grpo.config import PRESET_DIR, BreakerConfig, GuardConfig, RunConfig, load_config, config_yaml
+from grpo.config import PRESET_DIR, BreakerConfig, GuardConfig, RunConfig, config_yaml, load_config
 from grpo.errors import ConfigError
 
 PRESETS = sorted(PRESET_DIR.rglob("*.yaml"))

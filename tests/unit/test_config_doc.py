@@ -2,8 +2,8 @@
 
 import dataclasses
 
-from grpo.config.doc import field_help, reference_markdown, render, undocumented
 from grpo.config import ActorConfig, RunConfig, ServerConfig, load_config
+from grpo.config.doc import field_help, reference_markdown, render, undocumented
 
 
 def test_every_key_has_a_meaning():

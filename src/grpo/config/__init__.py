@@ -4,12 +4,40 @@ overrides, checked key by key). Import both from here: `from grpo.config import 
 `doc.py` (`grpo config show`, the configuration reference) is imported on its own, where it is shown.
 """
 
-from grpo.config.loader import (PRESET_DIR, apply_override, config_yaml, from_dict, load_config, read_yaml_config,
-                                resolve_config_path, split_overrides, to_dict, yaml_error_line)
-from grpo.config.schema import (ActorConfig, AlgoConfig, ArithConfig, BreakerConfig, CheckpointConfig, EvalConfig,
-                                FaultsConfig, GuardConfig, LoggingConfig, LoraConfig, MemoryConfig, ModelConfig,
-                                RolloutConfig, RunConfig, ServerConfig, TaskConfig, TestingConfig, TinyModelConfig,
-                                TrainConfig, validate)
+from grpo.config.loader import (
+                                PRESET_DIR,
+                                apply_override,
+                                config_yaml,
+                                from_dict,
+                                load_config,
+                                read_yaml_config,
+                                resolve_config_path,
+                                split_overrides,
+                                to_dict,
+                                yaml_error_line,
+)
+from grpo.config.schema import (
+                                ActorConfig,
+                                AlgoConfig,
+                                ArithConfig,
+                                BreakerConfig,
+                                CheckpointConfig,
+                                EvalConfig,
+                                FaultsConfig,
+                                GuardConfig,
+                                LoggingConfig,
+                                LoraConfig,
+                                MemoryConfig,
+                                ModelConfig,
+                                RolloutConfig,
+                                RunConfig,
+                                ServerConfig,
+                                TaskConfig,
+                                TestingConfig,
+                                TinyModelConfig,
+                                TrainConfig,
+                                validate,
+)
 
 __all__ = [
     "PRESET_DIR", "ActorConfig", "AlgoConfig", "ArithConfig", "BreakerConfig", "CheckpointConfig", "EvalConfig",

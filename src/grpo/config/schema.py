@@ -17,8 +17,6 @@ from grpo.config.keys import Rule, above, at_least, finite, knob, problems, rule
 from grpo.errors import ConfigError
 
 
-
-
 @dataclass
 class TinyModelConfig:
     """A randomly initialised Llama-style model with a character-level tokenizer (tests, smoke runs)."""

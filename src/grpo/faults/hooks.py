@@ -16,9 +16,9 @@ from grpo.config import FaultsConfig
 from grpo.faults.rollout import FaultyCollector
 from grpo.faults.schedule import Schedule
 from grpo.faults.server import ServerFaults
+from grpo.hooks import RunView, StepHooks
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.server.backend import Backend
-from grpo.hooks import RunView, StepHooks
 
 
 class Faults(StepHooks):

@@ -12,9 +12,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from grpo.config import BreakerConfig, GuardConfig
 from grpo import metric_keys as k
-from grpo.checks import GUARD_PHASES as PHASES, collapsed, kl_exploded, spiked
+from grpo.checks import GUARD_PHASES as PHASES
+from grpo.checks import collapsed, kl_exploded, spiked
+from grpo.config import BreakerConfig, GuardConfig
 from grpo.rundir.checkpoints import CheckpointInfo
 
 SEVERITY = {"warn": 0, "pause": 1, "rollback": 2, "stop": 3}

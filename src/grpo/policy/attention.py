@@ -27,7 +27,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
 
-from grpo.policy.constants import GROUPED_EAGER as NAME, PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
+from grpo.policy.constants import GROUPED_EAGER as NAME
+from grpo.policy.constants import PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
 
 
 @dataclass

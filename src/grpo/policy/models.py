@@ -15,15 +15,22 @@ from typing import Iterator
 from urllib.parse import urlparse
 
 import torch
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedTokenizerBase, PreTrainedTokenizerFast)
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from grpo.config import ModelConfig, TinyModelConfig
+from grpo.errors import ConfigError
 from grpo.policy import unpad
 from grpo.policy.attention import use_grouped_eager, use_packed_sdpa
 from grpo.policy.vml import settle_dispatch
-from grpo.errors import ConfigError
 from grpo.precision import concrete_dtype
 
 log = logging.getLogger(__name__)
@@ -250,7 +257,7 @@ def detach_quantizer(model: torch.nn.Module) -> None:
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """A character-level tokenizer over printable ASCII, built offline, with a ChatML template."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     specials = ["<pad>", "<|im_start|>", "<|im_end|>", "<unk>"]
     chars = [c for c in string.printable if c not in "\r\x0b\x0c"]

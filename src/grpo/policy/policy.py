@@ -21,13 +21,20 @@ from grpo import metric_keys
 from grpo.algo.loss import BatchTotals, LossConfig
 from grpo.algo.offpolicy import importance_weights
 from grpo.config import RunConfig
-from grpo.errors import ConfigError
 from grpo.dist import SINGLE, Ranks
+from grpo.errors import ConfigError
 from grpo.policy import lora, sharding, state
 from grpo.policy.models import DTYPES, load_model_and_tokenizer
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.update import (
-    Collective, PrepareStats, TrainBatch, UpdateResult, collate, completion_logprobs, micro_batches, update_policy,
+    Collective,
+    PrepareStats,
+    TrainBatch,
+    UpdateResult,
+    collate,
+    completion_logprobs,
+    micro_batches,
+    update_policy,
 )
 
 

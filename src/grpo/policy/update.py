@@ -10,15 +10,15 @@ from typing import Callable, Sequence
 import torch
 from transformers import DynamicCache
 
-from grpo.progress import tick
-from grpo.policy.attention import PackedPrompts, packs_prompts
-from grpo.policy.cache_keyword import cache_argument
-from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
+from grpo.policy.attention import PackedPrompts, packs_prompts
+from grpo.policy.cache_keyword import cache_argument
+from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.unpad import RealTokens, real_tokens
+from grpo.progress import tick
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ import inspect
 import logging
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from collections.abc import Callable
 from typing import Any
 
 from grpo.errors import ConfigError

@@ -21,15 +21,15 @@ from typing import Any, Callable
 
 import torch
 
+from grpo import metric_keys as keys
 from grpo.algo.advantages import zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
-from grpo import metric_keys as keys
-from grpo.rollout.seeds import sample_seed
-from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
-from grpo.tasks.prompts import encode_prompt
 from grpo.rewards import Reward, TrainerState, check_rewards, score
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
+from grpo.rollout.seeds import sample_seed
 from grpo.tasks import Problem, Task, reward_inputs
+from grpo.tasks.prompts import encode_prompt
 
 log = logging.getLogger(__name__)
 

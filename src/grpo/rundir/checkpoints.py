@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from grpo.config import CheckpointConfig
 from grpo.dist import SINGLE, Ranks
-from grpo.rundir.files import fsync_dir
 from grpo.errors import DiskError, is_disk_error
+from grpo.rundir.files import fsync_dir
 
 if TYPE_CHECKING:
     import torch

@@ -16,6 +16,7 @@ from typing import Any
 
 from grpo.errors import DISK_ERRNOS, DiskError
 
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from grpo.config import CheckpointConfig
 from grpo.errors import ConfigError
-from grpo.rundir.events import EventLog
 from grpo.rundir.checkpoints import CheckpointStore
+from grpo.rundir.events import EventLog
 from grpo.rundir.files import JsonlLog, atomic_write
 from grpo.rundir.lock import RunLock
 

@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from grpo.tools.doctor import console_reader, judge, read, render
-from grpo.tools.doctor import areal, grpo_run, logreader, trl, verl
+from grpo.tools.doctor import areal, console_reader, grpo_run, judge, logreader, read, render, trl, verl
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
 from grpo.tools.doctor.textlog import CHUNK, LineSplitter, open_regular

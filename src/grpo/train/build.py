@@ -19,20 +19,20 @@ from grpo.config import FaultsConfig, RunConfig
 from grpo.dist import Ranks
 from grpo.errors import ConfigError
 from grpo.guard.breakers import Guard
+from grpo.hooks import Hooks
 from grpo.policy.models import resolve_device
 from grpo.policy.policy import Policy
 from grpo.precision import AUTO, auto_choice, with_dtype
 from grpo.rewards import Reward, resolve_rewards
-from grpo.rollout.queue import RolloutQueue
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.in_process import make_in_process
 from grpo.rollout.engines.registry import ENGINES, EngineKind
 from grpo.rollout.engines.select import resolve_engine
-from grpo.hooks import Hooks
-from grpo.train.signals import SignalWatch
+from grpo.rollout.queue import RolloutQueue
 from grpo.tasks import Task, build_task
 from grpo.tasks.context import fit_prompts, model_context, problems_to_check, prompt_lengths
+from grpo.train.signals import SignalWatch
 
 if TYPE_CHECKING:
     from grpo.rollout.engines.server import ServerEngine

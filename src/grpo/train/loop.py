@@ -23,31 +23,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo import progress
-from grpo.train.advice import SkipAdvice
-from grpo.train.build import build
 from grpo.config import RunConfig, to_dict
 from grpo.console import say
 from grpo.dist import SINGLE, Ranks
 from grpo.errors import RunStopped, is_disk_error
 from grpo.evaluate import EvaluationFailed, format_table
-from grpo.train.evaluation import evaluate_held_out
 from grpo.hooks import Hooks, RunView, StepHooks
-from grpo.train.metrics import MetricsLogger
-from grpo.train.timing import PhaseTimer
 from grpo.policy.optim import lr_at
 from grpo.policy.update import UpdateResult
 from grpo.progress import Progress
 from grpo.rewards import TrainerState
 from grpo.rollout.collector import RolloutBatch, rollout_stats, sample_records
 from grpo.rollout.types import EngineGaveUp, GenerationCancelled
-from grpo.train.run_state import RunState
 from grpo.rundir.events import ServerEvents, StepInProgress
 from grpo.rundir.files import read_json
 from grpo.rundir.run import RunDir
+from grpo.train.advantages import rows_to_train
+from grpo.train.advice import SkipAdvice
+from grpo.train.build import build
+from grpo.train.evaluation import evaluate_held_out
+from grpo.train.metrics import MetricsLogger
+from grpo.train.run_state import RunState
 from grpo.train.signals import SignalWatch, StopRequested
 from grpo.train.step import StepRecord, StepState
+from grpo.train.timing import PhaseTimer
 from grpo.train.verdicts import VerdictActions
-from grpo.train.advantages import rows_to_train
 
 log = logging.getLogger(__name__)
 

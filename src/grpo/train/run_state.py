@@ -28,8 +28,17 @@ from grpo.policy.policy import Policy
 from grpo.rollout.queue import RolloutQueue
 from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
 from grpo.rundir.files import read_json
-from grpo.rundir.identity import (FINGERPRINT_FILE, REWARD_FILE, check_same_run, data_fingerprint, differences,
-                                  is_identity, may_change, reward_changes, reward_fingerprint)
+from grpo.rundir.identity import (
+    FINGERPRINT_FILE,
+    REWARD_FILE,
+    check_same_run,
+    data_fingerprint,
+    differences,
+    is_identity,
+    may_change,
+    reward_changes,
+    reward_fingerprint,
+)
 from grpo.rundir.resume import resume_command
 from grpo.rundir.run import RunDir
 from grpo.train.signals import StopRequested

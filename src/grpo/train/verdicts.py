@@ -22,9 +22,9 @@ from grpo.evaluate import EvaluationFailed
 from grpo.guard.breakers import Guard, Trip, Verdict
 from grpo.rollout.server.supervisor import ServerGaveUp
 from grpo.rollout.types import EngineGaveUp
-from grpo.train.run_state import RunState
 from grpo.rundir.resume import write_stop_report
 from grpo.rundir.run import RunDir
+from grpo.train.run_state import RunState
 from grpo.train.signals import SignalWatch
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,6 @@ from grpo.faults.schedule import Schedule
 from grpo.rollout.engines import SamplingParams
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode
 from grpo.rollout.server.client import ServerError
-
 from tests.unit.rollout.test_collector import ScriptedEngine, collector
 
 
@@ -64,10 +63,10 @@ def test_rollout_faults_corrupt_the_step_they_name_and_only_it():
 
 
 def test_a_nan_loss_makes_the_update_non_finite_on_its_step_only():
-    from grpo.policy.update import update_policy
-    from grpo.policy.optim import MasterWeightAdamW
     from grpo.algo.loss import LossConfig
     from grpo.config import ActorConfig
+    from grpo.policy.optim import MasterWeightAdamW
+    from grpo.policy.update import update_policy
     from tests.unit.policy.test_update import group_batch, tiny
 
     model, tok = tiny()

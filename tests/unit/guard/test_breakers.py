@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from grpo.checks import BREAKERS
 from grpo.config import BreakerConfig, GuardConfig
 from grpo.guard.breakers import PHASES, Guard, Trip, most_severe
-from grpo.checks import BREAKERS
 
 HEALTHY_REWARD = 0.5
 HEALTHY_GRAD_NORM = 1.0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from grpo.checks import BREAKERS, CHECKS
 from grpo.config import BreakerConfig, GuardConfig
 from grpo.guard.breakers import Guard
-from grpo.checks import BREAKERS, CHECKS
 from grpo.rundir.events import EventLog
 from grpo.tools.doctor import examine
 from grpo.tools.doctor.timeline import EVENTS

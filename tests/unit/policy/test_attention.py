@@ -3,8 +3,14 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, Qwen2Config
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
-from grpo.policy.attention import (NAME, PACKED_SDPA, PLAIN_EAGER_MODELS, grouped_eager_attention, use_grouped_eager,
-                                   use_packed_sdpa)
+from grpo.policy.attention import (
+    NAME,
+    PACKED_SDPA,
+    PLAIN_EAGER_MODELS,
+    grouped_eager_attention,
+    use_grouped_eager,
+    use_packed_sdpa,
+)
 from grpo.policy.cache_keyword import cache_argument
 
 

@@ -6,8 +6,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo.config import ModelConfig
 from grpo.errors import ConfigError
-from grpo.policy.models import (OFFLINE_MODELS, build_char_tokenizer, gguf_read_once, load_model_and_tokenizer,
-                                resolve_model_source)
+from grpo.policy.models import (
+    OFFLINE_MODELS,
+    build_char_tokenizer,
+    gguf_read_once,
+    load_model_and_tokenizer,
+    resolve_model_source,
+)
 
 
 def test_char_tokenizer_round_trips_text_and_has_a_chat_template():

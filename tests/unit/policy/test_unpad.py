@@ -10,7 +10,6 @@ from grpo.config import ModelConfig
 from grpo.policy import unpad
 from grpo.policy.models import load_model_and_tokenizer
 from grpo.policy.update import collate, completion_logprobs
-
 from tests.unit.policy.test_update import group_batch, logprobs_and_grads, tiny
 
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from grpo import metric_keys as keys
-from grpo.config import ActorConfig, TinyModelConfig
 from grpo.algo.loss import LossConfig, rows_with_gradient
+from grpo.config import ActorConfig, TinyModelConfig
+from grpo.policy import unpad, update
 from grpo.policy.attention import packs_prompts, use_grouped_eager, use_packed_sdpa
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.optim import MasterWeightAdamW
-from grpo.policy import unpad, update
 from grpo.policy.update import TrainBatch, collate, completion_logprobs, micro_batches, update_policy
 
 

@@ -4,10 +4,10 @@ import json
 from collections import deque
 
 from grpo.config import ArithConfig, RolloutConfig, TaskConfig
-from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
 from grpo.policy.models import build_char_tokenizer
 from grpo.rewards import Reward, math_batch_reward
 from grpo.rollout.collector import RolloutCollector, rollout_stats
+from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus
 from grpo.tasks import build_task
 from grpo.tasks.arith import ArithTask
 

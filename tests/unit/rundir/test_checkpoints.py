@@ -7,13 +7,19 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo.rundir.checkpoints import (
-    META_FILE, STATE_FILE, CheckpointInvalid, CheckpointStore, capture_rng, load_weights, restore_rng,
-)
 from grpo.config import ActorConfig, CheckpointConfig, TinyModelConfig
 from grpo.policy import state as policy_state
-from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
+from grpo.policy.optim import MasterWeightAdamW
+from grpo.rundir.checkpoints import (
+    META_FILE,
+    STATE_FILE,
+    CheckpointInvalid,
+    CheckpointStore,
+    capture_rng,
+    load_weights,
+    restore_rng,
+)
 
 
 @pytest.fixture(scope="module")

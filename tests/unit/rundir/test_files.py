@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from grpo.rundir.files import JsonlLog, atomic_write, read_json
 from grpo.errors import DiskError, is_disk_error
+from grpo.rundir.files import JsonlLog, atomic_write, read_json
 
 
 def test_atomic_write_replaces_the_file_and_leaves_no_temporary(tmp_path):

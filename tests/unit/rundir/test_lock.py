@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from grpo.rundir.lock import RunLock, current_holder
 from grpo.errors import RunDirLocked
+from grpo.rundir.lock import RunLock, current_holder
 
 
 def test_a_second_lock_is_refused_naming_the_holder(tmp_path):

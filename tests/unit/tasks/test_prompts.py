@@ -5,8 +5,8 @@ import pytest
 from grpo.config import TaskConfig
 from grpo.errors import ConfigError
 from grpo.policy.models import build_char_tokenizer
-from grpo.tasks.prompts import encode_prompt, load_chat_template
 from grpo.tasks import Problem, build_task
+from grpo.tasks.prompts import encode_prompt, load_chat_template
 
 TEXT = Problem("t-0", "What is 1 + 1?", "2")
 CHAT = Problem("c-0", "Say a", "a", messages=({"role": "system", "content": "Be brief."},

@@ -5,8 +5,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo.cli import main
-from grpo.errors import EXIT_BAD_INPUT
 from grpo.config import CheckpointConfig, TinyModelConfig, load_config
+from grpo.errors import EXIT_BAD_INPUT
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.policy import Policy
 from grpo.policy.update import TrainBatch

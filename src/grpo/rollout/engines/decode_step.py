@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 from transformers.models.llama.modeling_llama import rotate_half
 
-from grpo.policy.constants import GROUPED_EAGER
 from grpo.policy.attention import additive, grouped_eager_attention
+from grpo.policy.constants import GROUPED_EAGER
 
 # transformers' decoder layers whose forward is Llama's: norm, attention (projections, rotary embedding,
 # KV cache, attention, output projection), residual, norm, MLP, residual. (Qwen3's normalises queries and keys.)

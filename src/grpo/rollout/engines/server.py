@@ -23,7 +23,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-
 from grpo import metric_keys as keys
 from grpo.config import ServerConfig
 from grpo.progress import tick
@@ -36,11 +35,20 @@ from grpo.rollout.server.pinned import PinnedWeights
 from grpo.rollout.server.ray_host import ray_launchers
 from grpo.rollout.server.supervisor import Record, ServerState, StartCancelled, Supervisor
 from grpo.rollout.server.weights import (
-    DEFAULT_TOLERANCE, ProbeResult, WeightSource, WeightSyncFailed, default_weights_dir, export_weights, measure,
-    claim_weights_dir, probe_ids, reclaim_orphaned_weights,
+    DEFAULT_TOLERANCE,
+    ProbeResult,
+    WeightSource,
+    WeightSyncFailed,
+    claim_weights_dir,
+    default_weights_dir,
+    export_weights,
+    measure,
+    probe_ids,
+    reclaim_orphaned_weights,
 )
 from grpo.rollout.types import Completion, GenerationCancelled, SampleStatus, SamplingParams
 from grpo.rundir.files import JsonlLog, atomic_write_json, read_json
+
 
 class ServerEngine(RolloutEngine):
     def __init__(self, backend: Backend, cfg: ServerConfig, tokenizer, *, run_dir: Path, dtype: str, seed: int,

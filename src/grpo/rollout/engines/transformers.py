@@ -19,7 +19,12 @@ from contextlib import contextmanager
 
 import torch
 from transformers import (
-    GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList,
+    GenerationConfig,
+    GenerationMixin,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
 )
 
 from grpo.rollout.engines.embedded import sample_next

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo.config import ServerConfig
-from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.client import HttpClient, ServerError
+from grpo.rollout.types import SamplingParams
 
 
 @dataclass

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient
+from grpo.rollout.types import SamplingParams
 
 PROBE_TOKENS = 16
 PROBE_SEED = 20_251_124

@@ -22,10 +22,9 @@ import json
 from pathlib import Path
 
 from grpo.config import ServerConfig
-from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect, kv_bytes_per_token
 from grpo.rollout.server.client import HttpClient, ServerError
-
+from grpo.rollout.types import SamplingParams
 
 FLUSH_WAIT_S = 60.0  # how long a cache flush waits for the server to be idle (its warm-up: seconds)
 

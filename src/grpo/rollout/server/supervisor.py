@@ -29,13 +29,13 @@ from typing import Any, Callable
 
 from grpo.config import ServerConfig
 from grpo.errors import ConfigError
-from grpo.rollout.types import EngineGaveUp, GenerationCancelled
 from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
 from grpo.rollout.server.diagnosis import ended, likely_cause, same_failure, server_error
 from grpo.rollout.server.launcher import Launch, LaunchFailed, LocalLauncher, ServerHandle, ServerLauncher
 from grpo.rollout.server.process import Activity, oom_kills
 from grpo.rollout.server.seed_check import SeedVerdict, check_seeds
+from grpo.rollout.types import EngineGaveUp, GenerationCancelled
 
 Record = Callable[..., None]  # record(kind, message, **evidence) into the run's event log
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import ServerConfig
-from grpo.rollout.types import SamplingParams
 from grpo.rollout.server.backend import Backend, Generation, LaunchSpec, ReloadMode, expect
 from grpo.rollout.server.client import HttpClient, ServerError
+from grpo.rollout.types import SamplingParams
 
 EXTENSION_DIR = Path(__file__).resolve().parents[1] / "server_ext"
 SERVED_NAME = "policy"

@@ -26,9 +26,9 @@ from typing import Protocol
 
 import torch
 
-from grpo.rollout.types import EngineGaveUp, SamplingParams
 from grpo.rollout.server.backend import Backend
 from grpo.rollout.server.client import HttpClient
+from grpo.rollout.types import EngineGaveUp, SamplingParams
 
 # How far the server's log-probs may be from the trainer's on the probe when the weights match,
 # as (statistic over the probe's tokens, tolerance). Kernels differ between the server and the

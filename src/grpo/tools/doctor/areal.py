@@ -23,10 +23,27 @@ import os
 import re
 from pathlib import Path
 
-from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
-                                PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_VARIANCE, Checkpoint, Evidence,
-                                Mark, RunRecord)
 from grpo.tools.doctor.logreader import LogReader
+from grpo.tools.doctor.record import (
+    ACCURACY,
+    ENTROPY,
+    EVAL_ACCURACY,
+    GRAD_NORM,
+    KL,
+    LENGTH,
+    LOSS,
+    MEMORY_GIB,
+    PHASE_PREFIX,
+    REWARD,
+    REWARD_STD,
+    STEP_S,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    Checkpoint,
+    Evidence,
+    Mark,
+    RunRecord,
+)
 from grpo.tools.doctor.textlog import as_step, clean, iter_lines, number, read_ends, timestamp
 
 TRAINER_LOG = "trainer.log"

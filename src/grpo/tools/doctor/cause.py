@@ -40,8 +40,20 @@ import math
 import statistics
 
 from grpo.tools.doctor import crashes
-from grpo.tools.doctor.record import (ACCURACY, GRAD_NORM, KL, LOSS, REWARD, REWARD_STD, TRUNCATED, ZERO_VARIANCE, Anomaly,
-                                      Checkpoint, Evidence, RunRecord)
+from grpo.tools.doctor.record import (
+    ACCURACY,
+    GRAD_NORM,
+    KL,
+    LOSS,
+    REWARD,
+    REWARD_STD,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    Anomaly,
+    Checkpoint,
+    Evidence,
+    RunRecord,
+)
 
 DISK_WORDS = ("no space", "quota", "read-only", "diskerror")
 SERVER_SLACK = 1  # a server failure up to one step after the first bad step still explains it

@@ -13,20 +13,39 @@ from pathlib import Path
 from typing import Any
 
 from grpo import metric_keys as keys
+from grpo.checks import CHECKS
 from grpo.config import CheckpointConfig, FaultsConfig, RunConfig, load_config
 from grpo.errors import ConfigError
-from grpo.checks import CHECKS
-from grpo.rundir.resume import resume_command
 from grpo.rollout.server.diagnosis import server_error
 from grpo.rollout.server.history import server_history
 from grpo.rundir.checkpoints import CheckpointStore
 from grpo.rundir.files import read_json
 from grpo.rundir.lock import current_holder, describe_holder
+from grpo.rundir.resume import resume_command
 from grpo.rundir.run import LOGS
-
-from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, LOST, MEMORY_GIB,
-                                PHASE_PREFIX, REWARD, REWARD_STD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_VARIANCE,
-                                Checkpoint, Evidence, Mark, RunRecord)
+from grpo.tools.doctor.record import (
+    ACCURACY,
+    ENTROPY,
+    EVAL_ACCURACY,
+    FAILED,
+    GRAD_NORM,
+    KL,
+    LENGTH,
+    LOSS,
+    LOST,
+    MEMORY_GIB,
+    PHASE_PREFIX,
+    REWARD,
+    REWARD_STD,
+    STATUS_PREFIX,
+    STEP_S,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    Checkpoint,
+    Evidence,
+    Mark,
+    RunRecord,
+)
 from grpo.tools.doctor.textlog import read_lines
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "events.jsonl", "checkpoints")

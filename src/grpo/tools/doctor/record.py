@@ -9,7 +9,6 @@ is judged by the same rules.
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 

@@ -14,8 +14,22 @@ import statistics
 from collections import deque
 
 from grpo.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
-from grpo.tools.doctor.record import (ENTROPY, GRAD_NORM, KL, LOST, LOSS, MEMORY_GIB, REWARD, REWARD_STD, STEP_S,
-                                      TRUNCATED, ZERO_VARIANCE, Anomaly, Evidence, RunRecord)
+from grpo.tools.doctor.record import (
+    ENTROPY,
+    GRAD_NORM,
+    KL,
+    LOSS,
+    LOST,
+    MEMORY_GIB,
+    REWARD,
+    REWARD_STD,
+    STEP_S,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    Anomaly,
+    Evidence,
+    RunRecord,
+)
 
 # Marks that are anomalies in their own right, under their own names on the timeline: every check's
 # (a grpo run's trips) and the events.

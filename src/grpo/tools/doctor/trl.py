@@ -17,9 +17,26 @@ import re
 from pathlib import Path
 from typing import Any
 
-from grpo.tools.doctor.record import (ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, REWARD, REWARD_STD, STEP_S,
-                                TRUNCATED, ZERO_VARIANCE, ACCURACY, Checkpoint, Evidence, Mark, RunRecord, UnreadableRun)
 from grpo.tools.doctor.logreader import LOG_SUFFIXES, LogReader
+from grpo.tools.doctor.record import (
+    ACCURACY,
+    ENTROPY,
+    EVAL_ACCURACY,
+    GRAD_NORM,
+    KL,
+    LENGTH,
+    LOSS,
+    REWARD,
+    REWARD_STD,
+    STEP_S,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    Checkpoint,
+    Evidence,
+    Mark,
+    RunRecord,
+    UnreadableRun,
+)
 from grpo.tools.doctor.textlog import MAX_LINE, as_step, number, read_ends, read_lines
 
 STATE = "trainer_state.json"

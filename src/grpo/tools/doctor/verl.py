@@ -16,9 +16,26 @@ import re
 from pathlib import Path
 
 from grpo.tools.doctor.logreader import LogReader
-from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
-                                      PHASE_PREFIX, REWARD, REWARD_STD, STEP_S, TRUNCATED, ZERO_VARIANCE, Checkpoint,
-                                      Evidence, Mark, RunRecord)
+from grpo.tools.doctor.record import (
+    ACCURACY,
+    ENTROPY,
+    EVAL_ACCURACY,
+    GRAD_NORM,
+    KL,
+    LENGTH,
+    LOSS,
+    MEMORY_GIB,
+    PHASE_PREFIX,
+    REWARD,
+    REWARD_STD,
+    STEP_S,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    Checkpoint,
+    Evidence,
+    Mark,
+    RunRecord,
+)
 from grpo.tools.doctor.textlog import as_step, clean, number, read_ends
 
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")

@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, replace
 
 from grpo.config import RunConfig
-from grpo.precision import with_concrete_dtype
 from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
+from grpo.precision import with_concrete_dtype
 from grpo.rollout.engines.registry import ENGINES, serves
 from grpo.rollout.server.backend import kv_bytes_per_token
 

@@ -15,11 +15,27 @@ import html
 from pathlib import Path
 
 from grpo.checks import CHECKS
-from grpo.tools.doctor import UnreadableRun, examine
-from grpo.tools.doctor.record import (ACCURACY, ENTROPY, EVAL_ACCURACY, FAILED, GRAD_NORM, KL, LENGTH, LOSS, MEMORY_GIB,
-                                PHASE_PREFIX, REWARD, STATUS_PREFIX, STEP_S, TRUNCATED, ZERO_VARIANCE, Diagnosis,
-                                RunRecord)
 from grpo.rundir.files import atomic_write
+from grpo.tools.doctor import UnreadableRun, examine
+from grpo.tools.doctor.record import (
+    ACCURACY,
+    ENTROPY,
+    EVAL_ACCURACY,
+    FAILED,
+    GRAD_NORM,
+    KL,
+    LENGTH,
+    LOSS,
+    MEMORY_GIB,
+    PHASE_PREFIX,
+    REWARD,
+    STATUS_PREFIX,
+    STEP_S,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    Diagnosis,
+    RunRecord,
+)
 
 __all__ = ["ReportError", "default_path", "render_html", "report_line", "write_report"]
 

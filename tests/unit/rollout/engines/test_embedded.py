@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from grpo.config import TinyModelConfig
-from grpo.rollout.engines import SampleStatus, SamplingParams
-from grpo.rollout.engines.embedded import EmbeddedEngine, sample_next
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.update import TrainBatch, collate, completion_logprobs
+from grpo.rollout.engines import SampleStatus, SamplingParams
+from grpo.rollout.engines.embedded import EmbeddedEngine, sample_next
 
 
 def make_engine(batch_size=8, seed=0, engine=EmbeddedEngine):

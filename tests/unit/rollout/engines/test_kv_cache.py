@@ -5,11 +5,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from grpo.rollout.engines import SamplingParams
-from grpo.rollout.engines import embedded
+from grpo.rollout.engines import SamplingParams, embedded
 from grpo.rollout.engines.embedded import live_rows_in_place
 from grpo.rollout.engines.kv_cache import preallocated_cache
-
 from tests.unit.rollout.engines.test_embedded import make_engine, prompts_for
 
 

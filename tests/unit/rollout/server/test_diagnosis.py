@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from grpo.rollout.server.diagnosis import MEMORY_KNOBS, likely_cause, one_line, same_failure, server_error
-
 from tests.server_logs import LOGS, server_log
 
 NOT_OOM = ("not by the kernel's OOM killer (no OOM kill in the kernel log since it started): something outside grpo "

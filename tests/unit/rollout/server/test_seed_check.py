@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.backend import Generation
+from grpo.rollout.server.client import ServerError
 from grpo.rollout.server.seed_check import check_seeds
 
 from .test_supervisor import ScriptedBackend

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from grpo.tools.doctor import examine
-from grpo.tools.watch import identify
+from grpo.tools.doctor import examine, judge
 from grpo.tools.doctor.textlog import iter_lines
-from grpo.tools.doctor import judge
+from grpo.tools.watch import identify
 from tests.foreign_logs import FORMATS, dead, healthy
 
 RESUMES = {"verl": "(TaskRunner pid=2231) Load from checkpoint folder: /ckpt/global_step_16",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 from grpo.tools.doctor import examine, explain
-
 from tests.server_logs import server_log
 
 

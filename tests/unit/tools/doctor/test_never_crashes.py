@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from grpo.cli import main
-
 from tests.processes import env_with_src
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
