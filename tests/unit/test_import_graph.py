@@ -146,3 +146,11 @@ def test_the_tools_that_read_a_run_import_no_torch():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'safetensors')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_imports_are_sorted():
+    """Imports in isort's order (pyproject.toml's [tool.ruff.lint.isort]); `ruff check --select I --fix .` sorts them."""
+    repo = Path(__file__).resolve().parents[2]
+    checked = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "I", "--no-cache", "--quiet", "."],
+                             cwd=repo, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-1000:]
