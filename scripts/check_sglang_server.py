@@ -136,7 +136,7 @@ def wait_ready(server: subprocess.Popen, url: str, deadline: float, log_path: Pa
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass  # not listening yet, or 503 while it warms up
         time.sleep(POLL_S)
-    raise CheckFailed(f"the server was not ready within the timeout; its log ends:\n"
+    raise CheckFailed("the server was not ready within the timeout; its log ends:\n"
                       + "\n".join(log_path.read_text().splitlines()[-30:]))
 
 

@@ -131,7 +131,7 @@ def test_a_rollback_logs_each_step_once_keeps_the_replayed_lines_apart_and_the_d
     report = capsys.readouterr().out
     assert f"         rollback at step 4: {said}" in report
     failed = sum(line["rollout/failed"] for line in replayed)
-    assert f"and in 4 replayed step line(s) (steps 1-4, metrics.abandoned.jsonl): ok " in report
+    assert "and in 4 replayed step line(s) (steps 1-4, metrics.abandoned.jsonl): ok " in report
     assert f"failed {failed}, timeout 0" in report
 
 

@@ -107,16 +107,13 @@ def test_no_package_level_import_cycle():
 PACKAGES = sorted(".".join(path.parent.relative_to(SRC.parent).parts) for path in SRC.rglob("__init__.py"))
 
 
-# The doctor's record.py names crashes.Crash under TYPE_CHECKING, and crashes.py builds on record.Evidence:
-# open (issue 47 leaves it), held here so that no other cycle joins it.
-KNOWN_CYCLES = {"grpo.tools.doctor": ["crashes", "record", "crashes"]}
 
 
 def test_no_import_cycle_inside_a_package():
     """Below the top level too: grpo.rollout's engines drive its servers, which know no engine."""
     assert "grpo.rollout" in PACKAGES and "grpo.tools.plan" in PACKAGES
     cycles = {package: find_cycle(package_graph(package)) for package in PACKAGES}
-    assert {package: cycle for package, cycle in cycles.items() if cycle} == KNOWN_CYCLES
+    assert {package: cycle for package, cycle in cycles.items() if cycle} == {}
 
 
 def test_the_engines_import_the_servers_and_not_the_other_way():

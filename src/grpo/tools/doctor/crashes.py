@@ -18,9 +18,8 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from grpo.tools.doctor.record import Evidence
+from grpo.tools.doctor.record import Crash, Evidence
 
 CLASSES = {
     "out_of_memory": re.compile(
@@ -72,14 +71,6 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|E
                         r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
 _FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
 MAX_KEPT = 40  # crashes kept per log: the first few and the latest
-
-
-@dataclass(frozen=True)
-class Crash:
-    step: int  # the step in progress when it happened (the last logged step + 1)
-    kind: str  # one of ORDER
-    text: str  # the exception line or fatal line
-    evidence: Evidence
 
 
 def classify(text: str, frames: list[str]) -> str:

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from grpo.tools.doctor.crashes import Crash
+from typing import Any
 
 # Canonical metric names, shared by every reader, the timeline and the report.
 REWARD = "reward"  # mean reward of the step's samples
@@ -44,6 +41,16 @@ class Evidence:
     file: str
     line: int  # 1-based; 0 when the evidence is a whole file (e.g. STOPPED.json)
     text: str
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A traceback or fatal line read from a console log (grpo.tools.doctor.crashes reads them)."""
+
+    step: int  # the step in progress when it happened (the last logged step + 1)
+    kind: str  # one of crashes.ORDER
+    text: str  # the exception line or fatal line
+    evidence: Evidence
 
 
 @dataclass(frozen=True)
