@@ -40,7 +40,7 @@ def test_sampled_logprobs_are_a_training_forward_passes_whatever_the_models_gene
     prompts = prompts_for(tok, TEXTS)
     temperature = 0.7
     outs = engine.generate(prompts, SamplingParams(10, temperature), list(range(1, 1 + len(prompts))))
-    batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(len(prompts)))
+    batch = TrainBatch(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], torch.zeros(len(prompts)), [])
     mb = collate(batch, list(range(len(prompts))), tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
         logprobs, _ = completion_logprobs(engine.model, mb, temperature)
