@@ -91,7 +91,11 @@ class RunDir:
 
     def open(self) -> list[str]:
         """Repair what a killed or starved writer left behind: torn log lines, unfinished atomic
-        writes, unfinished or invalid checkpoints. -> one line per repair, for the event log."""
+        writes, unfinished or invalid checkpoints. -> one line per repair, for the event log.
+        Rank 0's work alone: another rank's sweep would delete the temporary file of a write rank 0 has
+        under way (its launch.json, seen under Ray) and race it for the reserve."""
+        if not self.writes:
+            return []
         notes = []
         for name, log in [*self.logs.items(), ("events.jsonl", self.events.log)]:
             if cut := log.repair():
