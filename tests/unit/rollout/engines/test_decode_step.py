@@ -3,7 +3,8 @@ rounding where bf16 fuses q, k, v and attends over the whole KV buffer), and onl
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 from grpo.policy.attention import use_grouped_eager
 from grpo.policy import unpad
@@ -70,9 +71,13 @@ needs_onednn_bf16 = pytest.mark.skipif(not packs(torch.zeros(1, 1, dtype=torch.b
 
 
 @needs_onednn_bf16
-def test_bf16_steps_fuse_q_k_v_and_attend_over_the_whole_buffer_within_the_products_rounding():
+@pytest.mark.parametrize("kind, config_class", [(LlamaForCausalLM, LlamaConfig), (Qwen2ForCausalLM, Qwen2Config)])
+def test_bf16_steps_fuse_q_k_v_and_attend_over_the_whole_buffer_within_the_products_rounding(kind, config_class):
     tokenizer = build_char_tokenizer()
-    model = grouped_query_model(tokenizer, torch.bfloat16)
+    model = grouped_query_model(tokenizer, torch.bfloat16, kind, config_class)
+    for module in model.modules():  # Qwen2's q, k and v have biases (made zero): ones that count
+        if isinstance(module, torch.nn.Linear) and module.bias is not None:
+            torch.nn.init.normal_(module.bias, std=0.5)
     decoder = model.get_decoder()
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
     with packed_linears(model, rows=3):
