@@ -13,9 +13,10 @@ they apply (`DecodeStep.form`):
   products, in every layer at every step (14% of a step at 64 rows in a profile). Here the scores are
   taken against the whole key buffer, softmax runs over the filled positions only, and their weights
   multiply the whole value buffer, which is zero past them (`grpo.rollout.engines.kv_cache`).
-Rotary embedding is applied in place to q and k together, with transformers' roundings. Whole quickstart
-generations 1.11-1.15x faster than the step without these two (bench/RESULTS.md), with the same tokens
-and log-probs there; in general the hidden states are transformers' to the products' rounding (tested):
+Rotary embedding is applied in place to q and k together, with transformers' roundings. With these and
+the sampler's reused buffers (`grpo.rollout.engines.embedded.sample_next`), whole quickstart generations ran
+1.14-1.18x faster (AMD EPYC 9004; bench/RESULTS.md), the same tokens and log-probs to the bit there; in
+general the hidden states are transformers' to the products' rounding (tested):
 oneDNN may sum a fused or longer product in another order. Module hooks still run, except on fused q, k
 and v (fused only where their hooks are `grpo.policy.unpad`'s, which pass generation through).
 
