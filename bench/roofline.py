@@ -244,9 +244,10 @@ def prefill_seconds(model, tokenizer, ids: list[list[int]], repeats: int) -> tup
 
 
 def generation_profile(model, tokenizer, ids: list[list[int]], samples: int, max_new_tokens: int,
-                       temperature: float) -> list[str]:
+                       temperature: float) -> tuple[list[str], str]:
     """Where one generation of the quickstart's first step goes (its prompts, `samples` each, the engine as
-    the quickstart builds it), by torch's profiler after one unprofiled generation: rows of a table."""
+    the quickstart builds it), by torch's profiler after one unprofiled generation: (rows of a table, the
+    form of its decode steps in words)."""
     from torch.profiler import profile
 
     from grpo.policy.head import VOCAB_BLOCK
@@ -298,7 +299,7 @@ def generation_profile(model, tokenizer, ids: list[list[int]], samples: int, max
         rate = f"{flops[kind] / value / 1e9:,.0f}" if kind in flops else ""
         rows.append(f"| {kind} | {value:.2f} | {value / total:.0%} | {rate} |")
     rows.append(f"| all operations (profiled) | {total:.2f} | 100% | |")
-    return rows
+    return rows, engine.decode_form
 
 
 def main() -> None:
@@ -382,8 +383,9 @@ def main() -> None:
         f"| update: none ran (no step had a group with rewards that differ) | | | | {update_limit_s:.2f} s | |",
     ]
     print("where a generation's time goes ...", flush=True)
-    out += ["", *generation_profile(model, tokenizer, prompt_ids, cfg.rollout.samples_per_problem,
-                                    cfg.rollout.max_new_tokens, cfg.rollout.temperature)]
+    profile_rows, form = generation_profile(model, tokenizer, prompt_ids, cfg.rollout.samples_per_problem,
+                                            cfg.rollout.max_new_tokens, cfg.rollout.temperature)
+    out += ["", f"Decode steps (the same code as the quickstart's): {form}.", "", *profile_rows]
     print("\n" + header + "\n\n" + "\n".join(out))
     if args.out:
         with open(args.out, "a") as f:

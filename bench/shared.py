@@ -67,3 +67,20 @@ def time_op(op, repeats: int) -> float:
         op()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def decode_form(dtype: str) -> str:
+    """How grpo's embedded engine runs the quickstart model's decode steps in `dtype` (a model.dtype) on this
+    machine, in words (grpo.rollout.engines.decode_step): the engine's own words after a two-token generation."""
+    import torch
+
+    from grpo.config import load_config
+    from grpo.policy.models import load_model_and_tokenizer
+    from grpo.rollout.engines import SamplingParams
+    from grpo.rollout.engines.embedded import EmbeddedEngine
+
+    cfg = load_config("quickstart", [f"model.dtype={dtype}"])
+    model, tokenizer = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
+    engine = EmbeddedEngine(model, tokenizer, batch_size=cfg.rollout.problems_per_step * cfg.rollout.samples_per_problem)
+    engine.generate([tokenizer("1+1=", add_special_tokens=False)["input_ids"]], SamplingParams(2, 1.0))
+    return engine.decode_form

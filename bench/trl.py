@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared import REPO, Work, machine, prompts  # bench/shared.py (bench/ is the script's folder)
+from shared import REPO, Work, decode_form, machine, prompts  # bench/shared.py (bench/ is the script's folder)
 
 MODEL = "smollm2-135m-instruct"
 PAIRINGS = {"fp32": ("fp32 master weights", "fp32 weights + bf16 autocast"),
@@ -219,6 +219,9 @@ def main() -> None:
         work = Work(micro_batch_size=size)
         lines += [f"Micro-batch {size}:", "", *table(pairs, work), ""]
     lines += best_lines(by_size)
+    # The form of grpo's decode steps in each precision its pairings ran (model.dtype=bfloat16 or float32).
+    dtypes = sorted({o.split("=")[1] for p in pairings for o in GRPO_PRECISION[p] if o.startswith("model.dtype=")})
+    lines += ["", *(f"grpo's decode steps in {dtype}: {decode_form(dtype)}" for dtype in dtypes)]
     header = (f"grpo vs TRL {_trl_version(args.trl_python)} GRPOTrainer, {started:%Y-%m-%d %H:%M} UTC, {machine()}; "
               f"{Work().problems_per_step} prompts x {Work().samples_per_problem} samples x {Work().max_new_tokens} "
               f"new tokens, micro-batch {args.micro_batch}, {args.warmup} warm-up + {args.steps} timed steps "

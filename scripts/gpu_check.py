@@ -11,7 +11,8 @@ from its config with random weights, so a machine that cannot take the 98 MB GGU
    groups different rewards, so every update runs): generation and update seconds (median of steps 2-6) and
    each phase's peak GPU memory against the plan's prediction;
 3. `bench/scaling.py --mfu` (the update's MFU per Qwen size, which the scaling projection assumes);
-4. the default test suite with CUDA visible: `tiny`'s `auto` device is then the GPU.
+4. the default test suite with CUDA visible: `tiny`'s `auto` device is then the GPU, and the tests with a
+   CUDA case run it (the embedded engine's own decode step against transformers' forward among them).
 Logs and metrics go to --out; a summary is printed last. `--device cpu` runs steps 1-2 on the CPU (a smoke
 check of this script: figures from it say nothing of a GPU) and skips 3-4.
 """

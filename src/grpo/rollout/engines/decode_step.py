@@ -3,9 +3,22 @@
 At every decode step transformers' forward builds the attention mask anew from the whole attention mask,
 runs its output-recording and argument decorators, and hands keyword arguments down through every layer:
 on SmolLM2-135M 3-5 ms of a 28-84 ms step (1 to 64 rows; AMD EPYC 9004, 2 cores), about a tenth. This
-step calls the same modules (norms, projections, MLP, rotary embedding) and the same grouped eager
-attention in transformers' order, with the additive mask transformers would build, so its hidden states
-are transformers' to the bit (tested); module hooks (LoRA's, the laid-out products') still run.
+step calls the same modules (norms, projections, MLP, rotary embedding) in transformers' order, with the
+additive mask transformers would build and eager attention's arithmetic, and two changes of form where
+they apply (`DecodeStep.form`):
+- q, k and v in one product, where the three are plain linear layers whose weights a generation lays out
+  for oneDNN (`grpo.policy.packed`): their weights laid out as one matrix, one call where there were three.
+- attention over the whole KV buffer, on a CPU in bf16 or fp16: oneDNN's batched product takes only dense
+  matrices, so the cache's filled part, a slice of a longer buffer, was copied into dense ones for both
+  products, in every layer at every step (14% of a step at 64 rows in a profile). Here the scores are
+  taken against the whole key buffer, softmax runs over the filled positions only, and their weights
+  multiply the whole value buffer, which is zero past them (`grpo.rollout.engines.kv_cache`).
+Rotary embedding is applied in place to q and k together, with transformers' roundings. With these and
+the sampler's reused buffers (`grpo.rollout.engines.embedded.sample_next`), whole quickstart generations ran
+1.14-1.18x faster (AMD EPYC 9004; bench/RESULTS.md), the same tokens and log-probs to the bit there; in
+general the hidden states are transformers' to the products' rounding (tested):
+oneDNN may sum a fused or longer product in another order. Module hooks still run, except on fused q, k
+and v (fused only where their hooks are `grpo.policy.unpad`'s, which pass generation through).
 
 Only for the decoders whose layers are exactly transformers' Llama, Mistral or Qwen2 layers on the grouped
 eager attention with no sliding window shorter than the generation: anything else (another model, FSDP's
@@ -15,56 +28,135 @@ wrapped layers, an attention of its own) keeps transformers' forward.
 from __future__ import annotations
 
 import torch
-from transformers.models.llama.modeling_llama import rotate_half
 
 from grpo.policy.attention import additive, grouped_eager_attention
 from grpo.policy.constants import GROUPED_EAGER
+from grpo.policy.packed import Product, packed_product, packs
+from grpo.policy.unpad import RealTokens
 
 # transformers' decoder layers whose forward is Llama's: norm, attention (projections, rotary embedding,
 # KV cache, attention, output projection), residual, norm, MLP, residual. (Qwen3's normalises queries and keys.)
 LLAMA_SHAPED_LAYERS = frozenset({"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer"})
 
 
-def llama_shaped(decoder: torch.nn.Module, capacity: int) -> bool:
-    """Whether `decoder` (a model's body: embeddings, layers, final norm) can take `DecodeStep` for a
-    generation of `capacity` positions."""
+def llama_shaped(decoder: torch.nn.Module) -> bool:
+    """Whether `decoder` (a model's body: embeddings, layers, final norm) can take `DecodeStep` (for the
+    generations it `fits`)."""
     config = getattr(decoder, "config", None)
     layers = getattr(decoder, "layers", None)
     if config is None or layers is None or config._attn_implementation != GROUPED_EAGER:
         return False
-    window = getattr(config, "sliding_window", None)
-    return (not window or capacity <= window) and all(
-        type(layer).__name__ in LLAMA_SHAPED_LAYERS and type(layer).__module__.startswith("transformers.models.")
-        for layer in layers)
+    return all(type(layer).__name__ in LLAMA_SHAPED_LAYERS and type(layer).__module__.startswith("transformers.models.")
+               for layer in layers)
+
+
+def rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> None:
+    """x [A, N, D] <- x * cos + rotate_half(x) * sin, as transformers rounds it: rotate_half(x) * sin is
+    cat(x2, x1) * cat(-sin1, sin2) (sin_signed), the same products up to their exact signs."""
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # cat(x2, x1), a copy
+    x.mul_(cos).add_(swapped.mul_(sin_signed))
+
+
+def generation_ignores_hooks(module: torch.nn.Module) -> bool:
+    """Whether every hook on `module` passes generation through: none but `grpo.policy.unpad`'s."""
+    hooks = [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]
+    return all(isinstance(getattr(hook, "__self__", None), RealTokens) for hook in hooks)
+
+
+def fused_qkv(attention: torch.nn.Module, rows: int) -> Product | None:
+    """One product for the layer's q, k and v projections (x [.., H] -> [.., (heads + 2 kv heads) D]),
+    laid out for about `rows` rows; None unless all three are linear layers whose weights lay out and whose
+    hooks pass generation through."""
+    linears = attention.q_proj, attention.k_proj, attention.v_proj
+    if not all(type(m) is torch.nn.Linear and packs(m.weight) and generation_ignores_hooks(m) for m in linears):
+        return None
+    biases = [m.bias for m in linears]
+    if any(b is None for b in biases) and not all(b is None for b in biases):
+        return None
+    weight = torch.cat([m.weight.detach() for m in linears])  # [(heads + 2 kv heads) D, H]
+    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+    return packed_product(weight, bias, rows)
 
 
 class DecodeStep:
-    """Calls of one token per row into a KV cache (`grpo.rollout.engines.kv_cache`): -> final hidden states."""
+    """Calls of one token per row into a KV cache (`grpo.rollout.engines.kv_cache`): -> final hidden states.
+    Made once per generation (the fused products are laid out then); the weights must not change within."""
 
-    def __init__(self, decoder: torch.nn.Module) -> None:
+    def __init__(self, decoder: torch.nn.Module, rows: int) -> None:
         self.decoder = decoder
+        config = decoder.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = decoder.layers[0].self_attn.head_dim
+        products = [fused_qkv(layer.self_attn, rows) for layer in decoder.layers]
+        self.qkv: list[Product] | None = products if all(products) else None
+        weight = decoder.embed_tokens.weight
+        self.whole_buffer = weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16)
+        self._weights: torch.Tensor | None = None  # [A*K, G, capacity] attention weights (whole-buffer form)
+
+    def fits(self, capacity: int) -> bool:
+        """Whether a generation of `capacity` positions fits the model's sliding window (the step has none)."""
+        window = getattr(self.decoder.config, "sliding_window", None)
+        return not window or capacity <= window
+
+    @property
+    def form(self) -> str:
+        """What this step runs, in words (the benchmarks record it)."""
+        parts = ["the engine's decode step", "q/k/v in one product" if self.qkv else "q/k/v apart",
+                 "attention over the whole KV buffer" if self.whole_buffer else "attention over the cache's filled part"]
+        return ", ".join(parts)
 
     def __call__(self, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
                  cache) -> torch.Tensor:
         """tokens [A], attention_mask [A, S] (1 on real positions, this token's last), positions [A]
         -> hidden [A, H] after the final norm."""
         decoder = self.decoder
-        hidden = decoder.embed_tokens(tokens[:, None])  # [A, 1, H]
-        bias = additive(attention_mask.bool(), hidden.dtype)[:, None, None, :]  # [A, 1, 1, S] as eager's mask
-        cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]
-        cos, sin = cos[:, None], sin[:, None]  # [A, 1, 1, D]: every head alike
-        rows = len(tokens)
+        rows, heads, kv_heads = len(tokens), self.heads, self.kv_heads
+        hidden = decoder.embed_tokens(tokens)  # [A, H]
+        bias = additive(attention_mask.bool(), hidden.dtype)  # [A, S] as eager's mask
+        cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]: every head alike
+        half = sin.shape[-1] // 2
+        sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # [A, 1, D]
         for index, layer in enumerate(decoder.layers):
             attention = layer.self_attn
-            normed = layer.input_layernorm(hidden)  # [A, 1, H]
-            shape = (rows, 1, -1, attention.head_dim)
-            query = attention.q_proj(normed).view(shape).transpose(1, 2)  # [A, heads, 1, D]
-            key = attention.k_proj(normed).view(shape).transpose(1, 2)  # [A, kv heads, 1, D]
-            value = attention.v_proj(normed).view(shape).transpose(1, 2)
-            query = (query * cos) + (rotate_half(query) * sin)
-            key = (key * cos) + (rotate_half(key) * sin)
-            keys, values = cache.update(key, value, index)  # [A, kv heads, S, D]
-            attended, _ = grouped_eager_attention(attention, query, keys, values, bias, attention.scaling)  # [A, 1, heads, D]
-            hidden = hidden + attention.o_proj(attended.reshape(rows, 1, -1).contiguous())
+            normed = layer.input_layernorm(hidden)  # [A, H]
+            if self.qkv:
+                qkv = self.qkv[index](normed).view(rows, heads + 2 * kv_heads, -1)  # [A, N + 2K, D]
+                rotate_in_place(qkv[:, : heads + kv_heads], cos, sin_signed)
+                query, key, value = qkv[:, :heads], qkv[:, heads : heads + kv_heads], qkv[:, heads + kv_heads :]
+            else:
+                query = attention.q_proj(normed).view(rows, heads, -1)  # [A, N, D]
+                key = attention.k_proj(normed).view(rows, kv_heads, -1)  # [A, K, D]
+                value = attention.v_proj(normed).view(rows, kv_heads, -1)
+                rotate_in_place(query, cos, sin_signed)
+                rotate_in_place(key, cos, sin_signed)
+            keys, values = cache.update(key[:, :, None], value[:, :, None], index)  # [A, K, S, D] views
+            if self.whole_buffer:
+                attended = self._attend_whole_buffer(query, cache.layers[index], bias, attention.scaling)
+            else:
+                attended, _ = grouped_eager_attention(attention, query[:, :, None], keys, values,
+                                                      bias[:, None, None], attention.scaling)  # [A, 1, N, D]
+            hidden = hidden + attention.o_proj(attended.reshape(rows, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        return decoder.norm(hidden)[:, -1]  # [A, H]
+        return decoder.norm(hidden)
+
+    def _attend_whole_buffer(self, query: torch.Tensor, layer_cache, bias: torch.Tensor,
+                             scaling: float) -> torch.Tensor:
+        """query [A, N, D] against the layer's whole buffers [A, K, C, D] (filled to S positions, zero past
+        them), bias [A, S] -> [A, N*D]: eager's arithmetic (scores scaled, the mask, softmax in fp32, back)."""
+        rows, heads, dim = query.shape
+        key_buffer, value_buffer, length = layer_cache.key_buffer, layer_cache.value_buffer, layer_cache.length
+        kv_heads, capacity = key_buffer.shape[1], key_buffer.shape[2]
+        groups = heads // kv_heads
+        weights = self._weights_buffer(rows * kv_heads, groups, capacity, query)  # [A*K, G, C]
+        stacked = query.reshape(rows * kv_heads, groups, dim)  # query head h uses key-value head h // G
+        scores = torch.bmm(stacked, key_buffer.view(rows * kv_heads, capacity, dim).transpose(1, 2))  # [A*K, G, C]
+        scores = scores[:, :, :length].mul_(scaling).view(rows, heads, length).add_(bias[:, None])  # [A, N, S]
+        weights[:, :, :length] = torch.softmax(scores, dim=-1, dtype=torch.float32).view(-1, groups, length)
+        return torch.bmm(weights, value_buffer.view(rows * kv_heads, capacity, dim)).view(rows, heads * dim)
+
+    def _weights_buffer(self, batch: int, groups: int, capacity: int, like: torch.Tensor) -> torch.Tensor:
+        """-> [batch, groups, capacity], finite everywhere: past the filled positions it holds zeros or an
+        earlier step's weights, which multiply the value buffer's zeros there."""
+        if self._weights is None or self._weights.shape[0] < batch or self._weights.shape[1:] != (groups, capacity):
+            self._weights = like.new_zeros(batch, groups, capacity)
+        return self._weights[:batch]

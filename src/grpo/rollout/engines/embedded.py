@@ -16,16 +16,25 @@ from grpo.rollout.types import Completion, GenerationCancelled, SamplingParams
 
 
 def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator] | None
+    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator] | None,
+    scratch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, V] float32 -> (tokens [B], logprobs [B]) under the temperature/top-p sampling
     distribution. Row i draws its uniform from generators[i], so a row's sample does not depend on
-    the other rows in the batch (inverse-CDF sampling)."""
+    the other rows in the batch (inverse-CDF sampling).
+
+    scratch: a float32 [>= B, V] buffer that a generation reuses at every step. Given, the log-probs are
+    written there and `logits` (then the caller's own buffer) is overwritten, so the sampler allocates no
+    [B, V] tensor: on 2 CPU cores a fresh one (12 MB at 64 rows) costs as much in page faults as the
+    pass that fills it. The same values either way."""
+    own = scratch is not None
+    logprobs_out = scratch[: len(logits)] if own else None
     if params.temperature <= 0:
-        logprobs = torch.log_softmax(logits, dim=-1)
+        logprobs = torch.log_softmax(logits, dim=-1, out=logprobs_out)
         tokens = logits.argmax(dim=-1)
         return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-    logprobs = torch.log_softmax(logits / params.temperature, dim=-1)  # [B, V]
+    scaled = logits.div_(params.temperature) if own else logits / params.temperature
+    logprobs = torch.log_softmax(scaled, dim=-1, out=logprobs_out)  # [B, V]
     if params.top_p < 1.0:
         sorted_lp, sorted_idx = logprobs.sort(dim=-1, descending=True)
         cumulative = sorted_lp.exp().cumsum(dim=-1)
@@ -36,7 +45,7 @@ def sample_next(
         tokens = torch.multinomial(logprobs.exp(), 1).squeeze(-1)
         return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
     u = torch.stack([torch.rand((), generator=g, device=logits.device) for g in generators])  # [B]
-    cdf = logprobs.exp().cumsum_(dim=-1)  # [B, V] non-decreasing
+    cdf = torch.exp(logprobs, out=logits if own else None).cumsum_(dim=-1)  # [B, V] non-decreasing
     # The first token whose cumulative probability reaches u: as many tokens as lie below u.
     tokens = torch.searchsorted(cdf, u[:, None]).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)  # [B]
     chosen = logprobs.gather(-1, tokens[:, None]).squeeze(-1)  # [B]
@@ -58,6 +67,8 @@ def live_rows_in_place(live: torch.Tensor) -> torch.Tensor:
 
 
 class EmbeddedEngine(InProcessEngine):
+    decode_form = "none yet"  # how the last generation's decode steps ran, in words (benchmarks record it)
+
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
     ) -> list[Completion]:
@@ -65,31 +76,34 @@ class EmbeddedEngine(InProcessEngine):
         with self.inference():
             split = split_head(self.model)  # of the model as merged for inference
             with packed_linears(self.model, self.batch_size, split[1] if split else None) as packed_head:
+                # The engine's own decode step where the body has the form (made once: it lays out its products).
+                step = DecodeStep(split[0], self.batch_size) if split and llama_shaped(split[0]) else None
                 # (done, total) decode steps, for the progress display
                 self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)
 
                 def one_batch(start: int, chunk: list[list[int]], chunk_seeds: list[int]) -> list[Completion]:
                     self._progress = (start // self.batch_size * params.max_new_tokens, self._progress[1])
-                    return self._generate_batch(chunk, params, chunk_seeds, split, packed_head)
+                    return self._generate_batch(chunk, params, chunk_seeds, split, packed_head, step)
 
                 return self.in_batches(prompts, seeds, one_batch)
 
     @torch.no_grad()  # not inference_mode: FSDP2 reuses the unsharded parameter buffers for training
     def _generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int],
-        split: tuple[torch.nn.Module, torch.Tensor] | None, packed_head: Product | None,
+        split: tuple[torch.nn.Module, torch.Tensor] | None, packed_head: Product | None, step: DecodeStep | None,
     ) -> list[Completion]:
         was_training = self.model.training
         self.model.eval()
         try:
-            tokens, logprobs, finished_by_stop = self._decode(prompts, params, seeds, split, packed_head)
+            tokens, logprobs, finished_by_stop = self._decode(prompts, params, seeds, split, packed_head, step)
         finally:
             self.model.train(was_training)
         return [self.completion(row_tokens, row_logprobs, stopped, params)
                 for row_tokens, row_logprobs, stopped in zip(tokens, logprobs, finished_by_stop)]
 
     def _decode(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int],
-                split: tuple[torch.nn.Module, torch.Tensor] | None, packed_head: Product | None):
+                split: tuple[torch.nn.Module, torch.Tensor] | None, packed_head: Product | None,
+                step: DecodeStep | None):
         device = next(self.model.parameters()).device
         generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         batch = len(prompts)
@@ -111,18 +125,19 @@ class EmbeddedEngine(InProcessEngine):
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         forward = self.model if split is None else split[0]  # the whole model, or its body without the head
         with_cache = cache_argument(forward, cache)  # named once: every decode step hands the same cache
-        # Decode steps through the body's own modules without transformers' per-call work, where it has the form.
-        step = DecodeStep(split[0]) if split and llama_shaped(split[0], prompt_len + params.max_new_tokens) else None
+        if step is not None and not step.fits(prompt_len + params.max_new_tokens):
+            step = None  # a sliding window shorter than this generation
+        self.decode_form = step.form if step else "transformers' forward"
 
-        def head(hidden: torch.Tensor) -> torch.Tensor:  # [rows, H] -> fp32 logits [rows, V]
-            return (packed_head(hidden) if packed_head else output_logits(hidden, split[1])).float()
+        def head(hidden: torch.Tensor) -> torch.Tensor:  # [rows, H] -> logits [rows, V] in the model's dtype
+            return packed_head(hidden) if packed_head else output_logits(hidden, split[1])
 
         def next_logits(**inputs: torch.Tensor) -> torch.Tensor:
-            """-> fp32 logits [rows, V] after each row's last position; the output product through
-            its packed form or `output_logits` where the head can be split off the body (faster forms
-            on some CPUs)."""
+            """-> logits [rows, V] after each row's last position, in the model's dtype; the output product
+            through its packed form or `output_logits` where the head can be split off the body (faster
+            forms on some CPUs)."""
             if split is None:
-                return forward(**inputs, **with_cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+                return forward(**inputs, **with_cache, use_cache=True, logits_to_keep=1).logits[:, -1]
             if step is not None and inputs["input_ids"].shape[1] == 1:
                 return head(step(inputs["input_ids"][:, 0], inputs["attention_mask"], inputs["position_ids"][:, 0],
                                  cache))
@@ -133,7 +148,10 @@ class EmbeddedEngine(InProcessEngine):
         stopped = [False] * batch
         active = torch.arange(batch, device=device)  # [A] original row of each live row
         logits = next_logits(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)  # [U, V]
-        logits = logits[prompt_index]  # [A, V]
+        logits = logits[prompt_index].float()  # [A, V]
+        # fp32 [B, V] buffers that every step reuses (the sampler's): the logits, where the model's are in
+        # another dtype, and the log-probs.
+        held, scratch = torch.empty_like(logits), torch.empty_like(logits)
         if len(unique) < batch:
             cache.batch_select_indices(prompt_index)
         attention_mask, position_ids = attention_mask[prompt_index], position_ids[prompt_index]  # [A, P]
@@ -143,7 +161,7 @@ class EmbeddedEngine(InProcessEngine):
             if self.cancel.is_set():
                 raise GenerationCancelled("generation cancelled")
             tick(done_before + position, total, "decode steps")
-            tokens, token_logprobs = sample_next(logits, params, [generators[r] for r in active.tolist()])
+            tokens, token_logprobs = sample_next(logits, params, [generators[r] for r in active.tolist()], scratch)
             is_eos = torch.isin(tokens, eos)
             for row, token, lp, ended in zip(active.tolist(), tokens.tolist(), token_logprobs.tolist(), is_eos.tolist()):
                 out_tokens[row].append(token)
@@ -158,4 +176,5 @@ class EmbeddedEngine(InProcessEngine):
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=-1)
             next_pos = next_pos + 1
             logits = next_logits(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_pos[:, None])
+            logits = logits if logits.dtype == torch.float32 else held[: len(logits)].copy_(logits)  # ours to overwrite
         return out_tokens, out_logprobs, stopped

@@ -4,7 +4,9 @@ transformers' DynamicCache appends each decode step's keys and values with `torc
 layer's whole cache at every step: on 2 CPU cores that was 8% of the quickstart's generation (1.0 s of
 12.2, AMD EPYC, fp32). Here each layer holds a buffer of the generation's full length (prompt plus
 max_new_tokens) and hands attention views of its filled part. Dropping finished rows
-(`batch_select_indices`) copies only the rows that move, and only their filled part.
+(`batch_select_indices`) copies only the rows that move, and only their filled part. The buffers are
+zero past the filled part, so a product over a whole buffer (the engine's decode step, on a CPU in bf16)
+adds nothing from there.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ class PreallocatedLayer(DynamicLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
         batch, heads, _, dim = key_states.shape
-        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, dim)
-        self.value_buffer = value_states.new_empty(batch, value_states.shape[1], self.capacity, value_states.shape[-1])
+        self.key_buffer = key_states.new_zeros(batch, heads, self.capacity, dim)
+        self.value_buffer = value_states.new_zeros(batch, value_states.shape[1], self.capacity, value_states.shape[-1])
         self.length = 0
         self.keys, self.values = self.key_buffer[:, :, :0], self.value_buffer[:, :, :0]
         self.is_initialized = True
@@ -51,8 +53,8 @@ class PreallocatedLayer(DynamicLayer):
         rows = len(indices)
         if rows > self.key_buffer.shape[0]:
             keys, values = self.key_buffer[indices, :, : self.length], self.value_buffer[indices, :, : self.length]
-            self.key_buffer = keys.new_empty(rows, keys.shape[1], self.capacity, keys.shape[-1])
-            self.value_buffer = values.new_empty(rows, values.shape[1], self.capacity, values.shape[-1])
+            self.key_buffer = keys.new_zeros(rows, keys.shape[1], self.capacity, keys.shape[-1])
+            self.value_buffer = values.new_zeros(rows, values.shape[1], self.capacity, values.shape[-1])
             self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length] = keys, values
         else:
             moved = (indices != torch.arange(rows, device=indices.device)).nonzero().squeeze(-1)  # [M]

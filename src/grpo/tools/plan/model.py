@@ -18,7 +18,14 @@ import math
 from dataclasses import dataclass, replace
 
 from grpo.config import RunConfig
-from grpo.policy.constants import GROUPED_EAGER, HEAD_CHUNK_TOKENS, PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
+from grpo.policy.constants import (
+    GROUPED_EAGER,
+    HEAD_CHUNK_TOKENS,
+    LLAMA_SHAPED_MODELS,
+    PACKED_SDPA,
+    PACKING_ATTENTIONS,
+    PLAIN_EAGER_MODELS,
+)
 from grpo.precision import with_concrete_dtype
 from grpo.rollout.engines.registry import ENGINES, serves
 from grpo.rollout.server.backend import kv_bytes_per_token
@@ -46,8 +53,9 @@ class Costs:
     # ... and, a chunk of HEAD_CHUNK_TOKENS at a time, fp32 temporaries of [chunk, vocab]: the scaled logits,
     # the log-sum-exp's and the softmax's (for the entropy, and the backward's gradient).
     head_chunk_fp32_copies: float = 3.0
-    # Generation: fp32 copies of [rows, vocab] per decode step (the logits, log-softmax, sampling).
-    decode_logits_fp32_copies: float = 4.0
+    # Generation: fp32 copies of [rows, vocab] per decode step (the sampler's buffers for the logits and the
+    # log-probs, reused at every step; the first step's logits).
+    decode_logits_fp32_copies: float = 3.0
 
 
 COSTS = Costs()
@@ -194,9 +202,14 @@ def plan_memory(cfg: RunConfig, device: str, arch: Architecture, prompt_len: int
             gen.append(Component("merged LoRA weights", arch.lora_base_params(m.lora.target_modules) * w,
                                  "adapted layers merged for generation"))
         if device == "cpu" and m.dtype == "bfloat16":  # grpo.policy.packed
-            packed = (arch.num_layers * sum(a * b for a, b in arch.linear_shapes.values())
-                      + arch.vocab_size * arch.hidden_size)
-            gen.append(Component("packed weights", packed * w, "linear layers and head laid out for oneDNN"))
+            shapes = arch.linear_shapes
+            packed = arch.num_layers * sum(a * b for a, b in shapes.values()) + arch.vocab_size * arch.hidden_size
+            note = "linear layers and head laid out for oneDNN"
+            if attention == GROUPED_EAGER and arch.model_type in LLAMA_SHAPED_MODELS and not lora:
+                # The engine's decode step lays q, k and v out once more, as one product (its decode_step).
+                packed += arch.num_layers * sum(a * b for a, b in (shapes["q_proj"], shapes["k_proj"], shapes["v_proj"]))
+                note += ", q/k/v once more as one"
+            gen.append(Component("packed weights", packed * w, note))
     generation = Phase("generation", tuple(steady + gen))
 
     rows_per_step = r.problems_per_step * r.samples_per_problem

@@ -127,6 +127,19 @@ def test_a_draw_is_the_first_token_whose_cumulative_probability_reaches_its_unif
     assert not (tokens == 7).any()
 
 
+@pytest.mark.parametrize("params", [SamplingParams(1, temperature=0.7), SamplingParams(1, temperature=0.9, top_p=0.8),
+                                    SamplingParams(1, temperature=0.0)])
+def test_the_sampler_draws_the_same_into_a_reused_buffer(params):
+    torch.manual_seed(0)
+    logits = torch.randn(6, 300) * 4  # [B, V]
+    scratch = torch.full((8, 300), float("nan"))  # a generation's buffer, for up to 8 rows
+    seeds = [torch.Generator().manual_seed(s) for s in range(6)], [torch.Generator().manual_seed(s) for s in range(6)]
+    fresh = sample_next(logits, params, seeds[0])
+    reused = sample_next(logits.clone(), params, seeds[1], scratch)
+    assert torch.equal(fresh[0], reused[0]) and torch.equal(fresh[1], reused[1])
+    assert torch.isfinite(scratch[:6]).all() and scratch[6:].isnan().all()  # the log-probs went there
+
+
 def raising_forward(model, exc: BaseException):
     """Raise from the decoder body, which every forward runs (the engine may apply the head itself)."""
     def hook(module, args, kwargs):

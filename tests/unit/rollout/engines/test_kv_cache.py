@@ -51,6 +51,22 @@ def test_an_in_place_selection_copies_only_the_rows_that_move():
     assert cache.layers[0].keys[:, 0, 0, 0].tolist() == [3, 3, 0, 2]
 
 
+@pytest.mark.parametrize("repeat", [False, True])
+def test_the_buffers_are_zero_past_the_filled_part_whatever_rows_move(repeat):
+    """The engine's decode step multiplies whole value buffers: past the filled part they must add nothing."""
+    cache = preallocated_cache(7)
+    cache.update(torch.randn(4, 3, 4, 5) + 9, torch.randn(4, 3, 4, 5) + 9, 0)  # a prefill
+    if repeat:
+        cache.batch_select_indices(torch.tensor([0, 1, 1, 0, 2]))  # more rows than the buffer: a new one
+    rows = len(cache.layers[0].keys)
+    cache.update(torch.randn(rows, 3, 1, 5) + 9, torch.randn(rows, 3, 1, 5) + 9, 0)  # a decode step
+    cache.batch_select_indices(torch.tensor([3, 1, 2]))  # in place: row 0 takes row 3
+    layer = cache.layers[0]
+    for buffer in (layer.key_buffer, layer.value_buffer):
+        assert buffer.shape == (3, 3, 7, 5)
+        assert (buffer[:, :, :5] != 0).all() and (buffer[:, :, 5:] == 0).all()
+
+
 def test_a_full_cache_is_refused():
     cache = preallocated_cache(4)
     cache.update(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2), 0)

@@ -50,9 +50,11 @@ def test_generation_on_a_cpu_in_bf16_holds_its_laid_out_weights():
         generation = plan_memory(cfg, device, SMOL, 51).phases[1]
         return sum(c.bytes for c in generation.components if c.name == "packed weights")
 
-    # Every linear layer's weights and the head, in bf16: all the parameters but the norms (grpo.policy.packed).
+    # Every linear layer's weights and the head, in bf16: all the parameters but the norms (grpo.policy.packed),
+    # and q, k and v once more, as the decode step's one product.
     norms = SMOL.num_layers * 2 * SMOL.hidden_size + SMOL.hidden_size
-    assert packed(load_config("quickstart", BF16), "cpu") == (SMOL.params - norms) * 2
+    qkv = SMOL.num_layers * SMOL.hidden_size * (SMOL.num_heads + 2 * SMOL.num_kv_heads) * SMOL.head_dim
+    assert packed(load_config("quickstart", BF16), "cpu") == (SMOL.params - norms + qkv) * 2
     assert packed(load_config("quickstart", ["model.dtype=float32"]), "cpu") == 0  # F.linear, nothing laid out
     assert packed(load_config("quickstart", BF16), "cuda") == 0
 
