@@ -9,6 +9,7 @@ from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.update import TrainBatch, collate, completion_logprobs
 from grpo.rollout.engines import SampleStatus, SamplingParams
 from grpo.rollout.engines.embedded import EmbeddedEngine, sample_next
+from grpo.rollout.engines.transformers import TransformersEngine
 
 
 def make_engine(batch_size=8, seed=0, engine=EmbeddedEngine):
@@ -96,8 +97,9 @@ def test_truncated_when_max_new_tokens_is_reached():
     assert len(out.token_ids) == 6 and out.finish_reason == "length" and out.status == SampleStatus.TRUNCATED
 
 
-def test_stop_strings_cut_the_completion():
-    engine, tok = make_engine()
+@pytest.mark.parametrize("engine_class", [EmbeddedEngine, TransformersEngine])
+def test_stop_strings_cut_the_completion(engine_class):
+    engine, tok = make_engine(engine=engine_class)
     outs = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0), [3, 4, 5, 6])
     stop = outs[0].text[2:4]
     cut = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0, stop=(stop,)), [3, 4, 5, 6])[0]

@@ -93,15 +93,6 @@ def test_rows_that_end_early_keep_their_eos_and_nothing_after_it():
     assert all(len(o.token_ids) == len(o.logprobs) for o in outs)
 
 
-def test_stop_strings_cut_the_completion():
-    engine, tok = make_engine(engine=TransformersEngine)
-    outs = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0), [3, 4, 5, 6])
-    stop = outs[0].text[2:4]
-    cut = engine.generate(prompts_for(tok, ["a"]) * 4, SamplingParams(12, 1.0, stop=(stop,)), [3, 4, 5, 6])[0]
-    assert cut.text.endswith(stop) and len(cut.text) <= 4 and cut.finish_reason == "stop"
-    assert len(cut.token_ids) == len(cut.logprobs) < len(outs[0].token_ids)
-
-
 def test_running_out_of_memory_fails_the_samples_and_a_bug_is_a_crash():
     engine, tok = make_engine(engine=TransformersEngine)
     hook = raising_forward(engine.model, torch.OutOfMemoryError("CUDA out of memory (simulated)"))
