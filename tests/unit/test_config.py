@@ -263,6 +263,19 @@ def test_unknown_preset_lists_the_presets():
     assert "tiny" in message and "quickstart" in message
 
 
+def test_a_directory_named_as_a_preset_is_not_taken_for_it(tmp_path, monkeypatch):
+    """`grpo quickstart` run where its run directory `quickstart/` lies read the preset's name as that directory
+    (and failed after training, looking up the quickstart's expected gain)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quickstart").mkdir()
+    (tmp_path / "quickstart" / "config.yaml").write_text("name: a run of mine\n")
+    assert load_config("quickstart").name == "quickstart"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.yaml").write_text("name: a run of mine\n")
+    with pytest.raises(ConfigError, match="'mine' is a directory, not a YAML file; did you mean mine/config.yaml"):
+        load_config("mine")
+
+
 # ---------------------------------------------------------------------------------------------
 # Saving
 

@@ -24,16 +24,17 @@ PRESET_DIR = Path(__file__).parent.parent / "configs"
 
 
 def resolve_config_path(name_or_path: str) -> Path:
-    """A file path, or a preset name such as `quickstart` or `gsm8k/fast`."""
+    """A file path, or a preset name such as `quickstart` or `gsm8k/fast`. A directory is never a config: where
+    one has a preset's name (a run directory called `quickstart` in the working directory), the preset is meant."""
     path = Path(name_or_path)
     if path.is_file():
         return path
-    if path.is_dir():
-        hint = f"; did you mean {path / 'config.yaml'}?" if (path / "config.yaml").is_file() else ""
-        raise ConfigError(f"config {name_or_path!r} is a directory, not a YAML file{hint}")
     preset = PRESET_DIR / (name_or_path if name_or_path.endswith(".yaml") else f"{name_or_path}.yaml")
     if preset.is_file():
         return preset
+    if path.is_dir():
+        hint = f"; did you mean {path / 'config.yaml'}?" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"config {name_or_path!r} is a directory, not a YAML file{hint}")
     presets = sorted(str(p.relative_to(PRESET_DIR).with_suffix("")) for p in PRESET_DIR.rglob("*.yaml"))
     raise ConfigError(f"config {name_or_path!r} is neither a file nor a preset; presets: {', '.join(presets)}")
 
