@@ -69,9 +69,9 @@ def time_op(op, repeats: int) -> float:
     return statistics.median(times)
 
 
-def decode_form(dtype: str) -> str:
-    """How grpo's embedded engine runs the quickstart model's decode steps in `dtype` (a model.dtype) on this
-    machine, in words (grpo.rollout.engines.decode_step): the engine's own words after a two-token generation."""
+def decode_form(dtype: str, device: str = "cpu") -> str:
+    """How grpo's embedded engine runs the quickstart model's decode steps in `dtype` (a model.dtype) on
+    `device`, in words (grpo.rollout.engines.decode_step): the engine's own words after a two-token generation."""
     import torch
 
     from grpo.config import load_config
@@ -80,7 +80,7 @@ def decode_form(dtype: str) -> str:
     from grpo.rollout.engines.embedded import EmbeddedEngine
 
     cfg = load_config("quickstart", [f"model.dtype={dtype}"])
-    model, tokenizer = load_model_and_tokenizer(cfg.model, torch.device("cpu"))
+    model, tokenizer = load_model_and_tokenizer(cfg.model, torch.device(device))
     engine = EmbeddedEngine(model, tokenizer, batch_size=cfg.rollout.problems_per_step * cfg.rollout.samples_per_problem)
     engine.generate([tokenizer("1+1=", add_special_tokens=False)["input_ids"]], SamplingParams(2, 1.0))
     return engine.decode_form

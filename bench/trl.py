@@ -2,7 +2,8 @@
 phase, peak RSS and mean completion length, in both precision pairings.
 
     PYTHONPATH=src python bench/trl.py [--steps 3] [--warmup 1] [--trl-python .venv-trl/bin/python]
-                                       [--pairings fp32,bf16] [--micro-batch 8,32] [--out bench/RESULTS.md]
+                                       [--pairings fp32,bf16] [--micro-batch 8,32] [--device cpu]
+                                       [--out bench/RESULTS.md]
 
 The work: SmolLM2-135M-Instruct, two-digit additions (grpo's arith task: the same prompts, in the same order,
 for both), 8 prompts x 8 samples x 40 new tokens, temperature 1.0, lr 1e-5, no KL, no gradient
@@ -26,6 +27,9 @@ nothing to the loss or its gradient: grpo.policy.update.rows_with_gradient), TRL
 give the share of the rows each computed.
 Peak RSS: grpo resets VmHWM at each phase (for its per-phase memory metrics), so its peak is the largest of
 those and of the process's own maximum RSS; TRL's is its VmHWM at the end.
+--device cuda runs both sides on the GPU (grpo model.device=cuda; TRL without use_cpu, generating with
+transformers' generate as grpo's embedded engine does, no vLLM) and adds each side's peak GPU memory
+(torch.cuda.max_memory_allocated: grpo's largest phase peak, TRL's at the end).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class Result:
     peak_rss_bytes: int
     wall_s: float  # the whole process: load, warm-up and timed steps
     rows_computed: float = 1.0  # the share of the rows the update computed, mean over the timed steps
+    peak_gpu_bytes: int = 0  # --device cuda: torch.cuda.max_memory_allocated
 
     @property
     def generate_tokens_per_s(self) -> float:
@@ -91,11 +96,11 @@ def run_child(command: list[str], log: Path, env: dict[str, str]) -> tuple[int, 
     return usage.ru_maxrss * 1024, time.time() - started
 
 
-def run_grpo(work: Work, pairing: str, steps: int, warmup: int, out: Path) -> Result:
+def run_grpo(work: Work, pairing: str, steps: int, warmup: int, out: Path, device: str) -> Result:
     run_dir = out / f"grpo-{pairing}-mb{work.micro_batch_size}"
     shutil.rmtree(run_dir, ignore_errors=True)
     overrides = [
-        f"model.name={MODEL}", *GRPO_PRECISION[pairing], "model.gradient_checkpointing=false",
+        f"model.name={MODEL}", f"model.device={device}", *GRPO_PRECISION[pairing], "model.gradient_checkpointing=false",
         f"rollout.problems_per_step={work.problems_per_step}", f"rollout.samples_per_problem={work.samples_per_problem}",
         f"rollout.max_new_tokens={work.max_new_tokens}", f"rollout.temperature={work.temperature}",
         f"actor.lr={work.lr}", "actor.schedule=constant", "actor.warmup_steps=0", "actor.max_grad_norm=1.0",
@@ -106,7 +111,9 @@ def run_grpo(work: Work, pairing: str, steps: int, warmup: int, out: Path) -> Re
         "logging.tensorboard=false",
     ]
     command = [sys.executable, "-m", "grpo", "train", "--config", "quickstart", "--run-dir", str(run_dir), *overrides]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    # src first; packages already on the path (a GPU machine's carried wheels) stay
+    python_path = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": python_path, "HF_HUB_OFFLINE": "1"}
     max_rss, wall = run_child(command, out / f"{run_dir.name}.log", env)
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     if len(lines) != warmup + steps:
@@ -116,25 +123,29 @@ def run_grpo(work: Work, pairing: str, steps: int, warmup: int, out: Path) -> Re
     timed = [x for x in lines[warmup:] if "time/update_s" in x]
     if not timed:
         raise SystemExit(f"{run_dir}: no timed step updated the policy; run more --steps")
-    phase_peaks = [v for line in lines for k, v in line.items() if k.startswith("memory/") and k.endswith("_peak_gib")]
+    # grpo's phase peaks are of the device the model is on: the process's RSS on a CPU, allocated memory on a GPU
+    phase_peaks = [int(v * 2**30) for line in lines for k, v in line.items()
+                   if k.startswith("memory/") and k.endswith("_peak_gib")]
+    on_gpu = device != "cpu"
     return Result(
         label=f"grpo, {PAIRINGS[pairing][0]}",
         step_s=statistics.median(x["time/step_s"] for x in timed),
         generate_s=statistics.median(x["time/generate_s"] for x in timed),
         update_s=statistics.median(x["time/update_s"] for x in timed),
         completion_tokens=statistics.mean(x["perf/generated_tokens"] for x in timed),
-        peak_rss_bytes=max([max_rss, *(int(v * 2**30) for v in phase_peaks)]),
+        peak_rss_bytes=max([max_rss, *([] if on_gpu else phase_peaks)]),
         wall_s=wall,
         rows_computed=statistics.mean(x["actor/rows_computed"] / (work.problems_per_step * work.samples_per_problem)
                                       for x in timed),
+        peak_gpu_bytes=max(phase_peaks, default=0) if on_gpu else 0,
     )
 
 
 def run_trl(work: Work, pairing: str, steps: int, warmup: int, out: Path, trl_python: str,
-            model_dir: str, rows: list[dict]) -> Result:
+            model_dir: str, rows: list[dict], device: str) -> Result:
     name = f"trl-{TRL_PRECISION[pairing]}-mb{work.micro_batch_size}"
     spec = {**work.__dict__, "steps": warmup + steps, "precision": TRL_PRECISION[pairing],
-            "model_dir": model_dir, "prompts": rows}
+            "model_dir": model_dir, "prompts": rows, "device": device}
     spec_path = out / f"{name}.json"
     spec_path.write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # TRL's environment never imports grpo
@@ -153,22 +164,28 @@ def run_trl(work: Work, pairing: str, steps: int, warmup: int, out: Path, trl_py
         completion_tokens=statistics.mean(x["completion_tokens"] for x in timed),
         peak_rss_bytes=max(report["peak_rss_bytes"], max_rss),
         wall_s=wall,
+        peak_gpu_bytes=report.get("peak_gpu_bytes", 0),
     )
 
 
-def table(pairs: list[tuple[str, Result, Result]], work: Work) -> list[str]:
+def table(pairs: list[tuple[str, Result, Result]], work: Work, gpu: bool) -> list[str]:
+    """On a GPU the seconds have two decimals (steps take one or two) and each side's peak GPU memory is added."""
+    digits, gpu_head, gpu_rule = (2, " peak GPU MiB |", "---:|") if gpu else (1, "", "")
     lines = ["| config | s/step | generation s | generation tok/s | update s | update tok/s | rows computed "
-             "| peak RSS MiB | mean completion len |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"| peak RSS MiB |{gpu_head} mean completion len |", f"|---|---:|---:|---:|---:|---:|---:|---:|{gpu_rule}---:|"]
     for _, grpo, trl in pairs:
         for r in (grpo, trl):
-            lines.append(f"| {r.label} | {r.step_s:.1f} | {r.generate_s:.1f} | {r.generate_tokens_per_s:.0f} "
-                         f"| {r.update_s:.1f} | {r.update_tokens_per_s:.0f} | {r.rows_computed:.0%} "
-                         f"| {r.peak_rss_bytes / 2**20:,.0f} "
-                         f"| {r.mean_length(work):.1f} |")
-    lines += ["", "| pairing | TRL time / grpo time | grpo RSS / TRL RSS |", "|---|---:|---:|"]
+            gpu_cell = f" {r.peak_gpu_bytes / 2**20:,.0f} |" if gpu else ""
+            lines.append(f"| {r.label} | {r.step_s:.{digits}f} | {r.generate_s:.{digits}f} "
+                         f"| {r.generate_tokens_per_s:.0f} | {r.update_s:.{digits}f} | {r.update_tokens_per_s:.0f} "
+                         f"| {r.rows_computed:.0%} | {r.peak_rss_bytes / 2**20:,.0f} |{gpu_cell} "
+                         f"{r.mean_length(work):.1f} |")
+    gpu_head = " grpo GPU memory / TRL's |" if gpu else ""
+    lines += ["", f"| pairing | TRL time / grpo time | grpo RSS / TRL RSS |{gpu_head}", f"|---|---:|---:|{gpu_rule}"]
     for name, grpo, trl in pairs:
+        gpu_cell = f" {grpo.peak_gpu_bytes / max(trl.peak_gpu_bytes, 1):.2f}x |" if gpu else ""
         lines.append(f"| {name}: {PAIRINGS[name][0]} vs {PAIRINGS[name][1]} | {trl.step_s / grpo.step_s:.2f}x "
-                     f"| {grpo.peak_rss_bytes / trl.peak_rss_bytes:.2f}x |")
+                     f"| {grpo.peak_rss_bytes / trl.peak_rss_bytes:.2f}x |{gpu_cell}")
     return lines
 
 
@@ -183,6 +200,7 @@ def main() -> None:
                                                                "on both sides (grpo algo.micro_batch_size; TRL "
                                                                "per_device_train_batch_size); each divides 64")
     parser.add_argument("--trl-python", default=str(REPO / ".venv-trl" / "bin" / "python"))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where both sides run")
     parser.add_argument("--work-dir", default=str(REPO / "bench_runs" / "trl"), help="run directories and logs")
     parser.add_argument("--out", help="append a dated section with the machine and the tables to this file "
                                       "(e.g. bench/RESULTS.md)")
@@ -192,6 +210,8 @@ def main() -> None:
         raise SystemExit(f"--pairings {args.pairings!r}: give one or more of {', '.join(PAIRINGS)}")
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("--steps must be at least 1 and --warmup 0 or more")
+    if args.device == "cuda" and not gpu_name():
+        raise SystemExit("--device cuda: torch sees no CUDA device here")
     if not Path(args.trl_python).is_file():
         raise SystemExit(f"{args.trl_python} does not exist: build TRL's environment with scripts/setup_trl_env.sh")
     from grpo.policy.models import resolve_model_source
@@ -210,19 +230,20 @@ def main() -> None:
         rows = prompts(work, (args.warmup + args.steps) * work.problems_per_step)
         for name in pairings:
             print(f"[{name}, micro-batch {size}] grpo ...", flush=True)
-            grpo = run_grpo(work, name, steps=args.steps, warmup=args.warmup, out=out)
+            grpo = run_grpo(work, name, steps=args.steps, warmup=args.warmup, out=out, device=args.device)
             print(f"[{name}, micro-batch {size}] TRL ...", flush=True)
-            trl = run_trl(work, name, args.steps, args.warmup, out, args.trl_python, model_dir, rows)
+            trl = run_trl(work, name, args.steps, args.warmup, out, args.trl_python, model_dir, rows, args.device)
             by_size.setdefault(size, []).append((name, grpo, trl))
     lines = []
     for size, pairs in by_size.items():
         work = Work(micro_batch_size=size)
-        lines += [f"Micro-batch {size}:", "", *table(pairs, work), ""]
+        lines += [f"Micro-batch {size}:", "", *table(pairs, work, gpu=args.device == "cuda"), ""]
     lines += best_lines(by_size)
     # The form of grpo's decode steps in each precision its pairings ran (model.dtype=bfloat16 or float32).
     dtypes = sorted({o.split("=")[1] for p in pairings for o in GRPO_PRECISION[p] if o.startswith("model.dtype=")})
-    lines += ["", *(f"grpo's decode steps in {dtype}: {decode_form(dtype)}" for dtype in dtypes)]
-    header = (f"grpo vs TRL {_trl_version(args.trl_python)} GRPOTrainer, {started:%Y-%m-%d %H:%M} UTC, {machine()}; "
+    lines += ["", *(f"grpo's decode steps in {dtype}: {decode_form(dtype, args.device)}" for dtype in dtypes)]
+    where = f"{gpu_name()} (host: {machine()})" if args.device == "cuda" else machine()
+    header = (f"grpo vs TRL {_trl_version(args.trl_python)} GRPOTrainer, {started:%Y-%m-%d %H:%M} UTC, {where}; "
               f"{Work().problems_per_step} prompts x {Work().samples_per_problem} samples x {Work().max_new_tokens} "
               f"new tokens, micro-batch {args.micro_batch}, {args.warmup} warm-up + {args.steps} timed steps "
               "(medians)")
@@ -230,7 +251,7 @@ def main() -> None:
     if args.out:
         section = [f"## grpo vs TRL: {started:%Y-%m-%d %H:%M} UTC", "", header, "", *lines,
                    "", f"`python bench/trl.py --steps {args.steps} --warmup {args.warmup} --pairings "
-                   f"{args.pairings} --micro-batch {args.micro_batch}`", ""]
+                   f"{args.pairings} --micro-batch {args.micro_batch} --device {args.device}`", ""]
         path = Path(args.out)
         prefix = "" if path.is_file() else "# Benchmark results\n\n"
         with open(path, "a") as f:
@@ -258,6 +279,13 @@ def best_lines(by_size: dict[int, list[tuple[str, Result, Result]]]) -> list[str
         lines.append(f"| {name} | {grpo.step_s:.1f} ({grpo_size}) | {trl.step_s:.1f} ({trl_size}) "
                      f"| {trl.step_s / grpo.step_s:.2f}x |")
     return lines
+
+
+def gpu_name() -> str:
+    """The CUDA device's name, or "" where torch sees none."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else ""
 
 
 def _trl_version(python: str) -> str:

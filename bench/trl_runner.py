@@ -6,7 +6,8 @@ Runs in TRL's own environment (scripts/setup_trl_env.sh), never imports grpo. SP
 the weights' precision (`fp32_autocast`: fp32 weights, bf16 autocast; `bf16`: pure bf16 weights; `fp32`: fp32
 weights without autocast, TRL at its best on a CPU without bf16 instructions), the sizes,
 and the prompts with their gold answers, in the order grpo trains on them. The last stdout line is a JSON
-object with per-step wall time, generation and update seconds and tokens, and the process's peak RSS. With
+object with per-step wall time, generation and update seconds and tokens, and the process's peak RSS (and
+peak GPU memory where SPEC's `device` is cuda: then TRL runs without `use_cpu`). With
 `save_dir` in SPEC the trained model and its tokenizer are saved there (bench/learning.py evaluates them).
 """
 
@@ -123,7 +124,7 @@ def main() -> None:
     accumulation = completions // spec["micro_batch_size"]
     with tempfile.TemporaryDirectory(prefix="trl-bench-") as out:
         args = GRPOConfig(
-            output_dir=out, max_steps=spec["steps"], seed=spec["seed"], use_cpu=True,
+            output_dir=out, max_steps=spec["steps"], seed=spec["seed"], use_cpu=spec.get("device", "cpu") == "cpu",
             # fp32 weights under bf16 autocast, or bf16 (AdamW state in bf16 too) or fp32 weights without it
             bf16=spec["precision"] == "fp32_autocast", fp16=False,
             learning_rate=spec["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
@@ -143,7 +144,8 @@ def main() -> None:
         if spec.get("save_dir"):
             trainer.save_model(spec["save_dir"])
             tokenizer.save_pretrained(spec["save_dir"])
-    print(json.dumps({"steps": timer.steps, "peak_rss_bytes": peak_rss_bytes(),
+    gpu_peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+    print(json.dumps({"steps": timer.steps, "peak_rss_bytes": peak_rss_bytes(), "peak_gpu_bytes": gpu_peak,
                       "attn_implementation": model.config._attn_implementation,
                       "activation_checkpointing": bool(getattr(model, "is_activation_checkpointing", False)),
                       "torch_threads": torch.get_num_threads()}), flush=True)
