@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="then torch's profiler over one generation of the "
+                                                               "engine: its operations by self CPU and device time")
     args = parser.parse_args()
 
     device = resolve_device(args.device)
@@ -63,9 +65,35 @@ def main() -> None:
             seconds += time.perf_counter() - start
         results[name] = tokens / seconds
         print(f"{name:<16} {tokens / args.repeats:7.0f} tokens/batch  {results[name]:8.1f} tokens/s")
+    if args.profile:
+        print("\n".join(profile(ours, device)))
     print(f"ratio (engine / generate): {results['embedded engine'] / results['HF generate']:.2f}x "
           f"on {device.type}, batch {args.batch}, {args.new_tokens} new tokens, {args.dtype}; the engine's decode "
           f"steps: {engine.decode_form}")
+
+
+def profile(generation, device: torch.device, top: int = 20) -> list[str]:
+    """Where one generation's time goes: the wall time, then the operations that took the most host time
+    (launching and Python around them) beside their device time (where a GPU runs them)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        start = time.perf_counter()
+        generation()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    device_total = sum(e.self_device_time_total for e in events) / 1e6
+    host_total = sum(e.self_cpu_time_total for e in events) / 1e6
+    lines = [f"one generation profiled: {wall:.2f} s wall; operations' self host time {host_total:.2f} s, "
+             f"self device time {device_total:.2f} s", "",
+             "| operation | calls | host s | device s |", "|---|---:|---:|---:|"]
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]:
+        lines.append(f"| {e.key} | {e.count} | {e.self_cpu_time_total / 1e6:.3f} | {e.self_device_time_total / 1e6:.3f} |")
+    return lines
 
 
 if __name__ == "__main__":

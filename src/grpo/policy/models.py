@@ -29,7 +29,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from grpo.config import ModelConfig, TinyModelConfig
 from grpo.errors import ConfigError
 from grpo.policy import unpad
-from grpo.policy.attention import use_grouped_eager, use_packed_sdpa
+from grpo.policy.attention import skip_cudnn_attention, use_grouped_eager, use_packed_sdpa
 from grpo.policy.vml import settle_dispatch
 from grpo.precision import concrete_dtype
 
@@ -90,6 +90,7 @@ def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[to
         else:
             use_packed_sdpa(model)
     unpad.install(model)
+    skip_cudnn_attention(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

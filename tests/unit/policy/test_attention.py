@@ -8,6 +8,7 @@ from grpo.policy.attention import (
     PACKED_SDPA,
     PLAIN_EAGER_MODELS,
     grouped_eager_attention,
+    skip_cudnn_attention,
     use_grouped_eager,
     use_packed_sdpa,
 )
@@ -93,3 +94,17 @@ def test_packed_sdpa_is_transformers_sdpa_for_everything_but_a_packed_micro_batc
     assert use_packed_sdpa(model) and model.config._attn_implementation == PACKED_SDPA
     for logits, want in zip(forwards(), expected):
         assert torch.equal(logits, want)
+
+
+def test_a_model_loaded_onto_a_gpu_takes_sdpa_without_cudnn():
+    """cuDNN's attention plans every new shape anew (1.6 ms of host time a call on an H200); a CPU is left alone."""
+    enabled = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        skip_cudnn_attention(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        skip_cudnn_attention(torch.device("cuda", 0))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(enabled)
