@@ -18,6 +18,7 @@ attention unchanged for everything else.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,6 +30,8 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask,
 
 from grpo.policy.constants import GROUPED_EAGER as NAME
 from grpo.policy.constants import PACKED_SDPA, PACKING_ATTENTIONS, PLAIN_EAGER_MODELS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -180,8 +183,10 @@ def skip_cudnn_attention(device: torch.device) -> None:
     call: a decode step's keys grow by one, each step's prompts and micro-batches have lengths of their own.
     On an NVIDIA H200 (torch 2.11, bf16, 2026-11-27) an SDPA call then took 1.6 ms of host time, and the
     quickstart's steps 2-6 ran 2.6-4.0 s with cuDNN's attention and 1.3-1.7 s without (two alternating pairs)."""
-    if device.type == "cuda":
+    if device.type == "cuda" and torch.backends.cuda.cudnn_sdp_enabled():
         torch.backends.cuda.enable_cudnn_sdp(False)
+        log.info("attention on %s: SDPA without cuDNN's backend, which plans each new shape anew (steps ran 2x "
+                 "slower with it on an H200)", device.type)
 
 
 def use_grouped_eager(model: torch.nn.Module) -> bool:
