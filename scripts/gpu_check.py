@@ -11,7 +11,8 @@ Parts, in this order (--parts picks; the default is the first three):
   --trl-micro-batch), seconds per step by phase and peak memory. TRL runs in --trl-python; without it, in
   this interpreter with this process's PYTHONPATH (where a GPU machine's carried wheels are).
 - generation: bench/generation.py, the embedded engine (its decode-step form named) against transformers'
-  `generate` on the device, bf16.
+  `generate` on the device, bf16, and torch's profiler over one of the engine's generations (host and device
+  time by operation: on an H200 a step was bound by launching kernels).
 - shape: the quickstart's shape with random weights (--model-dir: a config.json and tokenizer) and a length
   reward, so every step updates, in bf16 and float32: for a machine that cannot take the weights.
 - mfu: `bench/scaling.py --mfu` (the update's MFU per Qwen size, which the scaling projection assumes).
@@ -173,9 +174,10 @@ def trl(device: str, python: str, pairings: str, micro_batch: str, steps: int, o
 
 def generation(device: str, out: Path) -> list[str]:
     status, _ = run("generation", [sys.executable, str(REPO / "bench" / "generation.py"), "--device", device,
-                                   "--dtype", "bfloat16"], out, 300)
-    lines = (out / "generation.log").read_text().splitlines()
-    return [f"bench/generation.py: exit {status}", *lines[-3:]]
+                                   "--dtype", "bfloat16", "--profile"], out, 300)
+    text = (out / "generation.log").read_text()
+    start = text.find("embedded engine ")  # the two rates, the profile's table, the ratio
+    return [f"bench/generation.py --profile: exit {status}", *text[max(start, 0):].splitlines()]
 
 
 def random_model(model_dir: Path, into: Path) -> None:
