@@ -356,7 +356,7 @@ def measure_mfu() -> None:
         completions = [torch.randint(QWEN_VOCAB, (COMPLETION_TOKENS,), generator=rng).tolist()
                        for _ in range(MICRO_BATCH)]
         batch = TrainBatch([prompt] * MICRO_BATCH, completions, [[0.0] * COMPLETION_TOKENS] * MICRO_BATCH,
-                           torch.zeros(MICRO_BATCH))
+                           torch.zeros(MICRO_BATCH), gradient_rows=list(range(MICRO_BATCH)))
         mb = collate(batch, list(range(MICRO_BATCH)), 0, device)
 
         def forward_backward(model: torch.nn.Module = model) -> None:

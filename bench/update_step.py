@@ -49,7 +49,7 @@ def main() -> None:
     rows = [(p, [rng.randrange(100, 1000) for _ in range(rng.randint(args.min_len, args.max_len))])
             for p in prompts for _ in range(args.group_size)]
     batch = TrainBatch([p for p, _ in rows], [c for _, c in rows], [[-1.0] * len(c) for _, c in rows],
-                       torch.zeros(len(rows)))
+                       torch.zeros(len(rows)), gradient_rows=list(range(len(rows))))  # every row computed
     tokens = sum(len(p) + len(c) for p, c in rows)
 
     forms = {"every row in full": dict(share_prompt=False), "prompt once, KV cache": dict(pack=False),
