@@ -46,7 +46,9 @@ def main() -> None:
     model.train()
     rng = random.Random(0)
     prompts = [encode_prompt(tok, p, TaskConfig()) for p in ArithTask(ArithConfig()).eval_problems(args.groups)]
-    rows = [(p, [rng.randrange(100, 1000) for _ in range(rng.randint(args.min_len, args.max_len))])
+    vocab = model.config.vocab_size  # tokens 100-999, or what a smaller vocabulary (the tiny model's) has
+    rows = [(p, [rng.randrange(min(100, vocab // 2), min(1000, vocab)) for _ in range(rng.randint(args.min_len,
+                                                                                                  args.max_len))])
             for p in prompts for _ in range(args.group_size)]
     batch = TrainBatch([p for p, _ in rows], [c for _, c in rows], [[-1.0] * len(c) for _, c in rows],
                        torch.zeros(len(rows)), gradient_rows=list(range(len(rows))))  # every row computed
