@@ -7,11 +7,13 @@ key-value head's query heads are stacked along the query length instead, so each
 same dot products against keys used where they lie. The arithmetic is eager's, op for op (scores scaled,
 the additive mask, softmax in fp32, back to the model's dtype).
 
-The update runs a micro-batch packed as one sequence (`PackedPrompts`): each distinct prompt once, then
-every row's completion. Every per-token layer then runs one product per weight over all those tokens,
-where a prompt pass and a completion pass would run two (the prompt's with few rows, and a full-size add
-of each weight's two gradients; under FSDP, each weight gathered twice); attention alone sees the
-structure: a prompt attends to itself, a completion to its prompt and itself. Two attentions take it: the
+The update runs a micro-batch packed as one sequence (`PackedPrompts`): the distinct prompts' common
+beginning once (a chat template's system turn: 27 of the quickstart's 51 prompt tokens), each distinct prompt's
+own tokens once, then every row's completion. Every per-token layer then runs one product per weight over all
+those tokens, where a prompt pass and a completion pass would run two (the prompt's with few rows, and a
+full-size add of each weight's two gradients; under FSDP, each weight gathered twice); attention alone sees the
+structure: the beginning attends to itself, a prompt to the beginning and itself, a completion to the beginning,
+its prompt and itself. Two attentions take it: the
 grouped eager one (CPU's default) and `packed_sdpa_attention` (GPUs' default), which is transformers' SDPA
 attention unchanged for everything else.
 """
@@ -19,8 +21,9 @@ attention unchanged for everything else.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -36,42 +39,66 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PackedPrompts:
-    """A micro-batch as one sequence [1, g*P + b*T]: g distinct prompts left-padded to P, then b rows'
-    fed completion tokens right-padded to T. Passed to the model as the keyword `packed`, which reaches
-    the attention function; the model's own mask is skipped by a 4D placeholder (`placeholder_mask`)."""
+    """A micro-batch as one sequence [1, C + g*S + b*T]: the distinct prompts' common beginning (C tokens, often
+    none: `shared_prefix`), the g prompts' own tokens left-padded to S, then b rows' fed completion tokens
+    right-padded to T. Passed to the model as the keyword `packed`, which reaches the attention function; the
+    model's own mask is skipped by a 4D placeholder (`placeholder_mask`)."""
 
     prompt_index: torch.Tensor  # [b] the prompt each row continues
-    prompt_allowed: torch.Tensor  # [g, 1, P, P] bool: a prompt token sees its earlier real tokens
-    completion_allowed: torch.Tensor  # [b, 1, T, P+T] bool: its prompt's real tokens, its own earlier real ones
-    _biases: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
+    prefix_allowed: torch.Tensor  # [1, 1, C, C] bool: the beginning is causal
+    prompt_allowed: torch.Tensor  # [g, 1, S, C+S] bool: the beginning, the prompt's own earlier real tokens
+    completion_allowed: torch.Tensor  # [b, 1, T, C+S+T] bool: the beginning, its prompt's real tokens, its own earlier real ones
+    _biases: dict[torch.dtype, tuple[torch.Tensor, ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, prompt_mask: torch.Tensor, prompt_index: torch.Tensor, fed_mask: torch.Tensor) -> "PackedPrompts":
-        """prompt_mask [g, P], prompt_index [b], fed_mask [b, T]: 1 where a token is real."""
+    def of(cls, prompt_mask: torch.Tensor, prompt_index: torch.Tensor, fed_mask: torch.Tensor,
+           prefix: int = 0) -> "PackedPrompts":
+        """prompt_mask [g, S] (each prompt's own tokens, after the `prefix` shared ones), prompt_index [b],
+        fed_mask [b, T]: 1 where a token is real."""
         prompt_len, fed_len = prompt_mask.shape[1], fed_mask.shape[1]
         real_prompt, real_fed = prompt_mask.bool(), fed_mask.bool()
-        causal = lambda n: torch.ones(n, n, dtype=torch.bool, device=real_fed.device).tril()  # noqa: E731
-        prompt_allowed = causal(prompt_len) & real_prompt[:, None, :]  # [g, P, P]
+        device = real_fed.device
+        causal = lambda n: torch.ones(n, n, dtype=torch.bool, device=device).tril()  # noqa: E731
+        beginning = lambda rows, length: torch.ones(rows, length, prefix, dtype=torch.bool, device=device)  # noqa: E731
+        prompt_allowed = torch.cat([beginning(len(real_prompt), prompt_len),
+                                    causal(prompt_len) & real_prompt[:, None, :]], dim=-1)  # [g, S, C+S]
         completion_allowed = torch.cat([
-            real_prompt[prompt_index][:, None, :].expand(-1, fed_len, -1),  # [b, T, P]
+            beginning(len(real_fed), fed_len),  # [b, T, C]
+            real_prompt[prompt_index][:, None, :].expand(-1, fed_len, -1),  # [b, T, S]
             causal(fed_len) & real_fed[:, None, :],  # [b, T, T]
         ], dim=-1)
-        return cls(prompt_index, prompt_allowed[:, None], completion_allowed[:, None])
+        return cls(prompt_index, causal(prefix)[None, None], prompt_allowed[:, None], completion_allowed[:, None])
 
     @property
-    def prompt_tokens(self) -> int:  # g * P, where the completions start in the packed sequence
-        return self.prompt_allowed.shape[0] * self.prompt_allowed.shape[-1]
+    def prefix(self) -> int:  # C
+        return self.prefix_allowed.shape[-1]
 
-    def biases(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """The additive masks (prompts', completions') in `dtype`: made once, read by every layer."""
+    @property
+    def prompt_tokens(self) -> int:  # C + g * S, where the completions start in the packed sequence
+        return self.prefix + self.prompt_allowed.shape[0] * self.prompt_allowed.shape[2]
+
+    def biases(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The additive masks (the beginning's, prompts', completions') in `dtype`: made once, read by every layer."""
         if dtype not in self._biases:
-            self._biases[dtype] = additive(self.prompt_allowed, dtype), additive(self.completion_allowed, dtype)
+            self._biases[dtype] = tuple(additive(allowed, dtype) for allowed in (
+                self.prefix_allowed, self.prompt_allowed, self.completion_allowed))
         return self._biases[dtype]
 
     def placeholder_mask(self) -> torch.Tensor:
         """A mask for the model to pass on, unread: transformers hands a 4D mask to attention as it is given,
         so it builds no [U, U] mask of its own."""
         return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=self.prompt_index.device)
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]], min_saved: int) -> int:
+    """-> how many leading tokens every prompt has in common (a chat template's system turn, a task's
+    instructions), each prompt keeping at least one of its own; 0 where running them once saves fewer than
+    `min_saved` tokens. Attention is causal: those tokens' hidden states, keys and values are the same in
+    every prompt."""
+    if len(prompts) < 2:
+        return 0
+    common = min(len(os.path.commonprefix(list(prompts))), min(len(p) for p in prompts) - 1)
+    return common if common * (len(prompts) - 1) >= min_saved else 0
 
 
 def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -81,7 +108,7 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def packed_prompt_attention(
     module: torch.nn.Module,
-    query: torch.Tensor,  # [1, H, U, D], U = g*P + b*T
+    query: torch.Tensor,  # [1, H, U, D], U = C + g*S + b*T
     key: torch.Tensor,  # [1, K, U, D]
     value: torch.Tensor,  # [1, K, U, D]
     packed: PackedPrompts,
@@ -89,25 +116,35 @@ def packed_prompt_attention(
     dropout: float,
     attend: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
 ) -> torch.Tensor:
-    """-> output [1, U, H, D]: each prompt attends to itself, each completion to its prompt and itself, each
-    part by `attend` (query, keys, values and additive mask in, [B, L, H, D] out; the grouped eager attention
-    when None)."""
+    """-> output [1, U, H, D]: the shared beginning attends to itself, each prompt to the beginning and itself,
+    each completion to the beginning, its prompt and itself, each part by `attend` (query, keys, values and
+    additive mask in, [B, L, H, D] out; the grouped eager attention when None)."""
     attend = attend or grouped_eager_attention
-    prompts, length = packed.prompt_allowed.shape[0], packed.prompt_allowed.shape[-1]
+    prefix, prompts, length = packed.prefix, packed.prompt_allowed.shape[0], packed.prompt_allowed.shape[2]
     rows, fed = packed.completion_allowed.shape[0], packed.completion_allowed.shape[2]
 
-    def split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [1, N, U, D] -> [g, N, P, D], [b, N, T, D]
+    def split(x: torch.Tensor) -> tuple[torch.Tensor, ...]:  # [1, N, U, D] -> [1, N, C, D], [g, N, S, D], [b, N, T, D]
         x = x[0]
-        return (x[:, : packed.prompt_tokens].unflatten(1, (prompts, length)).transpose(0, 1),
+        return (x[None, :, :prefix],
+                x[:, prefix : packed.prompt_tokens].unflatten(1, (prompts, length)).transpose(0, 1),
                 x[:, packed.prompt_tokens :].unflatten(1, (rows, fed)).transpose(0, 1))
 
-    (q_prompt, q_completion), (k_prompt, k_completion), (v_prompt, v_completion) = map(split, (query, key, value))
-    prompt_bias, completion_bias = packed.biases(query.dtype)
-    prompt_out, _ = attend(module, q_prompt, k_prompt, v_prompt, prompt_bias, scaling, dropout)  # [g, P, H, D]
-    keys = torch.cat([k_prompt[packed.prompt_index], k_completion], dim=2)  # [b, K, P+T, D]
-    values = torch.cat([v_prompt[packed.prompt_index], v_completion], dim=2)  # [b, K, P+T, D]
-    completion_out, _ = attend(module, q_completion, keys, values, completion_bias, scaling, dropout)  # [b, T, H, D]
-    return torch.cat([prompt_out.flatten(0, 1), completion_out.flatten(0, 1)])[None]  # [1, U, H, D]
+    (q_prefix, q_prompt, q_completion), (k_prefix, k_prompt, k_completion), (v_prefix, v_prompt, v_completion) = map(
+        split, (query, key, value))
+    prefix_bias, prompt_bias, completion_bias = packed.biases(query.dtype)
+    parts = []
+    if prefix:
+        parts.append(attend(module, q_prefix, k_prefix, v_prefix, prefix_bias, scaling, dropout)[0][0])  # [C, H, D]
+    before = lambda x, n: x.expand(n, -1, -1, -1)  # noqa: E731  [1, K, C, D] -> [n, K, C, D], the beginning for n rows
+    keys, values = k_prompt, v_prompt  # [g, K, S, D]
+    if prefix:
+        keys = torch.cat([before(k_prefix, prompts), keys], dim=2)  # [g, K, C+S, D]
+        values = torch.cat([before(v_prefix, prompts), values], dim=2)
+    parts.append(attend(module, q_prompt, keys, values, prompt_bias, scaling, dropout)[0].flatten(0, 1))  # [g*S, H, D]
+    keys = torch.cat([before(k_prefix, rows), k_prompt[packed.prompt_index], k_completion], dim=2)  # [b, K, C+S+T, D]
+    values = torch.cat([before(v_prefix, rows), v_prompt[packed.prompt_index], v_completion], dim=2)
+    parts.append(attend(module, q_completion, keys, values, completion_bias, scaling, dropout)[0].flatten(0, 1))
+    return torch.cat(parts)[None]  # [1, U, H, D]
 
 
 def grouped_eager_attention(

@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from grpo import metric_keys as keys
 from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
-from grpo.policy.attention import PackedPrompts, packs_prompts
+from grpo.policy.attention import PackedPrompts, packs_prompts, shared_prefix
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo.policy.optim import MasterWeightAdamW
@@ -55,6 +55,12 @@ class MicroBatch:
     advantages: torch.Tensor  # [b]
     ref_logprobs: torch.Tensor | None = None  # [b, T]
     importance_weights: torch.Tensor | None = None  # [b, T]
+    prefix: int = 0  # C: the distinct prompts' common beginning, which the packed pass runs once (0: none)
+
+
+# Running the prompts' common beginning once adds an attention part to each layer of the packed pass:
+# about what 8 tokens' products cost, so below that it is run with each prompt.
+MIN_SHARED_TOKENS = 8
 
 
 def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.device) -> MicroBatch:
@@ -86,7 +92,7 @@ def collate(batch: TrainBatch, rows: list[int], pad_id: int, device: torch.devic
     to = lambda t: t.to(device) if t is not None else None  # noqa: E731
     return MicroBatch(
         to(prompt_ids), to(prompt_mask), to(torch.tensor(prompt_index)), to(completion_ids), to(completion_mask),
-        to(old), to(batch.advantages[rows].float()), to(ref), to(weights),
+        to(old), to(batch.advantages[rows].float()), to(ref), to(weights), shared_prefix(prompts, MIN_SHARED_TOKENS),
     )
 
 
@@ -154,21 +160,29 @@ def _completion_outputs_shared_prompt(forward: _Forward, mb: MicroBatch) -> torc
 
 
 def _completion_outputs_packed(forward: _Forward, mb: MicroBatch) -> torch.Tensor:
-    """The same outputs from one pass over the micro-batch packed as one sequence: each distinct prompt
-    once, then every row's fed completion tokens (grpo.policy.attention.PackedPrompts). Each weight's
-    products run once over all of them, prompt and completion tokens alike."""
+    """The same outputs from one pass over the micro-batch packed as one sequence: the prompts' common
+    beginning once (`mb.prefix` tokens), each distinct prompt's own tokens once, then every row's fed completion
+    tokens (grpo.policy.attention.PackedPrompts). Each weight's products run once over all of them, prompt and
+    completion tokens alike."""
     prompts, prompt_len = mb.prompt_ids.shape
     rows, completion_len = mb.completion_ids.shape
+    prefix, own_len = mb.prefix, prompt_len - mb.prefix  # C, S
+    # Prompts are right-aligned at P, the longest P long: a prompt's own tokens are its last columns, so
+    # columns C.. hold them right-aligned in S, and the first S columns of the mask say which are real.
+    beginning = mb.prompt_ids[mb.prompt_mask.sum(-1).argmax(), :prefix]  # [C] the longest prompt's first tokens
+    own_ids, own_mask = mb.prompt_ids[:, prefix:], mb.prompt_mask[:, :own_len]  # [g, S]
     fed, fed_mask = mb.completion_ids[:, :-1], mb.completion_mask[:, :-1]  # [b, T-1] each token predicts the next
-    packed = PackedPrompts.of(mb.prompt_mask, mb.prompt_index, fed_mask)
-    input_ids = torch.cat([mb.prompt_ids.flatten(), fed.flatten()])[None]  # [1, g*P + b*(T-1)]
-    prompt_positions = (mb.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [g, P]
+    packed = PackedPrompts.of(own_mask, mb.prompt_index, fed_mask, prefix)
+    input_ids = torch.cat([beginning, own_ids.flatten(), fed.flatten()])[None]  # [1, C + g*S + b*(T-1)]
+    prompt_positions = (mb.prompt_mask.cumsum(-1) - 1).clamp(min=0)[:, prefix:]  # [g, S] real tokens' are C..
     start = mb.prompt_mask.sum(-1)[mb.prompt_index]  # [b] first position after each prompt
     fed_positions = start[:, None] + torch.arange(completion_len - 1, device=fed.device)  # [b, T-1]
-    position_ids = torch.cat([prompt_positions.flatten(), fed_positions.flatten()])[None]  # [1, U]
+    position_ids = torch.cat([torch.arange(prefix, device=fed.device), prompt_positions.flatten(),
+                              fed_positions.flatten()])[None]  # [1, U]
     # The prompts' real tokens (their keys are read by every row), and a fed token where the one after it is.
-    needed = torch.cat([mb.prompt_mask.flatten().bool(), mb.completion_mask[:, 1:].flatten().bool()])[None]  # [1, U]
-    last_prompt_token = torch.arange(1, prompts + 1, device=fed.device) * prompt_len - 1  # [g]
+    needed = torch.cat([own_mask.new_ones(prefix).bool(), own_mask.flatten().bool(),
+                        mb.completion_mask[:, 1:].flatten().bool()])[None]  # [1, U]
+    last_prompt_token = prefix + torch.arange(1, prompts + 1, device=fed.device) * own_len - 1  # [g]
     keep = torch.cat([last_prompt_token, packed.prompt_tokens + torch.arange(fed.numel(), device=fed.device)])
     with forward.needed_only(needed):
         outputs = forward(

@@ -8,6 +8,7 @@ from grpo.policy.attention import (
     PACKED_SDPA,
     PLAIN_EAGER_MODELS,
     grouped_eager_attention,
+    shared_prefix,
     skip_cudnn_attention,
     use_grouped_eager,
     use_packed_sdpa,
@@ -108,3 +109,12 @@ def test_a_model_loaded_onto_a_gpu_takes_sdpa_without_cudnn():
         assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(enabled)
+
+
+def test_a_shared_beginning_leaves_each_prompt_a_token_and_is_used_where_it_saves_enough():
+    beginning = list(range(10))
+    assert shared_prefix([beginning + [1], beginning + [2, 3]], min_saved=10) == 10
+    assert shared_prefix([beginning + [1], beginning + [2, 3]], min_saved=11) == 0  # 10 tokens saved: too few
+    assert shared_prefix([beginning, beginning + [5], beginning + [6]], min_saved=1) == 9  # the shortest keeps one
+    assert shared_prefix([beginning + [1]], min_saved=1) == 0  # one prompt: nothing shared
+    assert shared_prefix([[1, *beginning], [2, *beginning]], min_saved=1) == 0  # a common end is not a beginning

