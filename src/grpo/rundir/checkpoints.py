@@ -148,9 +148,9 @@ class CheckpointStore:
         healthy: bool, score: float | None, logs: dict[str, int] | None = None, ranks: Ranks = SINGLE,
     ) -> CheckpointInfo:
         """`write(dir)` writes the model and policy directories (every rank, its shards) and returns the
-        size and CRC32 of the files it took them of as it wrote them (grpo.rundir.direct), which the
-        manifest does not read back; `state` is the loop's state; `logs` maps each append-only log to its
-        size now. Rank 0 alone writes the manifest and commits."""
+        size and CRC32 it took of files as it wrote them (grpo.rundir.direct): the manifest reads back
+        only the others. `state` is the loop's state; `logs` maps each append-only log to its size now.
+        Rank 0 alone writes the manifest and commits."""
         final = self.root / f"step_{step:06d}"
         tmp = self.root / f".tmp-{final.name}"
         meta: dict[str, Any] = {}
