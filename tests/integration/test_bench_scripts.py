@@ -24,6 +24,15 @@ def test_the_update_forms_benchmark_runs_on_the_tiny_model():
 
 
 @pytest.mark.slow
+def test_the_checkpoint_benchmark_runs_on_the_tiny_model(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCH / "checkpoint.py"), "--model", "tiny", "--rounds", "1",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, env=env_with_src(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "round 1  page cache" in done.stdout and "round 1  past it" in done.stdout
+    assert "page cache / past it: " in done.stdout and list(tmp_path.iterdir()) == []  # its checkpoints removed
+
+
+@pytest.mark.slow
 def test_the_generation_benchmark_runs_and_profiles_on_the_tiny_model():
     done = subprocess.run([sys.executable, str(BENCH / "generation.py"), "--model", "tiny", "--dtype", "float32",
                            "--device", "cpu", "--batch", "4", "--new-tokens", "4", "--repeats", "1", "--profile"],

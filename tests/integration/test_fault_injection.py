@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -156,25 +155,6 @@ def test_a_full_disk_at_every_write_of_a_checkpoint_then_resume(tmp_path, ops, r
 
 
 # --- a real full disk --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A tmpfs of the given size (root only), resizable; unmounted afterwards."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-
-    def mount(size: str) -> Path:
-        remount = ["-o", f"remount,size={size}"] if os.path.ismount(mount_point) else ["-o", f"size={size}"]
-        result = subprocess.run(["mount", "-t", "tmpfs", *remount, "tmpfs", str(mount_point)],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}): needs root")
-        return mount_point
-
-    yield mount
-    if os.path.ismount(mount_point):
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_a_real_full_disk_at_a_checkpoint(small_disk, reference, capsys):

@@ -9,13 +9,11 @@ import json
 from grpo.cli import main
 from grpo.errors import EXIT_DISK
 
-from .test_fault_injection import small_disk  # noqa: F401  (a fixture)
-
 # ~10 MiB of weights; with Adam's moments a checkpoint after step 1 is ~32 MiB, step 0's ~11 MiB.
 WIDER = ["model.tiny.hidden_size=256", "model.tiny.num_layers=4", "model.tiny.intermediate_size=512"]
 
 
-def test_a_disk_full_at_a_large_checkpoint_says_no_space_and_is_recorded(small_disk, capsys):  # noqa: F811
+def test_a_disk_full_at_a_large_checkpoint_says_no_space_and_is_recorded(small_disk, capsys):
     disk = small_disk("40m")  # step 0 fits; step 2's does not, and its removal frees ~28 MiB again
     run_dir = disk / "r"
     code = main(["train", "--config", "tiny", f"run_dir={run_dir}", "train.steps=2", "checkpoint.every_steps=2",
@@ -33,7 +31,7 @@ def test_a_disk_full_at_a_large_checkpoint_says_no_space_and_is_recorded(small_d
     assert "last good: " in capsys.readouterr().out
 
 
-def test_a_disk_full_at_the_first_checkpoint_is_recorded(small_disk, capsys):  # noqa: F811
+def test_a_disk_full_at_the_first_checkpoint_is_recorded(small_disk, capsys):
     disk = small_disk("8m")  # not even step 0's checkpoint (~11 MiB) fits
     run_dir = disk / "r"
     code = main(["train", "--config", "tiny", f"run_dir={run_dir}", "train.steps=2", *WIDER])

@@ -36,6 +36,7 @@ from grpo.policy.update import (
     micro_batches,
     update_policy,
 )
+from grpo.rundir.direct import Written
 
 
 class Policy:
@@ -250,10 +251,11 @@ class Policy:
             held = "a full model" if self.lora else "a LoRA adapter"
             raise ValueError(f"{model_dir} holds {held}, but model.lora.rank={self.cfg.model.lora.rank}")
 
-    def save_state(self, directory: Path) -> None:
+    def save_state(self, directory: Path) -> dict[Path, Written]:
         """Trainable weights and optimizer state for an exact resume, at any number of ranks (each
-        writes its shards). With LoRA those are the adapters: the base is rebuilt from its name."""
-        state.save(self.model, self.optimizer, directory, self.sharded)
+        writes its shards). With LoRA those are the adapters: the base is rebuilt from its name.
+        -> the size and CRC32 of each file this rank wrote."""
+        return state.save(self.model, self.optimizer, directory, self.sharded)
 
     def load_state(self, checkpoint: Path) -> None:
         """From a checkpoint directory: its `policy/` state, after checking its `model/` is the same

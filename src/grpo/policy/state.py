@@ -6,30 +6,44 @@ its own shards, in parallel). A checkpoint saved by N ranks therefore loads in M
 
 One process keeps fp32 master copies of a bf16 model (MasterWeightAdamW): those are the weights
 saved. Sharded, FSDP2 keeps fp32 parameters and computes in bf16: its parameters are.
+
+The files are written past the page cache, each one's size and CRC32 taken as it is written
+(grpo.rundir.direct), so the checkpoint's manifest need not read them back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from pathlib import Path
 from typing import Iterator
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_state_dict
 
 from grpo.policy.optim import MasterWeightAdamW
+from grpo.rundir.direct import DirectFile, Written
 
 
-def save(model: torch.nn.Module, optimizer: MasterWeightAdamW, directory: Path, sharded: bool) -> None:
+def save(model: torch.nn.Module, optimizer: MasterWeightAdamW, directory: Path, sharded: bool,
+         direct: bool = True) -> dict[Path, Written]:
+    """-> the size and CRC32 of each file this process wrote. direct=False writes through the page cache
+    with torch's own files and records nothing, as before grpo.rundir.direct (bench/checkpoint.py compares)."""
     if sharded:
         state = _sharded_state(model, optimizer, with_optim=bool(optimizer.optimizer.state))[0]
     else:
         state = _local_state(optimizer)
+    writer = FileSystemWriter(str(directory), sync_files=True)
+    written: dict[Path, Written] = {}
+    if direct:
+        writer.fs = _DirectFileSystem(written)
     with _one_process_is_fine():
-        dcp.save(state, checkpoint_id=str(directory), no_dist=not sharded)
+        dcp.save(state, storage_writer=writer, no_dist=not sharded)
+    return written
 
 
 @torch.no_grad()
@@ -62,6 +76,28 @@ def load(model: torch.nn.Module, optimizer: MasterWeightAdamW, directory: Path, 
     if optimizer.use_master:
         for param, master in zip(optimizer.params, optimizer.master):
             param.copy_(master)
+
+
+class _DirectFileSystem(FileSystem):
+    """torch.distributed.checkpoint's files, written through DirectFile into `written`; read as torch reads them."""
+
+    def __init__(self, written: dict[Path, Written]) -> None:
+        self.written = written
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator:
+        if mode != "wb":
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with DirectFile(path) as stream:
+            yield stream
+        self.written[Path(path)] = stream.written
+
+    def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
+        super().rename(path, new_path)  # .metadata is written under a temporary name
+        if (written := self.written.pop(Path(path), None)) is not None:
+            self.written[Path(new_path)] = written
 
 
 @contextlib.contextmanager

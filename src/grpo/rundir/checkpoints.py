@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from grpo.config import CheckpointConfig
 from grpo.dist import SINGLE, Ranks
 from grpo.errors import DiskError, is_disk_error
+from grpo.rundir.direct import Written
 from grpo.rundir.files import fsync_dir
 
 if TYPE_CHECKING:
@@ -143,12 +144,13 @@ class CheckpointStore:
         return notes
 
     def save(
-        self, step: int, write: Callable[[Path], None], state: dict[str, Any], *, healthy: bool,
-        score: float | None, logs: dict[str, int] | None = None, ranks: Ranks = SINGLE,
+        self, step: int, write: Callable[[Path], dict[Path, Written] | None], state: dict[str, Any], *,
+        healthy: bool, score: float | None, logs: dict[str, int] | None = None, ranks: Ranks = SINGLE,
     ) -> CheckpointInfo:
-        """`write(dir)` writes the model and policy directories (every rank, its shards); `state` is
-        the loop's state; `logs` maps each append-only log to its size now. Rank 0 alone writes the
-        manifest and commits."""
+        """`write(dir)` writes the model and policy directories (every rank, its shards) and returns the
+        size and CRC32 it took of files as it wrote them (grpo.rundir.direct): the manifest reads back
+        only the others. `state` is the loop's state; `logs` maps each append-only log to its size now.
+        Rank 0 alone writes the manifest and commits."""
         final = self.root / f"step_{step:06d}"
         tmp = self.root / f".tmp-{final.name}"
         meta: dict[str, Any] = {}
@@ -157,16 +159,18 @@ class CheckpointStore:
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir(parents=True)
             ranks.barrier()
-            write(tmp)
-            ranks.barrier()  # every rank's shards are on disk
+            written = {str(path.relative_to(tmp)): sums for path, sums in (write(tmp) or {}).items()}
+            # Every rank's shards are on disk, and rank 0 has what each rank took of its files.
+            recorded = {name: sums for each in ranks.gather(written) for name, sums in each.items()}
             if ranks.main:
                 import torch
 
                 torch.save(state, tmp / STATE_FILE)
-                files = {
-                    str(p.relative_to(tmp)): {"size": p.stat().st_size, "crc32": file_crc32(p)}
-                    for p in sorted(tmp.rglob("*")) if p.is_file()
-                }
+                files = {}
+                for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+                    name = str(path.relative_to(tmp))
+                    sums = recorded.get(name) or Written(path.stat().st_size, file_crc32(path))
+                    files[name] = {"size": sums.size, "crc32": sums.crc32}
                 meta = {"format": FORMAT, "step": step, "healthy": healthy, "score": score,
                         "saved_at": time.time(), "logs": logs or {}, "files": files}
                 (tmp / META_FILE).write_text(json.dumps(meta, indent=2))

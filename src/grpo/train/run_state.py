@@ -27,6 +27,7 @@ from grpo.guard.breakers import Guard
 from grpo.policy.policy import Policy
 from grpo.rollout.queue import RolloutQueue
 from grpo.rundir.checkpoints import CheckpointInfo, CheckpointInvalid, capture_rng, restore_rng
+from grpo.rundir.direct import Written
 from grpo.rundir.files import read_json
 from grpo.rundir.identity import (
     FINGERPRINT_FILE,
@@ -182,9 +183,9 @@ class RunState:
         state = {**self.snapshot(), "policy": self.policy.state_dict(), "ranks": self.ranks.world,
                  "rollouts": self.rollouts.state_dict(self.step)}
 
-        def write(directory: Path) -> None:
+        def write(directory: Path) -> dict[Path, Written]:
             self.policy.save_model(directory / "model")
-            self.policy.save_state(directory / "policy")
+            return self.policy.save_state(directory / "policy")
 
         info = self.checkpoints.save(self.step, write, state, healthy=healthy, score=self.score,
                                      logs=self.run.log_offsets(), ranks=self.ranks)

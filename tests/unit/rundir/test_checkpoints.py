@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import errno
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -8,15 +10,18 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo.config import ActorConfig, CheckpointConfig, TinyModelConfig
+from grpo.errors import DiskError
 from grpo.policy import state as policy_state
 from grpo.policy.models import build_char_tokenizer, build_tiny_model
 from grpo.policy.optim import MasterWeightAdamW
+from grpo.rundir import checkpoints, direct
 from grpo.rundir.checkpoints import (
     META_FILE,
     STATE_FILE,
     CheckpointInvalid,
     CheckpointStore,
     capture_rng,
+    file_crc32,
     load_weights,
     restore_rng,
 )
@@ -43,7 +48,7 @@ def writer(model, tokenizer):
     def write(directory):
         model.save_pretrained(directory / "model")
         tokenizer.save_pretrained(directory / "model")
-        policy_state.save(model, MasterWeightAdamW(model, ActorConfig()), directory / "policy", sharded=False)
+        return policy_state.save(model, MasterWeightAdamW(model, ActorConfig()), directory / "policy", sharded=False)
 
     return write
 
@@ -144,6 +149,42 @@ def test_the_manifest_lists_every_file_with_size_and_checksum(tmp_path, model, t
     for name, entry in files.items():
         assert (info.path / name).stat().st_size == entry["size"]
     assert info.log_offsets == {"metrics.jsonl": 123}
+
+
+def test_the_manifest_takes_the_policy_files_as_written_and_reads_back_the_others(tmp_path, model, tokenizer,
+                                                                                  monkeypatch):
+    read = []
+
+    def reading(path):
+        read.append(path.relative_to(tmp_path / "checkpoints" / ".tmp-step_000001").as_posix())
+        return file_crc32(path)
+
+    monkeypatch.setattr(checkpoints, "file_crc32", reading)
+    info = manager(tmp_path).save(1, writer(model, tokenizer), {}, healthy=True, score=None)
+    policy = {name for name in info.meta["files"] if name.startswith("policy/")}
+    assert "policy/.metadata" in policy and "policy/__0_0.distcp" in policy
+    assert sorted(read) == sorted(set(info.meta["files"]) - policy)  # model/ and trainer_state.pt
+    for name, entry in info.meta["files"].items():  # what `verify` checks on resume
+        assert entry == {"size": (info.path / name).stat().st_size, "crc32": file_crc32(info.path / name)}, name
+
+
+def test_a_full_disk_in_the_policy_state_raises_enospc_from_the_direct_write_and_leaves_nothing(
+        small_disk, model, tokenizer):
+    disk = small_disk("16m")
+    mgr = CheckpointStore(disk / "checkpoints", CheckpointConfig())
+
+    def write(directory):
+        model.save_pretrained(directory / "model")
+        small_disk(f"{(shutil.disk_usage(disk).used >> 10) + 64}k")  # room for 64 KiB of the policy state
+        return policy_state.save(model, MasterWeightAdamW(model, ActorConfig()), directory / "policy", sharded=False)
+
+    with pytest.raises(DiskError, match="No space left on device while writing .*step_000001") as raised:
+        mgr.save(1, write, {}, healthy=True, score=None)
+    assert raised.value.errno == errno.ENOSPC
+    failure, stack = raised.value.cause.failures[0]  # torch.distributed.checkpoint's CheckpointException
+    assert type(failure) is OSError and failure.errno == errno.ENOSPC
+    assert stack[-1].filename == direct.__file__  # raised by os.write in DirectFile, not by the page cache
+    assert on_disk(mgr) == []
 
 
 # ---------------------------------------------------------------------------------------------
