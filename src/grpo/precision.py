@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import time
 from pathlib import Path
+from typing import Callable
 
 from grpo.config import RunConfig
 
@@ -50,12 +51,8 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
-def bf16_speedup(shape: tuple[int, int, int] = PROBE_SHAPE, repeats: int = 5) -> float:
-    """fp32's time over bf16's for one product of `shape` (rows, inner, outer) on this CPU: >1, bf16 is faster.
-
-    The fastest of `repeats` alternating runs of each, so a busy moment slows one run, not the figure.
-    A bf16 product slower than twice fp32's ends the measurement at once (an emulated one takes ~0.1 s).
-    """
+def bf16_speedup(shape: tuple[int, int, int] = PROBE_SHAPE, repeats: int = 9) -> float:
+    """fp32's time over bf16's for one product of `shape` (rows, inner, outer) on this CPU: >1, bf16 is faster."""
     import torch
 
     rows, inner, outer = shape
@@ -63,17 +60,30 @@ def bf16_speedup(shape: tuple[int, int, int] = PROBE_SHAPE, repeats: int = 5) ->
     x32, w32 = torch.randn(rows, inner, generator=generator), torch.randn(outer, inner, generator=generator)
     x16, w16 = x32.bfloat16(), w32.bfloat16()
 
-    def seconds(x: torch.Tensor, w: torch.Tensor) -> float:
-        start = time.perf_counter()
-        torch.nn.functional.linear(x, w)
-        return time.perf_counter() - start
+    def seconds(x: torch.Tensor, w: torch.Tensor) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            return time.perf_counter() - start
+        return run
 
-    seconds(x32, w32), seconds(x16, w16)  # first calls choose and prepare their kernels
+    return fastest_ratio(seconds(x32, w32), seconds(x16, w16), repeats)
+
+
+# An emulated bf16 product (~0.1 s) is known after this many runs of each: a busy moment slows one run, not three.
+SETTLED_RUNS = 3
+
+
+def fastest_ratio(time32: Callable[[], float], time16: Callable[[], float], repeats: int) -> float:
+    """The fastest of `repeats` alternating timed runs of each (after one first call each, which chooses and
+    prepares its kernels): fp32's over bf16's. A busy moment slows one run, not the figure: a quickstart once
+    chose float32 from 0.12x, one slow first bf16 run ending the measurement at once. It ends early only
+    when bf16 is still over twice slower after `SETTLED_RUNS` of each."""
+    time32(), time16()
     best32 = best16 = float("inf")
-    for _ in range(repeats):
-        best32 = min(best32, seconds(x32, w32))
-        best16 = min(best16, seconds(x16, w16))
-        if best16 > 2 * best32:
+    for run in range(1, repeats + 1):
+        best32, best16 = min(best32, time32()), min(best16, time16())
+        if run >= SETTLED_RUNS and best16 > 2 * best32:
             break
     return best32 / best16
 

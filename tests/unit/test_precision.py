@@ -79,3 +79,27 @@ def test_flags_are_read_from_cpuinfo(tmp_path, text, flags):
 def test_the_measurement_runs_on_this_cpu():
     speedup = precision.bf16_speedup(shape=(8, 64, 128), repeats=2)
     assert math.isfinite(speedup) and speedup > 0
+
+
+def timings(*seconds):
+    """A timed run's seconds, one value per call, in turn."""
+    values = iter(seconds)
+    return lambda: next(values)
+
+
+def test_one_busy_moment_does_not_decide_the_precision():
+    # fp32 1 ms a product, bf16 0.5 ms, but bf16's first timed run caught the machine busy (8 ms).
+    fp32 = timings(5e-3, *[1e-3] * 9)
+    bf16 = timings(5e-3, 8e-3, *[0.5e-3] * 8)
+    assert precision.fastest_ratio(fp32, bf16, repeats=9) == 2.0
+
+
+def test_an_emulated_bf16_product_ends_the_measurement_after_a_few_runs():
+    calls = []
+
+    def bf16():
+        calls.append(1)
+        return 0.1
+
+    assert precision.fastest_ratio(timings(*[1e-3] * 10), bf16, repeats=9) == 1e-3 / 0.1
+    assert len(calls) == 1 + precision.SETTLED_RUNS  # the first call, then the runs that settle it
