@@ -117,7 +117,9 @@ def test_two_ranks_on_two_servers_end_with_the_parameters_of_one_process_on_one_
     assert result.returncode == 0, result.stderr[-3000:]
     saved = load_file(run_dir / "checkpoints" / "step_000003" / "model" / "model.safetensors")
     mine = params(one.policy.model)
-    assert max((mine[k].float() - v.float()).abs().max().item() for k, v in saved.items()) <= 1e-5
+    # Equal to float32 rounding, which AdamW (lr 1e-3 here) turns into up to a hundredth of a step where a
+    # gradient is near 0: the ranks' rows sum in another order, the prompts' shared beginning's gradient too.
+    assert max((mine[k].float() - v.float()).abs().max().item() for k, v in saved.items()) <= 5e-5
     lines = metric_lines(run_dir)
     assert all(line["rollout/sources"] == ["sglang-0#1", "sglang-1#1"] for line in lines)
     assert all(line["sync/probe_diff"] <= line["sync/tolerance"] for line in lines)
