@@ -17,8 +17,9 @@ QUICKSTART_GAIN_MEAN = 58.9
 QUICKSTART_GAIN_SD = 2.4
 QUICKSTART_SEEDS = 5
 QUICKSTART_MACHINE = "AMD EPYC family 25 model 1, float32, 2 cores"
-# bench/RESULTS.md, "Learning over seeds on the EPYC 9004" and "The update over the rows with a gradient", 2026-11-26.
-OTHER_MACHINE = ("an AMD EPYC 9004: +54.8 +- 3.7 over 5 seeds in bf16, +55.5 +- 4.1 over 3 in float32; one bf16 "
+# bench/RESULTS.md, "Learning over seeds on the EPYC 9004" (2026-11-26) and "The quickstart's minutes on the EPYC
+# 9004" (2026-11-27: bf16 seeds 0-4 +61.7, +38.3, +60.2, +53.9, +45.3).
+OTHER_MACHINE = ("an AMD EPYC 9004: +51.9 +- 10.0 over 5 seeds in bf16, +55.5 +- 4.1 over 3 in float32; one bf16 "
                  "run on an Intel Xeon: +42.2")
 
 # What may differ from the preset while the work, and so the expected gain, stays the quickstart's.
