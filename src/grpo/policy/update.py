@@ -169,13 +169,14 @@ def _completion_outputs_packed(forward: _Forward, mb: MicroBatch) -> torch.Tenso
     prefix, own_len = mb.prefix, prompt_len - mb.prefix  # C, S
     # Prompts are right-aligned at P, the longest P long: a prompt's own tokens are its last columns, so
     # columns C.. hold them right-aligned in S, and the first S columns of the mask say which are real.
-    beginning = mb.prompt_ids[mb.prompt_mask.sum(-1).argmax(), :prefix]  # [C] the longest prompt's first tokens
+    prompt_lengths = mb.prompt_mask.sum(-1)  # [g]
+    beginning = mb.prompt_ids[prompt_lengths.argmax(), :prefix]  # [C] the longest prompt's first tokens
     own_ids, own_mask = mb.prompt_ids[:, prefix:], mb.prompt_mask[:, :own_len]  # [g, S]
     fed, fed_mask = mb.completion_ids[:, :-1], mb.completion_mask[:, :-1]  # [b, T-1] each token predicts the next
     packed = PackedPrompts.of(own_mask, mb.prompt_index, fed_mask, prefix)
     input_ids = torch.cat([beginning, own_ids.flatten(), fed.flatten()])[None]  # [1, C + g*S + b*(T-1)]
     prompt_positions = (mb.prompt_mask.cumsum(-1) - 1).clamp(min=0)[:, prefix:]  # [g, S] real tokens' are C..
-    start = mb.prompt_mask.sum(-1)[mb.prompt_index]  # [b] first position after each prompt
+    start = prompt_lengths[mb.prompt_index]  # [b] first position after each prompt
     fed_positions = start[:, None] + torch.arange(completion_len - 1, device=fed.device)  # [b, T-1]
     position_ids = torch.cat([torch.arange(prefix, device=fed.device), prompt_positions.flatten(),
                               fed_positions.flatten()])[None]  # [1, U]
