@@ -72,10 +72,23 @@ def split_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] |
 
 
 def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """logits [c, V] in the model's dtype -> fp32 logits / temperature [c, V], never written into the saved logits."""
+    """logits [c, V] in the model's dtype -> fp32 logits / temperature [c, V]: a copy, except in fp32 at
+    temperature 1, where it is the logits themselves (the forward only reads them; the backward spends them)."""
     if temperature == 1.0:
-        return logits.float()  # a copy from bf16; in fp32 the logits themselves, only read
+        return logits.float()
     return logits.to(torch.float32, copy=True).div_(temperature)
+
+
+def _log_norm_and_entropy(scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """scaled [c, V] fp32 -> (log Z [c], entropy [c]) from one pass of exponentials: log Z formed as
+    torch.logsumexp forms it (the maximum, the exponentials of the differences, their sum; the same bits), and
+    the entropy log Z - sum_v p_v s_v from the same exponentials, the sum as one dot product per row."""
+    peak = scaled.amax(dim=-1, keepdim=True)  # [c, 1]
+    peak.masked_fill_(peak.abs() == float("inf"), 0)  # as logsumexp: a row of infinities is not shifted
+    exps = torch.sub(scaled, peak).exp_()  # [c, V]
+    total = exps.sum(dim=-1)  # [c]
+    log_norm = total.log().add_(peak.squeeze(-1))
+    return log_norm, log_norm - torch.bmm(exps[:, None, :], scaled[:, :, None]).view(-1) / total
 
 
 class _ChosenTokenLogprobs(torch.autograd.Function):
@@ -88,32 +101,32 @@ class _ChosenTokenLogprobs(torch.autograd.Function):
         logits = torch.empty((n, weight.shape[0]), dtype=hidden.dtype, device=hidden.device)  # [N, V]
         logprobs = torch.empty(n, dtype=torch.float32, device=hidden.device)  # [N]
         entropy = torch.empty(n if with_entropy else 0, dtype=torch.float32, device=hidden.device)
+        log_norm = torch.empty(n, dtype=torch.float32, device=hidden.device)  # [N] log Z, which the backward reuses
         for start in range(0, n, CHUNK_TOKENS):
             rows = slice(start, start + CHUNK_TOKENS)
             output_logits(hidden[rows], weight, out=logits[rows])
             scaled = _scaled(logits[rows], temperature)  # [c, V]
-            log_norm = torch.logsumexp(scaled, dim=-1)  # [c]
-            logprobs[rows] = scaled.gather(-1, targets[rows, None]).squeeze(-1) - log_norm
-            if with_entropy:  # log Z - sum_v p_v s_v, the sum as one dot product per row (no [c, V] product)
-                probs = torch.softmax(scaled, dim=-1)  # [c, V]
-                entropy[rows] = log_norm - torch.bmm(probs[:, None, :], scaled[:, :, None]).view(-1)
-        ctx.save_for_backward(hidden, weight, targets, logits)
+            if with_entropy:
+                log_norm[rows], entropy[rows] = _log_norm_and_entropy(scaled)
+            else:
+                log_norm[rows] = torch.logsumexp(scaled, dim=-1)
+            logprobs[rows] = scaled.gather(-1, targets[rows, None]).squeeze(-1) - log_norm[rows]
+        ctx.save_for_backward(hidden, weight, targets, logits, log_norm)
         ctx.temperature = temperature
         ctx.mark_non_differentiable(entropy)
         return logprobs, entropy
 
     @staticmethod
     def backward(ctx, grad_logprobs, _grad_entropy):
-        hidden, weight, targets, logits = ctx.saved_tensors
+        hidden, weight, targets, logits, log_norm = ctx.saved_tensors
         temperature = ctx.temperature
         for start in range(0, hidden.shape[0], CHUNK_TOKENS):
             rows = slice(start, start + CHUNK_TOKENS)
-            if temperature == 1.0:  # straight from the model's dtype, one pass
-                probs = torch.softmax(logits[rows], dim=-1, dtype=torch.float32)  # [c, V]
-            else:
-                probs = torch.softmax(_scaled(logits[rows], temperature), dim=-1)
+            # softmax as exp(s - log Z) with the forward's log Z: no pass for the maximum or the sum. In place:
+            # _scaled's copy, or (fp32 at temperature 1) the logits themselves, spent now.
+            probs = _scaled(logits[rows], temperature).sub_(log_norm[rows, None]).exp_()  # [c, V]
             # d log p(t) / d logits = (onehot(t) - softmax) / temperature, formed in fp32 and written once into
-            # the logits' buffer (spent now) in their dtype.
+            # the logits' buffer in their dtype.
             probs.scatter_add_(-1, targets[rows, None], torch.full_like(probs[:, :1], -1.0))
             torch.mul(probs, (grad_logprobs[rows] / -temperature)[:, None], out=logits[rows])
         # Two whole matmuls, as the lm_head's own backward would do them (the same rounding). In vocabulary
