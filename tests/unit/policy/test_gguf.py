@@ -171,6 +171,13 @@ def test_the_gguf_read_once_converts_the_same_model_and_tokenizer_from_one_parse
     assert tokenizer.chat_template == plain_tokenizer.chat_template
 
 
+def version_1(path: Path) -> Path:
+    data = bytearray(path.read_bytes())
+    data[4:8] = struct.pack("<I", 1)
+    path.write_bytes(bytes(data))
+    return path
+
+
 def q6_k_tensor() -> tuple[str, np.ndarray, Q]:
     return "blk.0.ffn_up_b.weight", np.zeros((1, 210), np.uint8), Q.Q6_K  # one 256-weight block
 
@@ -194,13 +201,6 @@ def test_what_the_fast_reader_does_not_convert_goes_through_transformers(tmp_pat
     assert not (tmp_path / "out").exists()  # nothing of the fast path's
     [record] = caplog.records
     assert reason in record.getMessage() and "converting it with transformers" in record.getMessage()
-
-
-def version_1(path: Path) -> Path:
-    data = bytearray(path.read_bytes())
-    data[4:8] = struct.pack("<I", 1)
-    path.write_bytes(bytes(data))
-    return path
 
 
 @pytest.mark.parametrize("cut,message", [
