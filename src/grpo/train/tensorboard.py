@@ -50,7 +50,7 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def record(data: bytes) -> bytes:
+def _record(data: bytes) -> bytes:
     """One TFRecord: length, its masked CRC32C, data, its masked CRC32C."""
     length = struct.pack("<Q", len(data))
     return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
@@ -161,4 +161,4 @@ class TensorBoardWriter:
     def _add(self, data: bytes) -> None:
         if self._file.closed:
             raise ValueError(f"{self.path} is closed: nothing more can be written to it")
-        self._pending += record(data)
+        self._pending += _record(data)
