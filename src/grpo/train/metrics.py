@@ -13,6 +13,7 @@ from grpo import metric_keys as k
 from grpo.config import LoggingConfig
 from grpo.console import say
 from grpo.rundir.files import JsonlLog, atomic_write
+from grpo.train.tensorboard import TensorBoardWriter
 
 CONSOLE_COLUMNS = [
     ("step", "step", "{:>5d}"),
@@ -50,13 +51,11 @@ class MetricsLogger:
         self.total_steps = total_steps
         self.cfg = cfg
         self.lines = 0
-        self.tb = None
+        self.tb: TensorBoardWriter | None = None
         self.wandb = None
         if cfg.tensorboard and enabled:
-            from torch.utils.tensorboard import SummaryWriter
-
             # purge_step drops scalars a resumed run will write again, so curves never fold back.
-            self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None)
+            self.tb = TensorBoardWriter(run_dir / "tensorboard", purge_step=start_step + 1 if start_step else None)
         if cfg.wandb_project and enabled:
             import wandb
 
