@@ -11,16 +11,18 @@ from typing import Any
 
 from grpo.config import RunConfig, load_config, to_dict
 
-# bench/learning.py, synchronous, 25 steps: held-out greedy accuracy gain on 128 problems, in points.
-# Seeds 0-4 gave +59.4, +57.0, +59.4, +56.2, +62.5 (18.8% before each), 2026-11-25.
-QUICKSTART_GAIN_MEAN = 58.9
-QUICKSTART_GAIN_SD = 2.4
+# bench/learning.py, synchronous, 25 steps, rollouts of 32 new tokens (the preset's since 2026-11-27; evaluations
+# 40): held-out greedy accuracy gain on 128 problems, in points. Seeds 0-4 gave +56.2, +51.6, +59.4, +54.7, +55.5
+# (20.3% before each), bench/RESULTS.md "The quickstart under 3 minutes on the EPYC 9004" (2026-11-27).
+QUICKSTART_GAIN_MEAN = 55.5
+QUICKSTART_GAIN_SD = 2.8
 QUICKSTART_SEEDS = 5
-QUICKSTART_MACHINE = "AMD EPYC family 25 model 1, float32, 2 cores"
-# bench/RESULTS.md, "Learning over seeds on the EPYC 9004" (2026-11-26) and "The quickstart's minutes on the EPYC
-# 9004" (2026-11-27: bf16 seeds 0-4 +61.7, +38.3, +60.2, +53.9, +45.3).
-OTHER_MACHINE = ("an AMD EPYC 9004: +51.9 +- 10.0 over 5 seeds in bf16, +55.5 +- 4.1 over 3 in float32; one bf16 "
-                 "run on an Intel Xeon: +42.2")
+QUICKSTART_MACHINE = "AMD EPYC 9004, family 25 model 17, bf16, 2 cores"
+# With rollouts of 40 new tokens, before: bench/RESULTS.md "Learning over seeds" (2026-11-25, the AVX2 EPYC:
+# +59.4, +57.0, +59.4, +56.2, +62.5), "Learning over seeds on the EPYC 9004" (2026-11-26) and "The quickstart's
+# minutes on the EPYC 9004" (2026-11-27: bf16 seeds 0-4 +61.7, +38.3, +60.2, +53.9, +45.3).
+OTHER_MACHINE = ("earlier, with 40-token rollouts: +58.9 +- 2.4 over 5 seeds on an AVX2 AMD EPYC in float32, "
+                 "+51.9 +- 10.0 over 5 on the EPYC 9004 in bf16; one bf16 run on an Intel Xeon: +42.2")
 
 # What may differ from the preset while the work, and so the expected gain, stays the quickstart's.
 _NOT_THE_WORK = {"name", "run_dir", "logging", "checkpoint", "testing"}
