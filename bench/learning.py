@@ -17,7 +17,7 @@ the quickstart's model.
 
 TRL (--trl-seeds; empty to skip): GRPOTrainer through bench/trl_runner.py in TRL's environment, on the
 quickstart's prompts in grpo's order, model, reward (the last \\boxed{} or number against the gold), 8 x 8
-samples, 40 new tokens, temperature 0.7, lr 2e-5 constant, no KL, DAPO's token-level loss (grpo's
+samples, the preset's new tokens (32 since 2026-11-27, 40 before), temperature 0.7, lr 2e-5 constant, no KL, DAPO's token-level loss (grpo's
 `token_mean`), group-scaled rewards, micro-batch 32, 25 steps, in the precision grpo's `model.dtype=auto` picks on the machine: fp32 weights
 under bf16 autocast where bf16 is native (grpo: bf16 weights, fp32 master weights), plain fp32 elsewhere. Its saved model, and grpo's final model of the same seed, are scored
 by `grpo eval --config quickstart` (greedy, the quickstart's 128 held-out problems).
