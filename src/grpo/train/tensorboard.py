@@ -8,6 +8,7 @@ writes are encoded; proto3 leaves zero scalars out, as protobuf would (`step` 0)
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
 import os
@@ -15,6 +16,8 @@ import socket
 import struct
 import time
 from pathlib import Path
+
+from grpo.errors import DISK_ERRNOS, DiskError
 
 FILE_VERSION = "brain.Event:2"
 WRITER = "grpo.train.tensorboard"
@@ -130,7 +133,10 @@ class TensorBoardWriter:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
                                f"{os.getpid()}.{next(_writer_ids)}")
-        self._file = open(self.path, "xb", buffering=0)
+        try:
+            self._file = open(self.path, "xb", buffering=0)
+        except OSError as exc:
+            raise DiskError(self.path, exc) if exc.errno in DISK_ERRNOS else exc
         self._pending = bytearray()
         self._add(event(time.time(), file_version=FILE_VERSION, writer=WRITER))
         if purge_step is not None:
@@ -147,11 +153,15 @@ class TensorBoardWriter:
         self._add(event(time.time(), step=step, summary_value=text_value(tag, text)))
 
     def flush(self) -> None:
+        """Writes the pending records; a full disk raises DiskError, as every file of the run directory does
+        (a torn last record is what TensorBoard's reader already stops at)."""
         data = bytes(self._pending)
-        written = 0
-        while written < len(data):  # a raw file may take part of it: the rest goes in the next call
-            written += self._file.write(data[written:])
         self._pending.clear()
+        try:
+            if data and self._file.write(data) != len(data):  # a regular file takes it all unless the disk is full
+                raise OSError(errno.ENOSPC, "No space left on device (short write)")
+        except OSError as exc:
+            raise DiskError(self.path, exc) if exc.errno in DISK_ERRNOS else exc
 
     def close(self) -> None:
         if not self._file.closed:

@@ -18,6 +18,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import scalar, text
 
 from grpo.config import LoggingConfig
+from grpo.errors import DiskError
 from grpo.train import tensorboard
 from grpo.train.tensorboard import TensorBoardWriter, crc32c, event, masked_crc32c, scalar_value, text_value
 
@@ -156,3 +157,16 @@ def test_metrics_log_to_tensorboard_without_the_tensorboard_package(tmp_path, mo
     assert points(events, "reward/mean") == [(1, 0.5)] and points(events, "eval/accuracy") == [(1, 0.75)]
     assert "applied" not in events.Tags()["scalars"]  # a bool is no scalar
     assert events.Tensors("samples/text_summary")[0].tensor_proto.string_val[0] == b"**ok** reward 1.0  \n4"
+
+
+def test_a_full_disk_is_a_disk_error_and_what_was_flushed_stays_readable(small_disk):
+    disk = small_disk("64k")
+    writer = TensorBoardWriter(disk / "tensorboard")
+    writer.add_scalar("reward/mean", 0.5, 1)
+    writer.flush()
+    with pytest.raises(DiskError) as raised:
+        for step in range(2, 1000):  # 64 KiB holds a few hundred steps of one long text
+            writer.add_text("samples", "x" * 1000, step)
+            writer.flush()
+    assert raised.value.path == writer.path
+    assert points(read(disk / "tensorboard"), "reward/mean") == [(1, 0.5)]
