@@ -112,7 +112,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     last_evidence = record.evidence_by_step.get(last_step)
     last_line = last_evidence.line if last_evidence is not None and last_evidence.file == record.path else None
     crash = None if record.running else crashes.final(record.crashes, last_step, last_line if last_step else 0)
-    if crash is not None and crash.kind == "interrupted":
+    interrupted = crash is not None and crash.kind == "interrupted"
+    if interrupted:
         crash = None  # stopped on purpose: judged by its steps
     if not any(REWARD in record.metrics[s] or ACCURACY in record.metrics[s] for s in record.steps()) \
             and record.source != "grpo" and crash is None and record.steps():
@@ -238,6 +239,9 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                  + ", but the log holds no step's metrics (its logger wrote them elsewhere, e.g. "
                                    "wandb only): without the reward the doctor cannot say the run was healthy. "
                                    "Log to the console too (verl: trainer.logger=['console','wandb'])"), []
+    if not record.steps() and interrupted:
+        return "unknown", None, ("the run was stopped on purpose (an interrupt) before its first logged step: "
+                                 "nothing went wrong in what it logged, and nothing was logged to judge"), []
     if not record.steps() and not record.running:
         return "stalled", 1, "no step was logged: the run never got through its first step" + failed_text, (
             failing[-2:] + [a for a in timeline if a.kind in ("restart", "server_restart")])[:3]

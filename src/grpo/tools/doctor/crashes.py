@@ -69,7 +69,10 @@ TRACEBACK = "Traceback (most recent call last)"
 # The line that ends a traceback: `pkg.module.SomeError: message` or a bare exception name.
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning|"
                         r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
-_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
+FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
+# An uncaught exception's own line, as Python prints it last (`ImportError: cannot import name ...`); a log
+# whose last line is one ended with it, even where its traceback was not kept (pasted, or cut off).
+UNCAUGHT = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.*)?$")
 MAX_KEPT = 40  # crashes kept per log: the first few and the latest
 
 
@@ -100,9 +103,17 @@ class CrashScanner:
         self.crashes: list[Crash] = []
         self._frames: list[str] | None = None  # inside a traceback: its frames so far
         self._traceback_line = 0
+        self._last: Crash | None = None  # the log's last line so far, when it is an exception's own line
+
+    def found(self) -> list[Crash]:
+        """The crashes read so far, with the exception line the log ends on when no traceback held it."""
+        return self.crashes + ([self._last] if self._last is not None else [])
 
     def feed(self, line_no: int, line: str, step: int) -> None:
-        if self._frames is None and "Traceback" not in line and not any(hint in line for hint in _FATAL_HINTS):
+        if self._last is not None and line.strip():
+            self._last = None  # the log went on after it: not what ended the run
+        if self._frames is None and "Traceback" not in line and 'File "' not in line and "Error" not in line \
+                and "Exception" not in line and not any(hint in line for hint in _FATAL_HINTS):
             return  # most lines: neither a traceback nor a fatal line
         stripped = line.strip()
         if not stripped:
@@ -110,8 +121,13 @@ class CrashScanner:
         if TRACEBACK in stripped:
             self._frames, self._traceback_line = [], line_no
             return
+        if self._frames is None and FRAME.match(stripped):
+            self._frames, self._traceback_line = [], line_no  # a traceback whose header was not kept
+        if self._frames is None and UNCAUGHT.match(line):
+            self._last = Crash(step, classify(stripped, []), stripped[:300], Evidence(self.file, line_no, stripped[:300]))
+            return
         if self._frames is not None:
-            frame = _FRAME.match(stripped)
+            frame = FRAME.match(stripped)
             if frame:
                 self._frames.append(f"{frame.group(1)} {frame.group(2)}")
                 return

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from grpo.tools.doctor.crashes import FATAL, TRACEBACK, CrashScanner
+from grpo.tools.doctor.crashes import FATAL, FRAME, TRACEBACK, UNCAUGHT, CrashScanner
 from grpo.tools.doctor.record import RunRecord
 from grpo.tools.doctor.textlog import clean, iter_lines, read_ends
 
@@ -66,7 +66,7 @@ class LogReader:
 
     def result(self, final: bool = True) -> RunRecord:
         self.finish(final)
-        self.record.crashes = list(self.scanner.crashes)
+        self.record.crashes = self.scanner.found()
         return self.record
 
     @classmethod
@@ -101,6 +101,9 @@ def find_console_log(path: Path) -> tuple[Path, str] | None:
     for candidate in candidates:
         text = read_ends(candidate)
         source = framework_of(text)
-        if source is not None or TRACEBACK in text or any(FATAL.search(clean(line)) for line in text.splitlines()):
+        lines = [clean(line) for line in text.splitlines()]
+        ended = next((line for line in reversed(lines) if line.strip()), "")
+        if source is not None or TRACEBACK in text or any(FATAL.search(line) or FRAME.match(line) for line in lines) \
+                or UNCAUGHT.match(ended):
             return candidate, source or "log"
     return None

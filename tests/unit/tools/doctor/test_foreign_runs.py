@@ -110,3 +110,27 @@ def test_a_log_of_another_kind_named_trainer_log_is_read_by_its_own_reader(tmp_p
     shutil.copy(SAMPLES / "verl" / "train.log", tmp_path / "trainer.log")
     code, result = doctor(tmp_path, capsys)
     assert code == 1 and result["source"] == "verl" and result["cause"] == "policy_collapse"
+
+
+def test_a_log_that_ends_on_an_exception_line_without_its_traceback_crashed(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text("loading GRPOTrainer\nImportError: cannot import name 'GRPOConfig' from 'trl'\n\n")
+    code, result = doctor(log, capsys)
+    assert code == 1 and (result["cause"], result["first_bad_step"]) == ("crashed", 1)
+    log.write_text("loading GRPOTrainer\nImportError: cannot import name 'GRPOConfig' from 'trl'\nretrying with trl 0.14\n")
+    assert doctor(log, capsys)[1]["cause"] != "crashed"  # the log went on after it: not what ended the run
+
+
+def test_a_traceback_pasted_without_its_header_is_still_read(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text('File "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1326, in convert\n'
+                   "return t.to(\ntorch.OutOfMemoryError:\nCUDA out of memory. Tried to allocate 130.00 MiB.\n")
+    code, result = doctor(log, capsys)
+    assert code == 1 and (result["cause"], result["first_bad_step"]) == ("out_of_memory", 1)
+
+
+def test_a_run_interrupted_by_hand_before_its_first_logged_step_is_unknown_not_stalled(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text("GRPOTrainer starting\nTraceback (most recent call last):\n"
+                   '  File "grpo.py", line 660, in <module>\n    trainer.train()\nKeyboardInterrupt\n')
+    assert doctor(log, capsys)[1]["status"] == "unknown"
