@@ -91,7 +91,8 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("bad_argument", re.compile(r"unrecognized arguments|error: argument|invalid choice"),
           "fix rollout.server.extra_args (or rollout.server.command)"),
     Cause("port_in_use", re.compile(r"[Aa]ddress already in use"),
-          "set rollout.server.port=0 (a free port) or free the port"),
+          "a port it needs is taken, often by a server left from an earlier run: end that process, or set "
+          "rollout.server.port=0 (a free port)"),
     # A request SGLang refused (HTTP 400; vLLM logs no reason for one, only "Exception caught").
     Cause("request_too_long", re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length"),
           "raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
