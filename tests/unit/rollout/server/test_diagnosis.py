@@ -1,12 +1,21 @@
-"""Reading why a server failed from real logs of SGLang and vLLM failing (tests/data/server_logs/):
-the line chosen, the knob named, likely_cause's sentence; harmless lines never chosen; failures told apart."""
+"""Reading why a server failed from real logs of SGLang and vLLM failing (tests/data/server_logs/, and logs from
+GitHub threads in its real/): the line chosen, the cause and knob named, likely_cause's sentence; harmless lines
+never chosen; failures told apart."""
 
 from __future__ import annotations
 
 import pytest
 
-from grpo.rollout.server.diagnosis import MEMORY_KNOBS, likely_cause, one_line, same_failure, server_error
-from tests.server_logs import LOGS, server_log
+from grpo.rollout.server.diagnosis import (
+    KNOWN_CAUSES,
+    MEMORY_KNOBS,
+    likely_cause,
+    one_line,
+    read_log,
+    same_failure,
+    server_error,
+)
+from tests.server_logs import LOGS, REAL, expected_real, server_log
 
 NOT_OOM = ("not by the kernel's OOM killer (no OOM kill in the kernel log since it started): something outside grpo "
            "killed it")
@@ -68,6 +77,34 @@ def test_a_real_failure_reads_as_what_happened(log, recorded, said, knob, cause)
     assert likely_cause(failure_of(log, recorded), attached=False) == cause
 
 
+EXPECTED = expected_real()
+
+
+KNOBS = {cause.name: cause.knob for cause in KNOWN_CAUSES}
+
+
+def test_every_log_from_elsewhere_has_its_expected_cause():
+    assert sorted(p.stem for p in REAL.glob("*.log")) == sorted(case.log for case in EXPECTED)
+    assert {case.cause for case in EXPECTED} <= {*KNOBS, "unknown"}
+
+
+@pytest.mark.parametrize("case", EXPECTED, ids=[case.log for case in EXPECTED])
+def test_a_real_log_from_elsewhere_reads_as_its_cause_with_what_to_change(case):
+    reading = read_log(case.lines())
+    cause = None if case.cause == "unknown" else case.cause  # an error grpo has no advice for: quoted alone
+    assert (reading.cause, reading.line and case.quote in reading.line) == (cause, True), reading.line
+    assert reading.knob == KNOBS.get(case.cause)
+
+
+def test_a_watchdogs_timeout_is_a_hang_not_the_unexplained_death_that_follows_it():
+    lines = (REAL / "sglang_watchdog_timeout.log").read_text().splitlines()
+    said, knob = server_error(lines)
+    cause = likely_cause({"reason": "x", "exit": "exited with status 1", "server_error": said, "knob": knob,
+                          "oom_kills": []}, attached=False)
+    assert cause.startswith('it exited with status 1; the server said: "Watchdog timeout (self.watchdog_timeout=300)"')
+    assert "--watchdog-timeout" in cause and "does not say why" not in cause
+
+
 def test_a_killed_child_keeps_the_kernel_logs_word_on_oom():
     unread = likely_cause(failure_of("sglang_scheduler_killed", {"exit": "killed by SIGKILL"}, None), False)
     assert unread == ("its scheduler_0 was killed by SIGKILL (often the OOM killer; the kernel log was not readable "
@@ -96,6 +133,9 @@ def test_harmless_lines_of_every_real_log_are_never_the_cause():
 
 def test_an_unknown_error_is_quoted_without_a_knob_and_a_wrapper_is_not_the_error():
     assert server_error(["loading", "KeyError: 'rope_scaling'", "shutting down"]) == ("KeyError: 'rope_scaling'", None)
+    # the first error: those after it are its consequences
+    assert server_error(["KeyError: 'rope_scaling'", "RuntimeError: Engine process failed to start"]) == (
+        "KeyError: 'rope_scaling'", None)
     assert server_error(["RuntimeError: Engine core initialization failed. See root cause above."]) == (None, None)
     assert server_error(["INFO serving", "INFO done"]) == (None, None)
 
