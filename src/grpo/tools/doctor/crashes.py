@@ -66,6 +66,9 @@ FATAL = re.compile(
     r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError|RayOutOfMemoryError|"
     r"^\*\*\* SIG(?:SEGV|ABRT|BUS)|CUDA error: |RuntimeError: NCCL|Error executing job with overrides", re.I)
 TRACEBACK = "Traceback (most recent call last)"
+# Ray prints a remote task's traceback under its own header, without Python's: `ray::Actor.method() (pid=N,
+# ...)` (alone, or after "Unhandled error (suppress with ...): " when nothing awaited the task), then the frames.
+RAY_TRACEBACK = re.compile(r"^(?:Unhandled error \(suppress with [^)]*\): )?ray::[\w.<>]+\(\) \(pid=")
 # The line that ends a traceback: `pkg.module.SomeError: message` or a bare exception name.
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning|"
                         r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
@@ -102,12 +105,13 @@ class CrashScanner:
         self._traceback_line = 0
 
     def feed(self, line_no: int, line: str, step: int) -> None:
-        if self._frames is None and "Traceback" not in line and not any(hint in line for hint in _FATAL_HINTS):
+        if self._frames is None and "Traceback" not in line and "ray::" not in line \
+                and not any(hint in line for hint in _FATAL_HINTS):
             return  # most lines: neither a traceback nor a fatal line
         stripped = line.strip()
         if not stripped:
             return
-        if TRACEBACK in stripped:
+        if TRACEBACK in stripped or (self._frames is None and RAY_TRACEBACK.match(stripped)):
             self._frames, self._traceback_line = [], line_no
             return
         if self._frames is not None:

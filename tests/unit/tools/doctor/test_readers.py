@@ -241,6 +241,13 @@ CRASHES = {
          "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60, "train.py FAILED",
          "Root Cause (first observed failure):", "[0]:", "  exitcode  : 1 (pid: 2231)", "=" * 60, "Killed"],
         "crashed", "omegaconf.errors.ConfigKeyError"),
+    "ray-remote-traceback-without-header": (
+        ["(Runner pid=7) Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): "
+         "ray::WorkerDict.actor_rollout_ref_update_actor() (pid=8, ip=10.0.0.1, actor_id=ee90, repr=<WorkerDict>)",
+         '(Runner pid=7)   File "/workspaces/EasyR1/verl/workers/fsdp_workers.py", line 504, in update_actor',
+         "(Runner pid=7)     metrics = self.actor.update_policy(data=data)",
+         "(Runner pid=7) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.12 GiB."],
+        "out_of_memory", "torch.OutOfMemoryError"),
     "rank0-prefixed": (["[rank0]: " + line for line in
                         [TB, '  File "/workspace/train.py", line 88, in <module>', "    loss.backward()",
                          "RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -256,3 +263,13 @@ def test_crash_classified_by_its_text(tmp_path, case):
     diagnosis, record = examine(write(tmp_path, "\n".join(lines) + "\n"))
     assert record.steps() == [] and diagnosis.cause == kind
     assert diagnosis.evidence[0].text.startswith(telling)
+
+
+@pytest.mark.parametrize("metrics, cause", [
+    ("actor/kl_loss:nan - actor/pg_loss:nan - actor/grad_norm:nan - perf/max_memory_allocated_gb:27.050", "nonfinite"),
+    ("actor/pg_loss:0.01 - actor/grad_norm:0.3 - perf/max_memory_allocated_gb:nan", "unknown")])
+def test_a_nan_loss_is_named_without_a_reward_other_nans_are_not(tmp_path, metrics, cause):
+    """A step line torn before its reward keys: a NaN loss or gradient is trouble on its own; a NaN elsewhere
+    (memory) is not, and without a reward the run stays unknown."""
+    diagnosis = examine(write(tmp_path, f"step:59 - global_seqlen/mean:18257.750 - {metrics} -\n"))[0]
+    assert diagnosis.cause == cause and diagnosis.first_bad_step == (59 if cause == "nonfinite" else None)
