@@ -43,6 +43,8 @@ import statistics
 from grpo.tools.doctor import crashes
 from grpo.tools.doctor.record import (
     ACCURACY,
+    CRITIC_GRAD_NORM,
+    CRITIC_LOSS,
     GRAD_NORM,
     KL,
     LOSS,
@@ -292,7 +294,7 @@ def _loss_blew_up(record: RunRecord, anomaly: Anomaly | None) -> bool:
     """A NaN or infinite loss or gradient: trouble the doctor can name without reading any reward (a log
     torn before its reward keys, a framework whose reward it cannot read)."""
     values = record.metrics.get(anomaly.step, {}) if anomaly is not None else {}
-    return any(not math.isfinite(values.get(name, 0.0)) for name in (LOSS, GRAD_NORM))
+    return any(not math.isfinite(values.get(name, 0.0)) for name in (LOSS, GRAD_NORM, CRITIC_LOSS, CRITIC_GRAD_NORM))
 
 
 def _only_the_reward(record: RunRecord, step: int) -> bool:
