@@ -31,7 +31,8 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
 
 A run that finished is healthy when nothing but events marred it: the failures it recovered from and
 its rollbacks (each with the learning-rate change it made) are named. Healthy needs evidence: a run
-whose reward the doctor could not read at any step is `unknown`, never healthy.
+whose reward the doctor could not read at any step is `unknown`, never healthy (a NaN loss or
+gradient is named all the same: it needs no reward).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ import statistics
 from grpo.tools.doctor import crashes
 from grpo.tools.doctor.record import (
     ACCURACY,
+    CRITIC_GRAD_NORM,
+    CRITIC_LOSS,
     GRAD_NORM,
     KL,
     LOSS,
@@ -116,7 +119,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if interrupted:
         crash = None  # stopped on purpose: judged by its steps
     if not any(REWARD in record.metrics[s] or ACCURACY in record.metrics[s] for s in record.steps()) \
-            and record.source != "grpo" and crash is None and record.steps():
+            and record.source != "grpo" and crash is None and record.steps() \
+            and not _loss_blew_up(record, first.get("nonfinite")):
         return "unknown", None, _unknown_text(record), []
     if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
         a = first["nonfinite"]
@@ -288,6 +292,13 @@ def _reward_source_died(record: RunRecord, first: dict[str, Anomaly],
 
 _TELLING = ("zero_reward", "reward_collapse", "failed_rollouts", "zero_variance", "zero_loss", "unscorable_rewards",
             "nonfinite")
+
+
+def _loss_blew_up(record: RunRecord, anomaly: Anomaly | None) -> bool:
+    """A NaN or infinite loss or gradient: trouble the doctor can name without reading any reward (a log
+    torn before its reward keys, a framework whose reward it cannot read)."""
+    values = record.metrics.get(anomaly.step, {}) if anomaly is not None else {}
+    return any(not math.isfinite(values.get(name, 0.0)) for name in (LOSS, GRAD_NORM, CRITIC_LOSS, CRITIC_GRAD_NORM))
 
 
 def _only_the_reward(record: RunRecord, step: int) -> bool:

@@ -9,7 +9,8 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
     disk_full        a write refused: no space, quota, read-only file system
     gpu_failure      a CUDA error or an NCCL error or timeout (illegal access, device-side assert)
     reward_broken    raised inside the reward function (its frames, or a reward's own message)
-    server_failure   the inference engine died (vLLM's EngineDeadError, SGLang's scheduler)
+    server_failure   the inference engine died (vLLM's EngineDeadError, SGLang's scheduler), or ran out of
+                     memory in its own frames (its KV cache, its wake-up from sleep)
     worker_failure   a Ray actor or worker process died or could not start, a segfault
     interrupted      stopped on purpose (KeyboardInterrupt, SIGTERM)
     crashed          any other exception
@@ -59,13 +60,16 @@ WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing j
 # Fatal on their own, without a traceback (the process was killed, or aborted from C++).
 # Words a FATAL line holds, one at least: a line without any is not matched against FATAL (most lines).
 _FATAL_HINTS = ("Watchdog", "Killed", "Segmentation", "Fatal Python", "terminate called", "ChildFailedError",
-                "RayOutOfMemoryError", "*** SIG", "CUDA error", "NCCL", "Error executing job")
+                "RayOutOfMemoryError", "*** SIG", "CUDA error", "CUDA Error", "NCCL", "Error executing job")
 FATAL = re.compile(
     r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
     r"Segmentation fault|Fatal Python error|terminate called after throwing|"
     r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError|RayOutOfMemoryError|"
     r"^\*\*\* SIG(?:SEGV|ABRT|BUS)|CUDA error: |RuntimeError: NCCL|Error executing job with overrides", re.I)
 TRACEBACK = "Traceback (most recent call last)"
+# Ray prints a remote task's traceback under its own header, without Python's: `ray::Actor.method() (pid=N,
+# ...)` (alone, or after "Unhandled error (suppress with ...): " when nothing awaited the task), then the frames.
+RAY_TRACEBACK = re.compile(r"^(?:Unhandled error \(suppress with [^)]*\): )?ray::[\w.<>]+\(\) \(pid=")
 # The line that ends a traceback: `pkg.module.SomeError: message` or a bare exception name.
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning|"
                         r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
@@ -73,7 +77,9 @@ FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
 # An uncaught exception's own line, as Python prints it last (`ImportError: cannot import name ...`); a log
 # whose last line is one ended with it, even where its traceback was not kept (pasted, or cut off).
 UNCAUGHT = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.*)?$")
+_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]")
 MAX_KEPT = 40  # crashes kept per log: the first few and the latest
+REPEAT_WINDOW = 50  # lines after a crash in which the same message again is a copy of it
 
 
 def classify(text: str, frames: list[str]) -> str:
@@ -81,10 +87,13 @@ def classify(text: str, frames: list[str]) -> str:
     it raised there; the trainer's frames that merely call it do not)."""
     text = text[:2000]
     maybe = "potential root causes" in text  # Ray lists the OOM killer among what might have killed an actor
+    engine = any(ENGINE_FRAMES.search(f) for f in frames[-3:])
     for kind in ORDER[:-1]:
         if kind == "out_of_memory" and maybe:
             continue
-        if kind == "server_failure" and any(ENGINE_FRAMES.search(f) for f in frames[-3:]):
+        if kind == "out_of_memory" and engine and CLASSES[kind].search(text):
+            return "server_failure"  # the engine ran out of memory (its KV cache, its wake-up): the server's
+        if kind == "server_failure" and engine:
             return kind
         if kind == "reward_broken":
             inner = " ".join(frames[-3:])
@@ -112,17 +121,17 @@ class CrashScanner:
     def feed(self, line_no: int, line: str, step: int) -> None:
         if self._last is not None and line.strip():
             self._last = None  # the log went on after it: not what ended the run
-        if self._frames is None and "Traceback" not in line and 'File "' not in line and "Error" not in line \
-                and "Exception" not in line and not any(hint in line for hint in _FATAL_HINTS):
+        if self._frames is None and "Traceback" not in line and "ray::" not in line and 'File "' not in line \
+                and "Error" not in line and "Exception" not in line and not any(hint in line for hint in _FATAL_HINTS):
             return  # most lines: neither a traceback nor a fatal line
         stripped = line.strip()
         if not stripped:
             return
-        if TRACEBACK in stripped:
+        if TRACEBACK in stripped or (self._frames is None and RAY_TRACEBACK.match(stripped)):
             self._frames, self._traceback_line = [], line_no
             return
         if self._frames is None and FRAME.match(stripped):
-            self._frames, self._traceback_line = [], line_no  # a traceback whose header was not kept
+            self._frames, self._traceback_line = [], line_no  # a traceback whose header was not kept (a pasted excerpt)
         if self._frames is None and UNCAUGHT.match(line):
             self._last = Crash(step, classify(stripped, []), stripped[:300], Evidence(self.file, line_no, stripped[:300]))
             return
@@ -138,8 +147,17 @@ class CrashScanner:
             if line_no - self._traceback_line > 400:  # never closed: not a traceback after all
                 self._frames = None
             return
-        if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped):
+        if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped) \
+                and not self._repeats(line_no, stripped):
             self._add(line_no, stripped, step, [])
+
+    def _repeats(self, line_no: int, text: str) -> bool:
+        """A fatal line that says again what the traceback just read said, right after it (other actors'
+        copies, Ray's "[repeated 3x across cluster]"): that crash, whose frames classify it, not another."""
+        if not self.crashes or line_no - self.crashes[-1].evidence.line > REPEAT_WINDOW:
+            return False
+        message = _REPEATED.sub("", text).strip()
+        return len(message) >= 20 and message in self.crashes[-1].text
 
     def _add(self, line_no: int, text: str, step: int, frames: list[str]) -> None:
         crash = Crash(step, classify(text, frames), text[:300], Evidence(self.file, line_no, text[:300]))

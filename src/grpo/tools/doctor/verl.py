@@ -8,6 +8,11 @@ vLLM's errors in between. Lines from other processes interleave and the last lin
 line is read only as far as it parses. A step line with validation metrics only (`step:0 -
 val-core/...`, before training) is an evaluation, not a training step; a resume line (`Load from
 checkpoint folder: .../global_step_40`) starts a new attempt at the step after the one it loads.
+
+An out-of-memory line is the inference server's failure only when it comes from the rollout: the
+engine's frames or the rollout's worker method (`generate_sequences`, vLLM's `wake_up`, the KV cache)
+are the nearest role named before it in its traceback. The training side (`update_actor`,
+`compute_log_prob`, `backward`) runs in the same Ray workers: its OOM is left to the crash it ends in.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import (
     ACCURACY,
+    CRITIC_GRAD_NORM,
+    CRITIC_LOSS,
     ENTROPY,
     EVAL_ACCURACY,
     GRAD_NORM,
@@ -44,7 +51,8 @@ _PROGRESS = re.compile(r"Training Progress:.*?\|\s*(\d+)/(\d+)")
 _KEYS = {
     "critic/score/mean": REWARD, "critic/rewards/mean": REWARD, "critic/score/std": REWARD_STD,
     "actor/pg_loss": LOSS, "actor/kl_loss": KL, "critic/kl": KL, "actor/entropy": ENTROPY,
-    "actor/grad_norm": GRAD_NORM, "response_length/mean": LENGTH, "response_length/clip_ratio": TRUNCATED,
+    "actor/grad_norm": GRAD_NORM, "critic/vf_loss": CRITIC_LOSS, "critic/grad_norm": CRITIC_GRAD_NORM,
+    "response_length/mean": LENGTH, "response_length/clip_ratio": TRUNCATED,
     "timing_s/step": STEP_S, "perf/max_memory_allocated_gb": MEMORY_GIB, "critic/score/zero_std_frac": ZERO_VARIANCE,
     "critic/accuracy/mean": ACCURACY,
 }
@@ -53,12 +61,18 @@ _PHASES = {"timing_s/gen": "generate", "timing_s/reward": "reward", "timing_s/ol
            "timing_s/update_weights": "sync", "timing_s/save_checkpoint": "checkpoint", "timing_s/testing": "eval"}
 INFRA = re.compile(r"ActorDiedError|RayActorError|EngineDeadError|EngineCore.{0,200}(?:died|failed)|"
                    r"node .{0,200} (?:dead|died)|raylet .{0,200}died|Connection refused|The actor died", re.IGNORECASE)
-OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|OOM[- ]kill|killed by the memory monitor", re.IGNORECASE)
+OOM = re.compile(r"out of memory|OutOfMemoryError|OOM[- ]kill|killed by the memory monitor", re.IGNORECASE)
 RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .{0,300}global_step", re.IGNORECASE)
 # Words one of INFRA, OOM or RESTART needs: a line without any is not matched against them (most lines).
 _HINTS = ("rror", "died", "dead", "efused", "emory", "OOM", "oom", "esum", "checkpoint")
 # Ray's explanation of an actor's death lists the OOM killer among its possible causes: not evidence of one.
 _MAYBE = "potential root causes"
+# Which side of a colocated worker a traceback's line names: the rollout engine, or the training update.
+ROLLOUT_SIDE = re.compile(r"vllm|sglang|generate_sequences|wake_up|KV cache|cache blocks|EngineCore", re.IGNORECASE)
+TRAINING_SIDE = re.compile(r"update_actor|update_policy|update_critic|compute_(?:ref_)?log_prob|compute_values|"
+                           r"backward|optimizer|dp_actor|dp_critic|ppo_update")
+# What opens a traceback (Python's header, Ray's remote-task header): the side named before it is forgotten.
+_TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)|ray::\S+\(\) \(pid=")
 
 
 def looks_like_verl(path: Path) -> bool:
@@ -80,9 +94,14 @@ def find_log(path: Path) -> Path | None:
 class VerlReader(LogReader):
     source = "verl"
 
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.side: str | None = None  # "rollout" or "training": the nearest side the current traceback named
+
     def line(self, number_: int, line: str) -> None:
         record = self.record
         evidence = None
+        self._follow_side(line)
         if "step:" in line:
             match = _STEP.search(line)
             if match and as_step(int(match.group(1)[:12])) is not None:
@@ -98,8 +117,10 @@ class VerlReader(LogReader):
                     return  # validation only (step:0 before training, or a test_freq step's extra line)
                 self.current = step
                 record.evidence_by_step[step] = evidence
+                self.side = None
                 return
-        if any(hint in line for hint in _HINTS) and _MAYBE not in line and (OOM.search(line) or INFRA.search(line)):
+        if any(hint in line for hint in _HINTS) and _MAYBE not in line and (
+                INFRA.search(line) or (OOM.search(line) and self.side == "rollout")):
             evidence = Evidence(str(self.path), number_, line.strip()[:300])
             record.marks.append(Mark(self.current + 1, "server_failure", line.strip()[:200], evidence))
         elif any(hint in line for hint in _HINTS) and RESTART.search(line):
@@ -126,6 +147,17 @@ class VerlReader(LogReader):
                 record.total_steps = record.total_steps or as_step(int(bar.group(2)[:12]))
         if "Final validation metrics" in line or "Training Progress: 100%" in line:
             record.finished = True
+
+    def _follow_side(self, line: str) -> None:
+        if 'File "' not in line and "ray::" not in line and "Traceback" not in line \
+                and not any(hint in line for hint in _HINTS):
+            return  # most lines: neither a frame, a traceback's header nor an error
+        if ("Traceback" in line or "ray::" in line) and _TRACEBACK_START.search(line):
+            self.side = None
+        if ROLLOUT_SIDE.search(line):
+            self.side = "rollout"
+        elif TRAINING_SIDE.search(line):
+            self.side = "training"
 
     def finish(self, final: bool) -> None:
         record = self.record

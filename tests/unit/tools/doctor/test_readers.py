@@ -241,6 +241,23 @@ CRASHES = {
          "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60, "train.py FAILED",
          "Root Cause (first observed failure):", "[0]:", "  exitcode  : 1 (pid: 2231)", "=" * 60, "Killed"],
         "crashed", "omegaconf.errors.ConfigKeyError"),
+    "ray-remote-traceback-without-header": (
+        ["(Runner pid=7) Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): "
+         "ray::WorkerDict.actor_rollout_ref_update_actor() (pid=8, ip=10.0.0.1, actor_id=ee90, repr=<WorkerDict>)",
+         '(Runner pid=7)   File "/workspaces/EasyR1/verl/workers/fsdp_workers.py", line 504, in update_actor',
+         "(Runner pid=7)     metrics = self.actor.update_policy(data=data)",
+         "(Runner pid=7) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.12 GiB."],
+        "out_of_memory", "torch.OutOfMemoryError"),
+    # lmm-r1#43: the frames pasted without their header, then the LLM actors' copy of the error.
+    "engine-oom-without-header-and-its-copies": (
+        ['(ActorModelRayActor pid=3)   File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line '
+         "140, in wake_up", "(ActorModelRayActor pid=3)     allocator.wake_up()",
+         '(ActorModelRayActor pid=3)   File "/usr/local/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", '
+         "line 75, in create_and_map", "(ActorModelRayActor pid=3)     python_create_and_map(*allocation_handle)",
+         "(ActorModelRayActor pid=3) RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+         "(LLMRayActor pid=4) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62 [repeated 3x across "
+         "cluster]"],
+        "server_failure", "RuntimeError: CUDA Error: out of memory"),
     "rank0-prefixed": (["[rank0]: " + line for line in
                         [TB, '  File "/workspace/train.py", line 88, in <module>', "    loss.backward()",
                          "RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -256,3 +273,53 @@ def test_crash_classified_by_its_text(tmp_path, case):
     diagnosis, record = examine(write(tmp_path, "\n".join(lines) + "\n"))
     assert record.steps() == [] and diagnosis.cause == kind
     assert diagnosis.evidence[0].text.startswith(telling)
+
+
+@pytest.mark.parametrize("metrics, cause", [
+    ("actor/kl_loss:nan - actor/pg_loss:nan - actor/grad_norm:nan - perf/max_memory_allocated_gb:27.050", "nonfinite"),
+    ("critic/vf_loss:nan - critic/vpred_mean:nan - critic/grad_norm:nan - actor/pg_loss:-0.013 - actor/grad_norm:9.8",
+     "nonfinite"),  # verl#498: the critic's loss and gradient, the actor's finite
+    ("actor/pg_loss:0.01 - actor/grad_norm:0.3 - perf/max_memory_allocated_gb:nan", "unknown")])
+def test_a_nan_loss_is_named_without_a_reward_other_nans_are_not(tmp_path, metrics, cause):
+    """A step line torn before its reward keys: a NaN loss or gradient is trouble on its own; a NaN elsewhere
+    (memory) is not, and without a reward the run stays unknown."""
+    diagnosis = examine(write(tmp_path, f"step:59 - global_seqlen/mean:18257.750 - {metrics} -\n"))[0]
+    assert diagnosis.cause == cause and diagnosis.first_bad_step == (59 if cause == "nonfinite" else None)
+
+
+# A verl run's out-of-memory after its steps, from the two sides of its colocated workers. Training: EasyR1#9's
+# actor update. Rollout: verl#302's generate_sequences waking vLLM, whose innermost frames and error are
+# vllm#13941's (the same wake-up; the verl#302 copy is cut before them).
+OOM_SIDES = {
+    "training": (["(Runner pid=7) Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): "
+                  "ray::WorkerDict.actor_rollout_ref_update_actor() (pid=8, ip=10.0.0.1, actor_id=ee90, "
+                  "repr=<WorkerDict>)",
+                  '(Runner pid=7)   File "/workspaces/EasyR1/verl/workers/fsdp_workers.py", line 504, in update_actor',
+                  "(Runner pid=7)     metrics = self.actor.update_policy(data=data)",
+                  '(Runner pid=7)   File "/usr/local/lib/python3.10/dist-packages/torch/_tensor.py", line 648, in '
+                  "backward", "(Runner pid=7)     torch.autograd.backward(",
+                  "(Runner pid=7) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.12 GiB. GPU 0 has a "
+                  "total capacity of 79.19 GiB of which 2.11 GiB is free."], "out_of_memory"),
+    "rollout": (["(main_task pid=1) Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): "
+                 "ray::WorkerDict.actor_rollout_generate_sequences() (pid=2, ip=10.65.194.91, actor_id=d220, "
+                 "repr=<verl.single_controller.ray.base.WorkerDict object at 0x152530529600>)",
+                 '(main_task pid=1)   File "/verl/verl/workers/fsdp_workers.py", line 463, in generate_sequences',
+                 "(main_task pid=1)     with self.rollout_sharding_manager:",
+                 '(main_task pid=1)   File "/verl/verl/workers/sharding_manager/fsdp_vllm.py", line 79, in __enter__',
+                 "(main_task pid=1)     self.inference_engine.wake_up()",
+                 '(main_task pid=1)   File "/usr/local/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", '
+                 "line 75, in create_and_map",
+                 "(main_task pid=1)     python_create_and_map(*allocation_handle)",
+                 "(main_task pid=1) RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"],
+                "server_failure"),
+}
+
+
+@pytest.mark.parametrize("side", sorted(OOM_SIDES))
+def test_a_verl_oom_is_the_servers_only_when_the_rollout_ran_out_of_memory(tmp_path, side):
+    """The actor update's OOM is training's (no server failure marked); the rollout engine's is the server's."""
+    lines, cause = OOM_SIDES[side]
+    diagnosis, record = examine(write(tmp_path, "\n".join(render("verl") + lines) + "\n"))
+    assert record.steps() == [1, 2, 3, 4, 5, 6]
+    assert (diagnosis.cause, diagnosis.first_bad_step) == (cause, 7)
+    assert [m.step for m in record.marks if m.kind == "server_failure"] == ([7] if side == "rollout" else [])
