@@ -70,6 +70,9 @@ TRACEBACK = "Traceback (most recent call last)"
 # Ray prints a remote task's traceback under its own header, without Python's: `ray::Actor.method() (pid=N,
 # ...)` (alone, or after "Unhandled error (suppress with ...): " when nothing awaited the task), then the frames.
 RAY_TRACEBACK = re.compile(r"^(?:Unhandled error \(suppress with [^)]*\): )?ray::[\w.<>]+\(\) \(pid=")
+# Python's own word that the traceback after it was ignored (a destructor's or an atexit callback's, at
+# shutdown): it ended nothing, however the run went.
+IGNORED = "Exception ignored in"
 # The line that ends a traceback: `pkg.module.SomeError: message` or a bare exception name.
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning|"
                         r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
@@ -113,6 +116,7 @@ class CrashScanner:
         self._frames: list[str] | None = None  # inside a traceback: its frames so far
         self._traceback_line = 0
         self._last: Crash | None = None  # the log's last line so far, when it is an exception's own line
+        self._ignored = False  # the traceback being read follows an IGNORED line
 
     def found(self) -> list[Crash]:
         """The crashes read so far, with the exception line the log ends on when no traceback held it."""
@@ -126,6 +130,9 @@ class CrashScanner:
             return  # most lines: neither a traceback nor a fatal line
         stripped = line.strip()
         if not stripped:
+            return
+        if IGNORED in stripped:
+            self._ignored = True
             return
         if TRACEBACK in stripped or (self._frames is None and RAY_TRACEBACK.match(stripped)):
             self._frames, self._traceback_line = [], line_no
@@ -141,11 +148,12 @@ class CrashScanner:
                 self._frames.append(f"{frame.group(1)} {frame.group(2)}")
                 return
             if _EXCEPTION.match(stripped):
-                self._add(line_no, stripped, step, self._frames)
-                self._frames = None
+                if not self._ignored:
+                    self._add(line_no, stripped, step, self._frames)
+                self._frames, self._ignored = None, False
                 return
             if line_no - self._traceback_line > 400:  # never closed: not a traceback after all
-                self._frames = None
+                self._frames, self._ignored = None, False
             return
         if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped) \
                 and not self._repeats(line_no, stripped):

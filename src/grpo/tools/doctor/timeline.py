@@ -15,6 +15,7 @@ from collections import deque
 
 from grpo.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
 from grpo.tools.doctor.record import (
+    ACCURACY,
     ENTROPY,
     GRAD_NORM,
     KL,
@@ -37,6 +38,8 @@ EVENTS = ("server_failure", "server_unreachable", "rollout_error", "restart", "c
           "server_restart", "samples_failed")
 MARK_KINDS = {**{name: name for name in CHECKS}, **{name: name for name in EVENTS}, "server_gave_up": "server_failure"}
 BASELINE_STEPS = 20  # the guard's guard.baseline_steps
+# What the update is made of, or what it is judged by: a NaN in one of these is a blow-up.
+UPDATE_METRICS = (LOSS, GRAD_NORM, REWARD, ACCURACY)
 
 
 def anomalies(record: RunRecord) -> list[Anomaly]:
@@ -177,6 +180,10 @@ def _zero_variance(record: RunRecord, interval: int) -> list[Anomaly]:
     total = 0.0
     end = None if record.running else (series[-1][0] if series else None)
     least_at_end = 2 if not record.finished else min(3, size)
+    # A log whose every entry has all groups identical and a gradient of exactly 0 learned nothing in what
+    # it logged, however few its entries: one is enough (with fewer than all, chance is not ruled out).
+    if series and all(v >= check.threshold and record.metrics[s].get(GRAD_NORM) == 0.0 for s, v in series):
+        least_at_end = 1
     trailing: int | None = None  # the first step of the current run of such steps
     for step, value in series:
         window.append((step, value))
@@ -233,8 +240,15 @@ def _reward_collapse(record: RunRecord, interval: int) -> list[Anomaly]:
 
 
 def _nonfinite(record: RunRecord) -> list[Anomaly]:
+    """A non-finite value in a step's metrics; a diagnostic alone (kl, entropy) is one only when the step
+    logged neither a finite loss nor a finite gradient norm: with either finite, the NaN never reached the
+    update (TRL logs kl as NaN at every step when beta is 0 and nothing computes it)."""
     for step in record.steps():
-        bad = [k for k, v in record.metrics[step].items() if not math.isfinite(v)]
+        metrics = record.metrics[step]
+        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+        if bad and not any(k in UPDATE_METRICS for k in bad) and any(
+                math.isfinite(metrics.get(k, math.nan)) for k in (LOSS, GRAD_NORM)):
+            continue
         if bad:
             return [Anomaly(step, "nonfinite", "non-finite " + ", ".join(sorted(bad)), _evidence(record, step))]
     return []
@@ -296,6 +310,8 @@ def _kl_explosion(record: RunRecord, interval: int) -> list[Anomaly]:
     other frameworks' estimators, whose scale it does not know)."""
     check = CHECKS["kl_explosion"]
     series = record.series(KL)
+    if not any(math.isfinite(v) for _, v in series):
+        return []  # never computed (TRL logs NaN when beta is 0): no KL to have exploded
     early_values = [v for _, v in series[:3] if math.isfinite(v) and v > 0]
     early = min(early_values) if early_values else None  # where the policy started from the reference
     end = None if record.running else (series[-1][0] if series else None)

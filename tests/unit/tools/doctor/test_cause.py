@@ -160,3 +160,19 @@ def test_no_good_checkpoint_says_why_when_every_checkpoint_is_healthy():
                           explanation="e", evidence=[], last_good_checkpoint=None, resume=None, timeline=[])
     line = next(l for l in render(diagnosis, record) if "last good checkpoint" in l)
     assert "none before step 1" in line and "step_000003" in line, line
+
+
+def test_a_kl_never_computed_is_neither_a_blow_up_nor_a_drift():
+    """TRL logs kl as NaN at every step when beta is 0 (open-r1#704): the loss stays finite, so the NaN
+    never reached the update; a KL that turns NaN after finite values, or a NaN loss, still is one."""
+    nan = float("nan")
+    assert decide(record([13.4, 6.9, 6.3, 6.4], loss=[-0.28, -0.15, -0.11, -0.01], kl=[nan] * 4,
+                         reward_std=[21.8, 14.5, 17.7, 12.0])) == ("healthy", None)
+    assert decide(record([0.4] * 6, loss=[0.01] * 3 + [nan] * 3, kl=[0.01] * 3 + [nan] * 3))[0] == "nonfinite"
+
+
+def test_one_logged_step_with_every_group_identical_and_no_gradient_is_no_learning_signal():
+    """trl#3857: the only logged entry has frac_reward_zero_std 1 and grad_norm 0.0: nothing was learned in
+    what the log holds. The same entry with a gradient is not enough to say so."""
+    assert decide(record([3.0], zero_std_frac=[1.0], grad_norm=[0.0], loss=[0.0])) == ("no_learning_signal", 1)
+    assert decide(record([3.0], zero_std_frac=[1.0], grad_norm=[0.3], loss=[0.0]))[0] != "no_learning_signal"

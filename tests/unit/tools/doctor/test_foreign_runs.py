@@ -134,3 +134,20 @@ def test_a_run_interrupted_by_hand_before_its_first_logged_step_is_unknown_not_s
     log.write_text("GRPOTrainer starting\nTraceback (most recent call last):\n"
                    '  File "grpo.py", line 660, in <module>\n    trainer.train()\nKeyboardInterrupt\n')
     assert doctor(log, capsys)[1]["status"] == "unknown"
+
+
+def test_a_traceback_python_says_it_ignored_at_exit_ended_nothing(tmp_path, capsys):
+    """The atexit noise that closes the AReaL SM120 log (areal_sglang_fa3_sm120): not a crash after a run
+    whose steps finished."""
+    log = tmp_path / "train.log"
+    steps = "".join(f"{{'loss': 0.01, 'grad_norm': 0.5, 'reward': 0.{4 + i % 3}, 'reward_std': 0.3}}\n" for i in range(6))
+    ignored = ("Exception ignored in atexit callback: <function move_cutlass_compiled_cache at 0x7004eda2d080>\n"
+               "Traceback (most recent call last):\n"
+               '  File "/usr/local/lib/python3.12/dist-packages/torch/_inductor/codegen/cuda/cutlass_utils.py", line 39, '
+               "in move_cutlass_compiled_cache\n    if not os.path.exists(cutlass.CACHE_FILE):\n"
+               "AttributeError: module 'cutlass' has no attribute 'CACHE_FILE'\n")
+    log.write_text(steps + ignored)
+    assert doctor(log, capsys)[1]["status"] == "healthy"
+    log.write_text(steps + ignored.replace("Exception ignored in atexit callback: <function move_cutlass_compiled_cache"
+                                           " at 0x7004eda2d080>\n", ""))
+    assert doctor(log, capsys)[1]["cause"] == "crashed"  # the same traceback, not ignored, did end the run
