@@ -16,6 +16,8 @@ from collections import deque
 from grpo.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
 from grpo.tools.doctor.record import (
     ACCURACY,
+    CRITIC_GRAD_NORM,
+    CRITIC_LOSS,
     ENTROPY,
     GRAD_NORM,
     KL,
@@ -39,7 +41,7 @@ EVENTS = ("server_failure", "server_unreachable", "rollout_error", "restart", "c
 MARK_KINDS = {**{name: name for name in CHECKS}, **{name: name for name in EVENTS}, "server_gave_up": "server_failure"}
 BASELINE_STEPS = 20  # the guard's guard.baseline_steps
 # What the update is made of, or what it is judged by: a NaN in one of these is a blow-up.
-UPDATE_METRICS = (LOSS, GRAD_NORM, REWARD, ACCURACY)
+UPDATE_METRICS = (LOSS, GRAD_NORM, CRITIC_LOSS, CRITIC_GRAD_NORM, REWARD, ACCURACY)
 
 
 def anomalies(record: RunRecord) -> list[Anomaly]:
