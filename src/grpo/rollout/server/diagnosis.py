@@ -9,10 +9,13 @@ by what it is, the first kind found winning:
 1. a child process killed by a signal (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with exit
    code -9"): nothing else a server logs explains a kill;
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV
-   cache too small for one sequence, a GPU the build has no kernels for, more GPUs asked than seen, a model
-   not found, a missing module, an architecture the server does not know, out of memory (capturing CUDA
-   graphs, or else), a bad argument, a taken port, a request refused as longer than SGLang's KV cache, a
-   NCCL failure, a watchdog's timeout (a hang);
+   cache too small for one sequence, a GPU the build has no kernels for, a dtype the GPU or the quantization
+   does not support, kernels that failed to compile at start, more GPUs asked than seen (or than Ray grants),
+   a model not found (or the hub offline), a model needing --trust-remote-code, a missing module, an
+   architecture the server does not know, out of memory (capturing CUDA graphs, or else), a context longer
+   than the model's, a bad argument, a taken port, a request refused as longer than SGLang's KV cache, a NCCL
+   failure (with NCCL's "Last error"), a peer rank lost (gloo), a crash in native code (with the crashed
+   frame), a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers);
 3. the server's own first error line (a traceback's last line), not a wrapper pointing at another one: the
    errors after it are its consequences;
 4. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
@@ -33,20 +36,42 @@ from typing import Any
 MEMORY_KNOBS = ("lower rollout.server.memory_fraction (vLLM's --gpu-memory-utilization: on CPU, the fraction "
                 "of all host memory it reserves) or set rollout.server.kv_cache_gib (e.g. 2), or free memory")
 
+TOO_MANY_GPUS = ("pass a --tensor-parallel-size (vLLM) or --tp (SGLang) no larger than the GPUs the server sees "
+                 "(CUDA_VISIBLE_DEVICES, or Ray's cluster) in rollout.server.extra_args")
+
+
+@dataclass(frozen=True)
+class Detail:
+    """What a later line adds to a cause's line: `pattern` searched in the lines after it (joined by newlines,
+    so it may span two), its match written as `template` (re.Match.expand)."""
+
+    pattern: re.Pattern
+    template: str
+
+    def after(self, lines: list[str]) -> str | None:
+        found = self.pattern.search("\n".join(lines[:DETAIL_LINES]))
+        return found.expand(self.template) if found else None
+
 
 @dataclass(frozen=True)
 class Cause:
-    """A failure grpo knows: its name, a pattern matching a line of the log that tells it, what to change."""
+    """A failure grpo knows: its name, a pattern matching a line of the log that tells it, what to change, and
+    where the line itself is vague, the later line that says more (NCCL's "Last error:", a crash's frame)."""
 
     name: str
     pattern: re.Pattern
     knob: str
+    detail: Detail | None = None
+
+
+DETAIL_LINES = 40  # how far below a cause's line the line that says more may be
 
 
 # The first cause any line matches names the failure, quoted from the last line it matches. Causes that are
 # often a consequence of another come after it: an unknown architecture after a module that failed to import
 # (vLLM names a model it could not import unsupported), a NCCL error after whatever killed the peer it waited
-# on, a watchdog's timeout after anything that explains the hang.
+# on, a native crash after an error that explains it, a timeout (a hang) after anything that explains the hang
+# (a crashed rank leaves its peers waiting).
 KNOWN_CAUSES: list[Cause] = [
     Cause("memory_taken_at_start", re.compile(r"(Available|Free) memory .* is less than desired .*memory utilization"),
           MEMORY_KNOBS),
@@ -64,16 +89,35 @@ KNOWN_CAUSES: list[Cause] = [
         r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported"),
         "the server's build has no kernels for this GPU: install a vLLM/SGLang (and torch) built for its compute "
         "capability in the server's environment, or pass another --attention-backend in rollout.server.extra_args"),
+    Cause("dtype_unsupported", re.compile(
+        r"Bfloat16 is only supported on GPUs with compute capability|is not supported for quantization method"),
+        "the server is started in model.dtype, which this GPU (bfloat16 needs compute capability 8.0) or the "
+        "model's quantization does not support: set model.dtype=float16"),
+    Cause("jit_build_failed", re.compile(
+        r"Error building extension|Ninja build failed|No such file or directory: 'ninja'|"
+        r"CalledProcessError: Command '\['ninja'|nvcc: not found"),
+        "the server compiles kernels at start (FlashInfer, torch extensions) and the build failed: install ninja "
+        "and a CUDA toolkit matching torch (nvcc, headers) in the server's environment, or avoid the build (SGLang: "
+        "--attention-backend triton in rollout.server.extra_args; vLLM: VLLM_USE_FLASHINFER_SAMPLER=0 in "
+        "rollout.server.env)",
+        Detail(re.compile(r"^.*?((fatal error|nvcc fatal)\s*:.*|\S+: not found)$", re.MULTILINE), r"\1")),
     Cause("too_many_gpus", re.compile(
         r"must be less than or equal to the number of visible devices|"
-        r"number of required GPUs exceeds the total number of available GPUs"),
-        "pass a --tensor-parallel-size (vLLM) or --tp (SGLang) no larger than the GPUs the server sees "
-        "(CUDA_VISIBLE_DEVICES) in rollout.server.extra_args"),
+        r"number of required GPUs exceeds the total number of available GPUs|"
+        r"Not enough resources to allocate \d+ placement groups?"),
+        TOO_MANY_GPUS),
     Cause("model_not_found", re.compile(
         r"is not a local folder and is not a valid model identifier|Invalid repository ID or local directory|"
-        r"RepositoryNotFoundError|GatedRepoError|Repo id must be in the form|does not appear to have a file named"),
+        r"RepositoryNotFoundError|GatedRepoError|Repo id must be in the form|does not appear to have a file named|"
+        r"OfflineModeIsEnabled|LocalEntryNotFoundError|offline mode is enabled|"
+        r"We couldn't connect to 'https://huggingface\.co'"),
         "check model.name: a hub name that exists (a gated one needs HF_TOKEN in rollout.server.env) or a "
         "directory with config.json, and that the server's machine reaches the hub or has the model cached"),
+    # Not "trust_remote_code=True" alone: vLLM prints its whole config, that included, at every start.
+    Cause("trust_remote_code", re.compile(r"requires you to execute the configuration file|contains custom code which "
+                                          r"must be executed"),
+          "the model needs its repository's own code: add --trust-remote-code to rollout.server.extra_args (after "
+          "reading that code)"),
     Cause("missing_module", re.compile(r"No module named"),
           "point rollout.server.python at the Python of the server's environment (e.g. .venv-vllm/bin/python)"),
     Cause("unsupported_model", re.compile(
@@ -88,6 +132,9 @@ KNOWN_CAUSES: list[Cause] = [
                                       re.IGNORECASE),
           MEMORY_KNOBS.replace("set rollout.server.kv_cache_gib (e.g. 2)", "lower rollout.server.kv_cache_gib")
           + ", or lower rollout.server.max_concurrent_requests"),
+    Cause("context_too_long", re.compile(r"is greater than the derived max_model_len"),
+          "the context asked is longer than the model's max_position_embeddings: pass a smaller --max-model-len "
+          "(vLLM) or --context-length (SGLang) in rollout.server.extra_args, or none"),
     Cause("bad_argument", re.compile(r"unrecognized arguments|error: argument|invalid choice"),
           "fix rollout.server.extra_args (or rollout.server.command)"),
     Cause("port_in_use", re.compile(r"[Aa]ddress already in use"),
@@ -99,10 +146,27 @@ KNOWN_CAUSES: list[Cause] = [
           "the prompts or rollout.max_new_tokens"),
     Cause("nccl", re.compile(r"NCCL error|nccl(System|Internal|UnhandledCuda|InvalidUsage|Remote)Error"),
           "GPUs failed to talk (NCCL): add NCCL_DEBUG=INFO to rollout.server.env to see why; NCCL_P2P_DISABLE=1 "
-          "where they have no peer-to-peer link, or use fewer GPUs"),
-    Cause("hang", re.compile(r"Watchdog timeout \(self\.watchdog_timeout="),
-          "its scheduler made no progress for the watchdog's time (a stuck kernel or NCCL collective): let grpo "
-          "restart it; if one step may take that long, pass a larger --watchdog-timeout in rollout.server.extra_args"),
+          "where they have no peer-to-peer link, or use fewer GPUs",
+          Detail(re.compile(r"^Last error:\s*\n(.+)$", re.MULTILINE), r"last error: \1")),
+    # gloo's transport names the peer connection it lost, never why: the peer (another rank) failed first.
+    Cause("peer_lost", re.compile(r"gloo/transport/tcp/\w+\.cc:\d+\]"),
+          "another rank of the server died first and this one lost its connection to it: that rank's error is the "
+          "first one in its log; a rank that logged none was killed (often by the OOM killer: lower "
+          "rollout.server.memory_fraction)"),
+    # faulthandler's words for a crash in native code; its dump's first frame of the crashed thread says where.
+    Cause("native_crash", re.compile(r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Floating point)"),
+          "it crashed in native code (the frame quoted says where): often a vLLM/SGLang build that does not match "
+          "torch, CUDA or the driver (reinstall them together in the server's environment); in NCCL, add "
+          "NCCL_DEBUG=INFO to rollout.server.env to see why",
+          Detail(re.compile(r"^Current thread .*\n\s*File \"(?:[^\"]*/)?([^/\"]+)\", line (\d+) in (\S+)", re.MULTILINE),
+                 r"in \3 (\1:\2)")),
+    # Ray waiting for GPUs it may yet get: a start that failed otherwise after such a wait failed for that reason.
+    Cause("too_many_gpus", re.compile(r"Waiting for creating a placement group|No available node types can fulfill "
+                                      r"resource request"), TOO_MANY_GPUS),
+    Cause("hang", re.compile(r"Watchdog timeout \(self\.watchdog_timeout=|RPC call to \w+ timed out"),
+          "it made no progress for its own timeout (a stuck kernel or NCCL collective): let grpo restart it; if one "
+          "step may take that long, raise it: --watchdog-timeout (SGLang) in rollout.server.extra_args, "
+          "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM) in rollout.server.env"),
 ]
 # A child process's death as its parent logged it: `process` names the child, `code` its exit code
 # (multiprocessing's, negative for a signal) where the line gives one (vLLM may log "None": read too soon).
@@ -117,11 +181,14 @@ CRASHES = [
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
 HARMLESS = re.compile(r"\bWARNING\b|\w+Warning: |warnings\.warn\(|Ignore import error|"
                       r"init failed \(ModuleNotFoundError")
-ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception): \S")  # a traceback's last line, as logged
+# A traceback's last line, as logged: an exception's name (qualified, it need not end in Error:
+# huggingface_hub.utils._http.OfflineModeIsEnabled), then its message.
+ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_]\w*\.)+[A-Z]\w*): \S")
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")
-# What a server puts before its message: vLLM's process and level, SGLang's time and rank.
-PREFIX = re.compile(r"^(\([^)]*pid=\d+[^)]*\)\s*)?((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
+# What a server puts before its message: vLLM's process (after a container's name, where a log collector adds
+# one: "kserve-container (EngineCore_0 pid=58)") and level, SGLang's time and rank.
+PREFIX = re.compile(r"^(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)?((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
                     r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)?")
 
 
@@ -160,14 +227,16 @@ def read_log(lines: list[str]) -> Reading:
     killed = [line for line, (_, code) in crashes if code is not None and code < 0]
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
-    own = [line for raw, line in zip(lines, said) if not HARMLESS.search(raw)]
+    own = [(i, line) for i, (raw, line) in enumerate(zip(lines, said)) if not HARMLESS.search(raw)]
     for cause in KNOWN_CAUSES:
-        matching = [line for line in own if cause.pattern.search(line)]
+        matching = [i for i, line in own if cause.pattern.search(line)]
         if matching:  # the last: SGLang logs a refusal twice, the second time without the request's id
-            return Reading(one_line(matching[-1], 400), cause.name, cause.knob)
+            quoted = said[matching[-1]]
+            more = cause.detail and cause.detail.after(said[matching[-1] + 1:])
+            return Reading(one_line(f"{quoted}; {more}" if more else quoted, 400), cause.name, cause.knob)
     # The first: what fails first is logged first (a chained traceback prints its cause first too); the
     # errors after it are its consequences (the engine found dead, a peer's NCCL abort, a shutdown's error).
-    errors = [line for line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
+    errors = [line for _, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
     if errors:
         return Reading(one_line(errors[0], 400), None, None)
     return Reading(one_line(crashes[0][0], 400), "died", None) if crashes else Reading(None, None, None)

@@ -181,3 +181,42 @@ def test_what_a_server_said_is_one_line():
     page = "<!DOCTYPE HTML>\n<html>\n<head><title>Error response</title></head>\n<body>\n<p>Error code: 501</p>\n" * 20
     line = one_line(page)
     assert "\n" not in line and "<" not in line and len(line) <= 200 and line.startswith("Error response")
+
+
+# vLLM's config line at every start (transformerlab/transformerlab-app#370, cut): it names trust_remote_code
+# without any failure.
+VLLM_CONFIG = ("INFO 04-16 12:12:41 llm_engine.py:174] Initializing an LLM engine (v0.5.4) with config: "
+               "model='deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B', trust_remote_code=True, dtype=torch.bfloat16, "
+               "max_seq_len=131072,")
+
+
+def real(log: str) -> list[str]:
+    return (REAL / f"{log}.log").read_text().splitlines()
+
+
+def test_a_cause_whose_own_line_is_vague_is_quoted_with_the_line_that_says_more():
+    assert read_log(real("vllm_nccl_p2p")).line.endswith(
+        "; last error: nvmlDeviceGetP2PStatus(0,0,NVML_P2P_CAPS_INDEX_READ) failed: Not Supported")
+    assert read_log(real("sglang_segfault_nccl_init")).line == (
+        "Fatal Python error: Segmentation fault; in ncclCommInitRank (pynccl_wrapper.py:351)")
+
+
+def test_a_symptom_is_read_after_the_causes_that_explain_it():
+    # vLLM's config at every start is no refusal of remote code
+    assert read_log([VLLM_CONFIG, *real("vllm_cuda_driver_oom")]).cause == "out_of_memory"
+    # Ray waiting for GPUs it then got: what failed afterwards says why
+    assert read_log(real("vllm_placement_group_wait") + real("vllm_sampler_oom")).cause == "out_of_memory"
+    # a rank that lost its gloo peer, or crashed, after an error that explains it
+    assert read_log(real("vllm_cuda_driver_oom") + real("sglang_graph_capture_gloo")).cause == "out_of_memory"
+    assert read_log(real("vllm_free_memory_on_device") + real("sglang_segfault_nccl_init")).cause == (
+        "memory_taken_at_start")
+    # a crashed rank leaves its peers waiting: the crash, not the timeout
+    assert read_log(real("sglang_segfault_nccl_init") + real("sglang_watchdog_timeout")).cause == "native_crash"
+
+
+def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_qualified_name():
+    assert server_error(["kserve-container (EngineCore_0 pid=58) KeyError: 'rope_scaling'"]) == (
+        "KeyError: 'rope_scaling'", None)
+    assert server_error(["huggingface_hub.errors.CacheNotFound: Cache directory not found: /data/.cache"]) == (
+        "huggingface_hub.errors.CacheNotFound: Cache directory not found: /data/.cache", None)
+    assert server_error(["INFO: Started server process [4255]", "Note: SM_121 uses native Triton"]) == (None, None)
