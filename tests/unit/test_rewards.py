@@ -327,7 +327,8 @@ def test_the_check_at_start_names_the_function_and_how_it_was_called() -> None:
 
     with pytest.raises(ConfigError, match=r"^reward function .*positional failed on 1 row: TypeError: .*positional\(\) "
                                           r"got an unexpected keyword argument 'completions' \(it is called by keyword "
-                                          r"with completions, gold; take \*\*kwargs for those it does not use\)$"):
+                                          r"with completions, gold; take \*\*kwargs for those it does not use; completions are "
+                                          r"strings, as the prompts are text; .*\)$"):
         check_rewards([Reward("positional", positional)], {"completions": ["4"], "gold": ["4"]}, "1 row")
     with pytest.raises(RewardError, match=r"returned float 1.0: it must return a list .* \(called on 1 row\)$"):
         check_rewards([Reward("scalar", lambda completions, **kw: 1.0)], {"completions": ["4"]}, "1 row")

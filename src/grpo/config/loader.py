@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from grpo.config.schema import FaultsConfig, RunConfig, validate
+from grpo.config.trl_names import trl_name_error
 from grpo.errors import ConfigError
 
 PRESET_DIR = Path(__file__).parent.parent / "configs"
@@ -153,6 +154,9 @@ def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any
     prefix = f"{path}." if path else ""
     for key in data:
         if key not in names:
+            trl = trl_name_error(f"{prefix}{key}", str(key), data[key])
+            if trl is not None:
+                raise ConfigError(trl)
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
             where = path or "the top level"

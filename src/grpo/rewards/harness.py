@@ -201,6 +201,15 @@ def score(rewards: Sequence[Reward], inputs: dict[str, Any]) -> Scores:
     return scores
 
 
+def _completion_shape(completions: list[Any]) -> str:
+    """How the completions were given, as TRL gives them: the usual cause of a function failing on them."""
+    if completions and isinstance(completions[0], list):
+        return ('completions are [{"role": "assistant", "content": ...}] lists, as the prompts are chat messages; '
+                "give the prompt column as text for strings")
+    return ('completions are strings, as the prompts are text; give the prompt column as [{"role", "content"}] '
+            'messages for [{"role": "assistant", "content": ...}] lists')
+
+
 def check_rewards(rewards: Sequence[Reward], inputs: dict[str, Any], what: str) -> None:
     """Call each function once on `inputs` (`what` says which rows, for the message): a function that
     raises or returns the wrong shape or type is a one-line error now, not a crash mid-run."""
@@ -209,7 +218,8 @@ def check_rewards(rewards: Sequence[Reward], inputs: dict[str, Any], what: str) 
         if exc is not None:  # user code: reported in one line, with how it was called
             raise ConfigError(
                 f"reward function {_fn_name(reward.fn)} failed on {what}: {type(exc).__name__}: {exc} (it is called "
-                f"by keyword with {', '.join(inputs)}; take **kwargs for those it does not use)") from exc
+                f"by keyword with {', '.join(inputs)}; take **kwargs for those it does not use; "
+                f"{_completion_shape(inputs['completions'])})") from exc
         try:
             _validated(reward.fn, out, n)
         except RewardError as exc:

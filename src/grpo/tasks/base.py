@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Keywords a reward function always gets besides the data's own columns; a column may not take these names.
-RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "gold", "question")
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "gold")
+# grpo's keyword for the prompt as text, given only where the data has no column of that name: TRL passes every
+# column as it is, and GSM8K-shaped data mapped for TRL keeps its `question` beside the chat `prompt`.
+QUESTION = "question"
 
 
 @dataclass(frozen=True)
@@ -24,11 +27,12 @@ class Problem:
 
 def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:
     """The keyword lists a reward function gets for `problems`: every column of their rows but the prompt's,
-    plus `gold` and `question` (TRL's convention: one list per column, one value per completion)."""
+    plus `gold`, and `question` unless the data has its own (TRL's convention: one list per column, one value
+    per completion)."""
     names = dict.fromkeys(name for p in problems for name in p.columns)
     columns = {name: [p.columns.get(name) for p in problems] for name in names}
     columns["gold"] = [p.gold for p in problems]
-    columns["question"] = [p.question for p in problems]
+    columns.setdefault(QUESTION, [p.question for p in problems])
     return columns
 
 

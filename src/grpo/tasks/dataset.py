@@ -73,17 +73,22 @@ def chat_messages(value: list | tuple, where: str, column: str) -> tuple[dict[st
     return tuple(dict(message) for message in value)
 
 
+# TRL has no answer column: rewards written for it read their own columns (solution, ground_truth, ...).
+_NO_ANSWER = ("set task.answer_column to the column holding the gold answer, or task.answer_column=null if your "
+              "reward functions read their own columns (as TRL's do)")
+
+
 def _check_columns(table: Table, columns: Columns) -> None:
     for column, key in ((columns.prompt, columns.keys[0]), (columns.answer, columns.keys[1])):
         if column is not None and column not in table.columns:
+            fix = f"; {_NO_ANSWER}" if key == "task.answer_column" else ""
             raise ConfigError(f"{table.source} has no column {column!r} ({key}); its columns: "
-                              f"{', '.join(table.columns)}")
+                              f"{', '.join(table.columns)}{fix}")
     for name in RESERVED_COLUMNS:
-        allowed = {"question": columns.prompt, "gold": columns.answer}.get(name)
-        if name in table.columns and name != allowed:
-            fix = {"question": "task.prompt_column=question", "gold": "task.answer_column=gold"}.get(name)
+        if name in table.columns and not (name == "gold" and columns.answer == "gold"):
+            fix = " or set task.answer_column=gold" if name == "gold" else ""
             raise ConfigError(f"{table.source}: column {name!r} clashes with the {name!r} keyword reward functions "
-                              f"are given; rename the column" + (f" or set {fix}" if fix else ""))
+                              f"are given; rename the column{fix}")
 
 
 def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: str | None) -> list[Problem]:

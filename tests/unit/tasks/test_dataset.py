@@ -100,7 +100,9 @@ def test_an_unknown_column_names_the_columns_that_exist(tmp_path):
     one_line_error(tmp_path, [{"question": "q", "answer": "1"}],
                    r"train.jsonl has no column 'prompt' \(task.prompt_column\); its columns: question, answer$")
     one_line_error(tmp_path, [{"prompt": "q", "solution": "1"}],
-                   r"has no column 'answer' \(task.answer_column\); its columns: prompt, solution$")
+                   r"has no column 'answer' \(task.answer_column\); its columns: prompt, solution; set "
+                   r"task.answer_column to the column holding the gold answer, or task.answer_column=null if your "
+                   r"reward functions read their own columns \(as TRL's do\)$")
 
 
 def test_an_empty_split_is_named(tmp_path):
@@ -143,13 +145,20 @@ def test_a_system_prompt_with_chat_prompts_is_refused_not_ignored(tmp_path):
                    system_prompt="You are helpful.")
 
 
-@pytest.mark.parametrize("column,fix", [("gold", " or set task.answer_column=gold"),
-                                        ("question", " or set task.prompt_column=question"),
-                                        ("completions", "$")])
+@pytest.mark.parametrize("column,fix", [("gold", " or set task.answer_column=gold"), ("completions", "$")])
 def test_a_column_named_like_a_reward_keyword_must_be_the_one_it_stands_for(tmp_path, column, fix):
     one_line_error(tmp_path, [{"prompt": "q", "answer": "1", column: "x"}],
                    f"column '{column}' clashes with the '{column}' keyword reward functions are given; "
                    f"rename the column{fix}")
+
+
+def test_a_question_column_beside_the_prompt_reaches_rewards_as_it_is_as_in_trl(tmp_path):
+    """GSM8K mapped for TRL keeps `question` beside the chat `prompt`; grpo's `question` (the prompt as text) is
+    given only to data without one."""
+    task = dataset(tmp_path, [{"prompt": CHAT, "question": "the data's", "answer": "a"}])
+    assert reward_columns(task.eval_problems(None))["question"] == ["the data's"]
+    task = dataset(tmp_path, [{"prompt": CHAT, "answer": "a"}])
+    assert reward_columns(task.eval_problems(None))["question"] == ["Say a"]
 
 
 def test_a_gold_column_can_be_the_answer_column(tmp_path):
