@@ -78,6 +78,8 @@ APPROX_KL_OLD = "actor/approx_kl_old"
 APPLIED = "update/applied"
 NONFINITE = "update/nonfinite"
 NO_SIGNAL = "update/no_signal"
+# with algo.mask_truncated: of the rows to train on, the truncated ones left out of the loss (1: no update)
+MASKED_TRUNCATED_FRAC = "update/masked_truncated_frac"
 SKIP_REASON = "update/skip_reason"
 # a server engine's weight sync after the update, and its log-prob probe (grpo.rollout.server.weights)
 SYNC_S = "sync/seconds"

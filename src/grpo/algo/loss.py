@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,15 @@ class BatchTotals:
 
     num_tokens: int
     num_sequences: int
+
+    @classmethod
+    def counting(cls, lengths: Sequence[int], masked: Collection[int] = ()) -> BatchTotals:
+        """lengths [B] (completion tokens per row) -> the totals the loss is normalised over: every row but the
+        `masked` ones (truncated completions under algo.mask_truncated). A masked row is out of the
+        normaliser as it is out of the gradient, so the loss is that of the batch without it, in every
+        aggregation: its tokens leave token_mean's count, the row seq_mean's and seq_sum_norm's."""
+        kept = [n for row, n in enumerate(lengths) if row not in masked]
+        return cls(num_tokens=sum(kept), num_sequences=len(kept))
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, totals: BatchTotals, max_new_tokens: int) -> torch.Tensor:
@@ -53,15 +63,15 @@ def measure_names(cfg: LossConfig) -> tuple[str, ...]:
         (keys.KL,) if cfg.kl_coef > 0 else ())
 
 
-def rows_with_gradient(advantages: torch.Tensor, kl_coef: float) -> list[int]:
+def rows_with_gradient(advantages: torch.Tensor, kl_coef: float, masked: Collection[int] = ()) -> list[int]:
     """advantages [B] -> the rows the update must compute: all of them under a KL term, else those of non-zero
-    advantage. A row of advantage 0 adds exactly 0 to the clipped surrogate and to its gradient, whatever its
-    log-probs and importance weight, and the loss is normalised over the whole batch's tokens and rows
-    (`BatchTotals`): leaving it out changes neither. A group whose rewards all agree is such rows (about
-    40% of the quickstart's); their forward and backward passes were most of the update's products."""
-    if kl_coef > 0:
-        return list(range(len(advantages)))
-    return (advantages != 0).nonzero().flatten().tolist()
+    advantage; never a `masked` row (left out of the loss: `BatchTotals.counting`). A row of advantage 0 adds
+    exactly 0 to the clipped surrogate and to its gradient, whatever its log-probs and importance weight,
+    and the loss is normalised over the whole batch's tokens and rows (`BatchTotals`): leaving it out
+    changes neither. A group whose rewards all agree is such rows (about 40% of the quickstart's); their
+    forward and backward passes were most of the update's products."""
+    rows = range(len(advantages)) if kl_coef > 0 else (advantages != 0).nonzero().flatten().tolist()
+    return [row for row in rows if row not in masked]
 
 
 def policy_loss(

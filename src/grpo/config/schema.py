@@ -252,6 +252,10 @@ class AlgoConfig:
         "token_mean: over all tokens in the batch (DAPO); seq_mean: per sequence then over sequences (GRPO paper); "
         "seq_sum_norm: token sum divided by max_new_tokens (Dr.GRPO)."
     ))
+    mask_truncated: bool = knob(False, "Leave completions that reached rollout.max_new_tokens without ending out "
+                                "of the loss (TRL's mask_truncated_completions, DAPO's overlong filtering): no "
+                                "gradient, and out of the loss's normaliser. Their rewards still count in their "
+                                "group's advantages, which are computed before the masking.")
     kl_coef: float = knob(0.0, "0 loads no reference model", check=at_least(0))
     kl_estimator: Literal["k1", "k3"] = knob("k3", "k1: log-ratio; k3: the unbiased, non-negative estimator")
     updates_per_batch: int = knob(1, "optimizer steps on each batch (>1: off-policy, the clip matters)",

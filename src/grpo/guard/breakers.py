@@ -170,6 +170,8 @@ class Guard:
             "loss": m.get(k.LOSS), "grad_norm": m.get(k.GRAD_NORM)}
 
     def _zero_loss(self, b: BreakerConfig, m: dict[str, Any]):
+        if m.get(k.MASKED_TRUNCATED_FRAC) == 1:  # no update: every row truncated and masked, not rewards that agree
+            return None
         no_signal = bool(m.get(k.NO_SIGNAL))
         loss = m.get(k.LOSS)
         bad = no_signal or (bool(m.get(k.APPLIED)) and loss is not None and loss == b.threshold)

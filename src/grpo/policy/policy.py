@@ -188,12 +188,14 @@ class Policy:
         return result
 
     def _collective(self, batch: TrainBatch) -> Collective:
-        tokens, sequences, computed_tokens = self.ranks.sum([
-            batch.num_tokens, len(batch), sum(len(batch.completion_ids[r]) for r in batch.gradient_rows)])
+        totals = batch.loss_totals
+        tokens, sequences, all_tokens, computed_tokens = self.ranks.sum([
+            totals.num_tokens, totals.num_sequences, batch.num_tokens,
+            sum(len(batch.completion_ids[r]) for r in batch.gradient_rows)])
         (passes,) = self.ranks.max([len(micro_batches(batch, self.cfg.algo.micro_batch_size, batch.gradient_rows))])
         pad = torch.tensor([[self.tokenizer.pad_token_id]], device=self.device)
         return Collective(
-            BatchTotals(int(tokens), int(sequences)), int(computed_tokens), max(int(passes), 1),
+            BatchTotals(int(tokens), int(sequences)), int(all_tokens), int(computed_tokens), max(int(passes), 1),
             lambda enabled: sharding.set_gradient_sync(self.model, enabled),
             lambda: self.model(input_ids=pad).logits.float().sum() * 0.0,
         )

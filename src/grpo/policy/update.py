@@ -33,6 +33,8 @@ class TrainBatch:
     gradient_rows: list[int]  # [R] the rows the update computes (grpo.algo.loss.rows_with_gradient)
     ref_logprobs: list[torch.Tensor] | None = None  # [B][T_i], when a KL term is used
     importance_weights: list[torch.Tensor] | None = None  # [B][T_i] proximal/behaviour, off policy (algo.offpolicy)
+    # Rows left out of the loss (truncated completions under algo.mask_truncated): no gradient, not in its normaliser.
+    masked_rows: frozenset[int] = frozenset()
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -40,6 +42,10 @@ class TrainBatch:
     @property
     def num_tokens(self) -> int:
         return sum(len(c) for c in self.completion_ids)
+
+    @property
+    def loss_totals(self) -> BatchTotals:
+        return BatchTotals.counting([len(c) for c in self.completion_ids], self.masked_rows)
 
 
 @dataclass
@@ -294,7 +300,8 @@ class Collective:
     must line up, so a rank with fewer rows pads with passes of zero loss), and the switch that
     lets gradients reduce across ranks only on the last of them."""
 
-    totals: BatchTotals
+    totals: BatchTotals  # of the rows in the loss (`TrainBatch.loss_totals`)
+    num_tokens: int  # of every rank's rows, masked or not: what the entropy averages over
     computed_tokens: int  # of every rank's rows with a gradient (`TrainBatch.gradient_rows`): what metrics average over
     micro_batches: int
     set_gradient_sync: Callable[[bool], None]
@@ -319,14 +326,16 @@ def update_policy(
 
     A step whose loss or gradient norm is not finite is not applied; its gradients are discarded.
     Only the rows with a gradient are computed (`batch.gradient_rows`): the loss's measures (clipping,
-    ratio, KL) are means over their tokens. The entropy is the whole batch's mean: exact on those rows, and
-    on the others the sampled tokens' surprisal (-log p under the sampling distribution, whose expectation
+    ratio, KL) are means over their tokens, and the loss is normalised over the rows not masked
+    (`batch.loss_totals`). The entropy is the whole batch's mean, masked rows included: exact on the rows
+    computed, and on the others the sampled tokens' surprisal (-log p under the sampling distribution, whose expectation
     is that distribution's entropy), so that a collapse still shows when most groups' rewards agree.
     `check_stop` runs after every micro-batch and may raise to abandon the update before the next
     optimizer step (the weights then hold the last applied step, never a partial one).
     """
     device = next(model.parameters()).device
-    totals = collective.totals if collective else BatchTotals(num_tokens=batch.num_tokens, num_sequences=len(batch))
+    totals = collective.totals if collective else batch.loss_totals
+    all_tokens = max(collective.num_tokens if collective else batch.num_tokens, 1)
     computed = batch.gradient_rows
     own_tokens = sum(len(batch.completion_ids[r]) for r in computed)
     computed_tokens = collective.computed_tokens if collective else own_tokens  # every rank's
@@ -336,7 +345,7 @@ def update_policy(
     sums = dict.fromkeys((*measure_names(loss_cfg), keys.ENTROPY), 0.0)
     sums[keys.ROWS_COMPUTED], sums[keys.TOKENS_COMPUTED] = float(len(computed)), float(own_tokens)
     skipped = set(range(len(batch))).difference(computed)
-    sums[keys.ENTROPY] = -sum(lp for r in skipped for lp in batch.old_logprobs[r]) / max(totals.num_tokens, 1)
+    sums[keys.ENTROPY] = -sum(lp for r in skipped for lp in batch.old_logprobs[r]) / all_tokens
     steps_applied = 0
     model.train()
     chunks = micro_batches(batch, micro_batch_size, computed)
@@ -368,7 +377,7 @@ def update_policy(
             for key, value in metrics.items():
                 sums[key] += weight * value / updates
             if entropy is not None:
-                sums[keys.ENTROPY] += (entropy * mb.completion_mask).sum().item() / max(totals.num_tokens, 1)
+                sums[keys.ENTROPY] += (entropy * mb.completion_mask).sum().item() / all_tokens
         grad_norm = optimizer.clip_grad_norm(max_grad_norm)
         sums[keys.LOSS] = sums.get(keys.LOSS, 0.0) + loss_total / updates
         sums[keys.GRAD_NORM] = sums.get(keys.GRAD_NORM, 0.0) + grad_norm / updates

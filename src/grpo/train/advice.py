@@ -9,6 +9,10 @@ from grpo import metric_keys as k
 from grpo.console import alert
 
 
+# The skip reason of a step whose every row algo.mask_truncated left out of the loss.
+ALL_MASKED = "every completion truncated (algo.mask_truncated)"
+
+
 class SkipAdvice:
     def __init__(self) -> None:
         self.explained: set[str] = set()  # skip reasons already explained
@@ -25,6 +29,12 @@ class SkipAdvice:
             alert(f"step {step}: NO UPDATE: no group had every sample generated and scored "
                   f"({m.get(k.FAILED, 0)} failed, {m.get(k.UNSCORABLE, 0)} unscorable); "
                   "the guard's breakers watch this (grpo doctor shows the failures).")
+        elif reason == ALL_MASKED:
+            limit = m.get(k.LENGTH_MAX)
+            alert(f"step {step}: NO UPDATE: every completion ran to rollout.max_new_tokens"
+                  f"{f' ({limit:g} tokens)' if limit is not None else ''} without ending, and algo.mask_truncated "
+                  "leaves truncated completions out of the loss. Raise rollout.max_new_tokens, or set "
+                  "algo.mask_truncated=false to train on them.")
 
 
 SPREAD = ("more samples per problem (rollout.samples_per_problem) so some answers differ, dynamic sampling "

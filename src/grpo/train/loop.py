@@ -39,7 +39,7 @@ from grpo.rundir.events import ServerEvents, StepInProgress
 from grpo.rundir.files import read_json
 from grpo.rundir.run import RunDir
 from grpo.train.advantages import rows_to_train
-from grpo.train.advice import SkipAdvice
+from grpo.train.advice import ALL_MASKED, SkipAdvice
 from grpo.train.build import build
 from grpo.train.evaluation import evaluate_held_out
 from grpo.train.metrics import MetricsLogger
@@ -270,18 +270,24 @@ class TrainingLoop:
     def _advantages_and_update(self, step: int, batch: RolloutBatch, record: StepRecord, timer: PhaseTimer) -> None:
         with timer.phase("advantages"):
             train_batch = rows_to_train(batch, self.cfg.algo)
-            # A signal: a row with a gradient (of non-zero advantage, or any under a KL term) on some rank.
-            # Without one the update is skipped, since a step on zero gradients would still move AdamW by
-            # its momentum.
-            rows, signal_anywhere = self.ranks.sum([len(train_batch), float(bool(train_batch.gradient_rows))])
+            # A signal: a row with a gradient (of non-zero advantage, or any under a KL term; never a masked
+            # one) on some rank. Without one the update is skipped, since a step on zero gradients would still
+            # move AdamW by its momentum.
+            rows, signal_anywhere, masked = self.ranks.sum([len(train_batch), float(bool(train_batch.gradient_rows)),
+                                                            len(train_batch.masked_rows)])
+            if self.cfg.algo.mask_truncated and rows:
+                record.masked_frac = masked / rows
             if rows and signal_anywhere:
                 train_batch, record.prepared = self.policy.prepare(train_batch, self.recompute_old)
                 record.trips += self.guard.check("offpolicy", step, record.update_metrics())
-        record.no_signal = bool(rows) and not signal_anywhere
+        all_masked = bool(rows) and masked == rows
+        record.no_signal = bool(rows) and not signal_anywhere and not all_masked
         if record.blocking_trip is not None:
             return
         if not rows:
             record.update = UpdateResult(False, skip_reason="no trainable groups")
+        elif all_masked:
+            record.update = UpdateResult(False, skip_reason=ALL_MASKED)
         elif not signal_anywhere:
             record.update = UpdateResult(False, skip_reason="no learning signal")
         else:

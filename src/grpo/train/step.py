@@ -36,6 +36,7 @@ class StepRecord:
     trips: list[Trip] = field(default_factory=list)  # every breaker that tripped this step, in order
     prepared: PrepareStats = field(default_factory=PrepareStats)  # old/reference log-probs before the update
     no_signal: bool = False  # rows to train on, but every advantage zero on every rank
+    masked_frac: float | None = None  # with algo.mask_truncated: of the rows to train on, those left out of the loss
     update: UpdateResult | None = None  # None: blocked by a rollout breaker before the update phase
     sync: dict[str, Any] = field(default_factory=dict)  # weight sync to the engine and its verification
     evaluation: dict[str, Any] | None = None  # a held-out evaluation due this step
@@ -66,6 +67,8 @@ class StepRecord:
     def update_metrics(self) -> dict[str, Any]:
         """What the update breakers read: the rollout's metrics and the update's outcome."""
         m = {**self.rollout_metrics(), **self.prepared.metrics(), k.NO_SIGNAL: int(self.no_signal)}
+        if self.masked_frac is not None:
+            m[k.MASKED_TRUNCATED_FRAC] = self.masked_frac
         if self.update is not None:
             m.update(self.update.metrics)
             m[k.APPLIED] = int(self.update.applied)
