@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from grpo.config import PRESET_DIR, BreakerConfig, GuardConfig, RunConfig, config_yaml, load_config
+from grpo.config import PRESET_DIR, AlgoConfig, BreakerConfig, GuardConfig, RunConfig, config_yaml, load_config
+from grpo.config.doc import field_help
 from grpo.errors import ConfigError
 
 PRESETS = sorted(PRESET_DIR.rglob("*.yaml"))
@@ -352,3 +353,13 @@ def test_deterministic_inference_is_sglangs_switch_and_refused_elsewhere():
     assert cfg.rollout.server.deterministic is True
     with pytest.raises(ConfigError, match=r"rollout.server.deterministic .* only with rollout.engine=sglang"):
         load_config("tiny", ["rollout.engine=vllm", "rollout.server.deterministic=true"])
+
+
+def test_mask_truncated_is_off_by_default_a_bool_and_says_advantages_still_see_the_reward():
+    assert RunConfig().algo.mask_truncated is False and load_config("tiny").algo.mask_truncated is False
+    assert load_config("tiny", ["algo.mask_truncated=true"]).algo.mask_truncated is True
+    with pytest.raises(ConfigError, match="algo.mask_truncated must be true or false, got 'yes please'"):
+        load_config("tiny", ["algo.mask_truncated=yes please"])
+    meaning = field_help(AlgoConfig)["mask_truncated"]
+    assert "rollout.max_new_tokens" in meaning and "mask_truncated_completions" in meaning
+    assert "still count in their group's advantages" in meaning

@@ -150,6 +150,15 @@ def test_zero_loss_trips_on_no_signal_and_not_on_zero_loss_without_an_update():
     assert guard.check("update", 3, {"actor/loss": 0.0}) == []
 
 
+def test_zero_loss_does_not_read_a_step_whose_every_row_was_masked():
+    guard = Guard(with_breaker("zero_loss", patience=2))
+    assert guard.check("update", 1, {"update/no_signal": 1}) == []
+    # Every completion truncated and masked (algo.mask_truncated): not rewards that agree; the streak stands.
+    assert guard.check("update", 2, {"update/applied": 0, "update/masked_truncated_frac": 1.0}) == []
+    assert guard.streaks["zero_loss"] == 1
+    assert [t.breaker for t in guard.check("update", 3, {"update/no_signal": 1})] == ["zero_loss"]
+
+
 def test_kl_explosion_falls_back_to_approx_kl_and_treats_nan_as_bad():
     guard = Guard(with_breaker("kl_explosion", patience=1))
     assert [t.breaker for t in guard.check("update", 1, {"actor/approx_kl_old": 12.0})] == ["kl_explosion"]

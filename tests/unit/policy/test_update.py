@@ -201,6 +201,57 @@ def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_ev
             torch.testing.assert_close(computed[name], gradient, atol=2e-6, rtol=1e-4)
 
 
+def without_rows(batch: TrainBatch, rows: set[int]) -> TrainBatch:
+    kept = [r for r in range(len(batch)) if r not in rows]
+    pick = lambda values: [values[r] for r in kept] if values is not None else None  # noqa: E731
+    return TrainBatch(pick(batch.prompt_ids), pick(batch.completion_ids), pick(batch.old_logprobs),
+                      batch.advantages[kept], list(range(len(kept))), pick(batch.ref_logprobs))
+
+
+@pytest.mark.parametrize("micro_batch_size", [1, 4], ids=["accumulated-over-rows", "two-micro-batches"])
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "seq_sum_norm"])
+def test_masked_rows_make_the_steps_of_the_batch_without_them(loss_agg, micro_batch_size):
+    """Truncated rows under algo.mask_truncated (1: a middle length, 3: the longest) are out of the gradient and of
+    the normaliser: both optimizer steps (the second off policy) are those of the batch that never had them, however
+    the rows are split into micro-batches, with a KL term that would otherwise reach every row."""
+    cfg = LossConfig(loss_agg=loss_agg, max_new_tokens=4, kl_coef=0.05)
+
+    def steps(masking: bool):
+        model, tok = tiny()
+        batch = on_policy(model, tok, group_batch(tok))
+        batch = replace(batch, ref_logprobs=[torch.tensor(lp) - 0.1 for lp in batch.old_logprobs])
+        masked = frozenset({1, 3})
+        if masking:
+            batch = replace(batch, masked_rows=masked, gradient_rows=rows_with_gradient(batch.advantages, 0.05, masked))
+        else:
+            batch = without_rows(batch, masked)
+        optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
+        gradients, apply = [], optimizer.step
+        optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
+        result = update_policy(model, optimizer, batch, cfg, updates=2, micro_batch_size=micro_batch_size,
+                               max_grad_norm=0.0, temperature=1.0, pad_id=tok.pad_token_id)
+        return result, gradients
+
+    (masked, gradients), (without, reference) = steps(True), steps(False)
+    assert masked.applied and without.applied
+    assert masked.metrics[keys.ROWS_COMPUTED] == without.metrics[keys.ROWS_COMPUTED] == 4
+    assert masked.metrics[keys.LOSS] == pytest.approx(without.metrics[keys.LOSS], rel=1e-5, abs=1e-7)
+    assert len(gradients) == len(reference) == 2
+    for computed, expected in zip(gradients, reference):
+        for name, gradient in expected.items():
+            torch.testing.assert_close(computed[name], gradient, atol=2e-6, rtol=1e-4)
+
+
+def test_an_update_whose_every_row_is_masked_is_skipped_and_leaves_the_weights():
+    model, tok = tiny()
+    batch = replace(group_batch(tok), masked_rows=frozenset(range(6)), gradient_rows=[])
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    result = update_policy(model, MasterWeightAdamW(model, ActorConfig(lr=1e-2)), batch, LossConfig(), updates=1,
+                           micro_batch_size=4, max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
+    assert not result.applied and result.optimizer_steps == 0
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
 def test_the_update_measures_average_over_the_rows_it_computed():
     model, tok = tiny()
     batch = on_policy(model, tok, group_batch(tok, ONE_GROUP_AGREED))

@@ -3,7 +3,7 @@ and the knobs; silent on applied steps and on breakers (the guard speaks for tho
 
 import pytest
 
-from grpo.train.advice import SkipAdvice
+from grpo.train.advice import ALL_MASKED, SkipAdvice
 
 
 @pytest.fixture
@@ -59,3 +59,14 @@ def test_applied_steps_and_breakers_are_left_to_others(alerts):
     advice.after_step(2, False, "breaker zero_reward tripped", {})
     advice.after_step(3, False, None, {})
     assert alerts == [] and advice.explained == set()
+
+
+def test_a_step_whose_every_completion_was_masked_is_told_as_truncation_not_as_agreeing_rewards(alerts):
+    advice = SkipAdvice()
+    m = {"reward/mean": 0.25, "reward/min": 0.0, "reward/max": 1.0, "response/truncated_frac": 1.0,
+         "response/length_max": 16, "update/masked_truncated_frac": 1.0}
+    advice.after_step(3, False, ALL_MASKED, m)
+    advice.after_step(4, False, ALL_MASKED, m)
+    assert alerts == [alerts[0]] and alerts[0].startswith("step 3: NO UPDATE: every completion ran to "
+                                                          "rollout.max_new_tokens (16 tokens) without ending")
+    assert "algo.mask_truncated=false" in alerts[0] and "same reward" not in alerts[0]
