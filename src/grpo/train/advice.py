@@ -8,7 +8,6 @@ from typing import Any
 from grpo import metric_keys as k
 from grpo.console import alert
 
-
 # The skip reason of a step whose every row algo.mask_truncated left out of the loss.
 ALL_MASKED = "every completion truncated (algo.mask_truncated)"
 
