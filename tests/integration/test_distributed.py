@@ -136,3 +136,17 @@ def test_a_checkpoint_of_two_ranks_resumes_in_one_process_and_back(tmp_path, sin
     assert_same_weights(weights(single, 5), weights(one_then_two, 5))
     for run_dir in (two_then_one, one_then_two):
         assert [x["step"] for x in metric_lines(run_dir)] == [1, 2, 3, 4, 5]
+
+
+def test_two_ranks_leave_truncated_completions_out_of_the_loss_as_one_process_does(tmp_path):
+    """algo.mask_truncated: each rank's masked rows leave the global normaliser, so the ranks' update is still the
+    one process's (the stop strings make a mix of ended and truncated answers at every step)."""
+    masking = [*STEPS, "train.steps=2", "algo.mask_truncated=true", "rollout.max_new_tokens=4",
+               'rollout.stop=["1","2","3"]']
+    one_process(tmp_path / "single", *masking)
+    result = torchrun(tmp_path / "ranks", *masking)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = metric_lines(tmp_path / "ranks")
+    assert all(0 < line["update/masked_truncated_frac"] < 1 and line["update/applied"] for line in lines)
+    assert_same_weights(weights(tmp_path / "single", 2), weights(tmp_path / "ranks", 2))
+    assert_close_metrics(tmp_path / "single", tmp_path / "ranks")

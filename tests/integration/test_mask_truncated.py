@@ -1,10 +1,12 @@
 """algo.mask_truncated through the command line on the tiny preset: the share of completions masked is logged
-each step, and the run trains on the others; a step whose every completion was cut off is skipped and said so."""
+each step, and the run trains on the others (embedded engine, LoRA, a server engine); a step whose every completion
+was cut off is skipped and said so. Two ranks against one process: test_distributed.py."""
 
 from grpo import metric_keys as keys
 from grpo.cli import main
 
 from .helpers import metric_lines
+from .test_server_engine import SGLANG
 
 # The tiny model rarely samples its EOS: a completion ends where it writes one of these (status ok), and the
 # others run to rollout.max_new_tokens (status truncated), a mix of both at every step of this seed.
@@ -41,3 +43,18 @@ def test_a_step_whose_every_completion_is_truncated_is_skipped_explained_and_not
     assert all(keys.LOSS not in line for line in lines)
     said = capsys.readouterr()
     assert (said.out + said.err).count("every completion ran to rollout.max_new_tokens (2 tokens)") == 1
+
+
+def test_lora_trains_on_the_completions_that_ended(tmp_path):
+    assert train(tmp_path / "r", "algo.mask_truncated=true", ENDINGS, "model.lora.rank=4", "algo.kl_coef=0.05") == 0
+    lines = metric_lines(tmp_path / "r")
+    assert all(0 < line[keys.MASKED_TRUNCATED_FRAC] < 1 and line[keys.APPLIED] == 1 for line in lines)
+    assert all(line[keys.ROWS_COMPUTED] == round(16 * (1 - line[keys.MASKED_TRUNCATED_FRAC])) for line in lines)
+
+
+def test_a_server_engine_s_truncated_answers_are_masked_too(tmp_path):
+    """The status comes from the rollout (the server's finish reason "length"), not from the embedded engine."""
+    assert train(tmp_path / "r", "algo.mask_truncated=true", ENDINGS, "train.steps=2", *SGLANG) == 0
+    lines = metric_lines(tmp_path / "r")
+    assert all(line[keys.MASKED_TRUNCATED_FRAC] == line[keys.TRUNCATED_FRAC] for line in lines)
+    assert all(0 < line[keys.MASKED_TRUNCATED_FRAC] < 1 and line[keys.APPLIED] == 1 for line in lines)
