@@ -89,6 +89,7 @@ def test_a_trl_name_is_refused_in_one_line_naming_grpo_s_keys(name):
     ("scale_rewards=batch", "algo.advantage_norm=batch"), ("num_iterations=2", "algo.updates_per_batch=2"),
     ("temperature=0.7", "rollout.temperature=0.7"), ("reward_weights=[2.0]", "task.reward_weights=[2.0]"),
     ("algo.loss_type=grpo", "algo.loss_agg=seq_mean"), ("rollout.num_generations=4", "rollout.samples_per_problem=4"),
+    ("mask_truncated_completions=true", "algo.mask_truncated=true"),
 ])
 def test_a_trl_setting_is_refused_with_the_override_that_says_the_same(given, said):
     with pytest.raises(ConfigError, match=": " + re.escape(said) + r"( \(|$)"):
@@ -97,7 +98,7 @@ def test_a_trl_setting_is_refused_with_the_override_that_says_the_same(given, sa
 
 
 def test_trl_settings_without_one_grpo_key_are_refused_without_a_value_to_copy():
-    for given in ("epsilon=0.3", "gradient_accumulation_steps=4", "mask_truncated_completions=true", "loss_type=x"):
+    for given in ("epsilon=0.3", "gradient_accumulation_steps=4", "loss_type=x"):
         with pytest.raises(ConfigError) as info:
             load_config("tiny", [given])
         assert "=" not in str(info.value).partition(";")[2].partition("(")[0], str(info.value)

@@ -49,9 +49,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "scale_rewards": TrlName(("algo.advantage_norm", "algo.advantage_std", "algo.advantage_eps"), "TRL's standard "
                              "deviation: also algo.advantage_std=sample algo.advantage_eps=1e-4", _SCALE),
     "num_iterations": TrlName(("algo.updates_per_batch",)),
-    "mask_truncated_completions": TrlName((), "answers cut off at rollout.max_new_tokens are trained on, as with "
-                                          "TRL's default False; the guard's truncated_responses breaker stops a "
-                                          "run where they dominate"),
+    "mask_truncated_completions": TrlName(("algo.mask_truncated",), "advantages computed before the masking, as "
+                                          "TRL's; under seq_mean and seq_sum_norm the masked completions leave the "
+                                          "normaliser, unlike TRL's grpo and dr_grpo"),
     "learning_rate": TrlName(("actor.lr",)),
     "lr_scheduler_type": TrlName(("actor.schedule",), "constant, linear or cosine; warm-up: actor.warmup_steps",
                                  carries=False),
