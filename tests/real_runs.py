@@ -40,10 +40,11 @@ def score(run: RealRun, diagnosis) -> list[str]:
     truth = run.source
     wrong = []
     if run.healthy:
-        # "unknown" is right only for a log that holds no reward: healthy needs evidence.
+        # "unknown" is right only for a log that holds no reward, or one copied while the run was still going
+        # (`log_ends: mid_run`: from the file alone that is a run killed without a word): healthy needs evidence.
         if diagnosis.status == "problem":
             wrong.append(f"called {diagnosis.cause} from step {diagnosis.first_bad_step}, but it was healthy")
-        elif diagnosis.status == "unknown" and truth.get("metrics_in_log", True):
+        elif diagnosis.status == "unknown" and truth.get("metrics_in_log", True) and truth.get("log_ends") != "mid_run":
             wrong.append("unknown, but the log holds the run's metrics")
         return wrong
     if diagnosis.cause not in SAME.get(truth["cause"], {truth["cause"]}):

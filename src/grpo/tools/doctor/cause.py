@@ -255,6 +255,9 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                      + (f" of {record.total_steps}" if record.total_steps else "")
                                      + " with no error recorded (killed by SIGKILL, out of memory, or power loss?)"
                                      + failed_text), failing[-2:]
+    short = _stops_short(record)
+    if short is not None:
+        return "unknown", None, short, []
     warnings = [a for a in timeline if a.kind not in ("restart", "server_restart")]
     return "healthy", None, _healthy_text(record, warnings), []
 
@@ -394,6 +397,23 @@ def _ended_without_a_word(record: RunRecord) -> bool:
     ended_on_purpose = any(m.kind in ("stop", "interrupted") for m in record.marks)
     return (record.source == "grpo" and not record.finished and bool(record.metrics) and record.total_steps is not None
             and max(record.metrics) < record.total_steps and not ended_on_purpose and not record.running)
+
+
+def _stops_short(record: RunRecord) -> str | None:
+    """Why a console log that ends long before the run's own total, with no final line and no error, is
+    not healthy: from the log alone it was either still running when copied, or killed without a word
+    (the OOM killer's SIGKILL, a lost node, a scheduler's time limit), and a dead run looks exactly so."""
+    steps = record.steps()
+    if not (record.console and steps and record.total_steps and not record.finished and not record.running):
+        return None
+    last, gaps = steps[-1], [b - a for a, b in zip(steps[-4:], steps[-3:])]
+    if last + max(gaps, default=1) >= record.total_steps:
+        return None  # its last logged step is the last there was to log
+    return (f"the log stops at step {last} of {record.total_steps} with no final line (no train_runtime, no "
+            "'training completes', no final save) and no error: the run was still going when the log was "
+            "copied, or it was killed without a word (the OOM killer or another SIGKILL, a lost node, a "
+            "scheduler's time limit). Check whether the process is alive; if not, read the kernel log (dmesg) "
+            f"and the scheduler's record for it. Steps 1-{last} showed no problem; read {_read(record)}")
 
 
 def _healthy_text(record: RunRecord, worth_a_look: list[Anomaly]) -> str:

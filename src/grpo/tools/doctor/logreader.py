@@ -40,7 +40,7 @@ class LogReader:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.record = RunRecord(self.source, str(path))
+        self.record = RunRecord(self.source, str(path), console=True)
         self.scanner = CrashScanner(str(path))
         self.line_no = 0
         self.current = 0  # the last step logged

@@ -34,7 +34,8 @@ def resumed_log(tmp_path, name: str):
 @pytest.mark.parametrize("name", sorted(RESUMES))
 def test_the_attempt_running_now_is_judged_and_the_one_before_is_history(tmp_path, name):
     diagnosis, record = examine(resumed_log(tmp_path, name))
-    assert diagnosis.status == "healthy", diagnosis.explanation
+    # steps 17-30 of 100 were healthy; a console log that names its total and stops short of it is unknown
+    assert diagnosis.status == ("unknown" if record.total_steps == 100 else "healthy"), diagnosis.explanation
     assert record.steps() == list(range(1, 31))
     assert len(diagnosis.history) == 1 and "from step 20" in diagnosis.history[0], diagnosis.history
     assert "restarted from step 17" in diagnosis.history[0]

@@ -36,6 +36,17 @@ def test_the_doctor_is_right_on_nine_in_ten_real_runs_and_never_alarms_a_healthy
     assert len(wrong) <= 0.1 * len(RUNS), wrong
 
 
+def test_a_log_copied_mid_run_is_not_called_healthy():
+    """A console log that ends long before its total steps, with no final line and no error, reads exactly
+    as a run killed without a word (SIGKILL, a lost node): unknown, saying where it stops, never healthy."""
+    cut = [run for run in RUNS if run.source.get("log_ends") == "mid_run"]
+    assert cut
+    for run in cut:
+        diagnosis, record = examine(run.target)
+        assert diagnosis.status == "unknown", (run.name, diagnosis.explanation)
+        assert f"stops at step {record.steps()[-1]} of {record.total_steps}" in diagnosis.explanation
+
+
 def _verdict(d: Diagnosis) -> tuple:
     return d.status, d.cause, d.first_bad_step, d.last_good_checkpoint
 
