@@ -40,6 +40,11 @@ def prompts(work: Work, count: int) -> list[dict]:
     return rows
 
 
+# The libraries' own switches that hold them to a narrower instruction set than the CPU's (to play an older
+# CPU's code paths): a figure measured under one says so, as the flags alone would not.
+ISA_SWITCHES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
 def machine() -> str:
     """The CPU as lscpu names it, with its family and model (a hypervisor may hide the marketing name) and
     its widest vector and matrix extensions, which decide the fp32 and bf16 rates."""
@@ -54,7 +59,9 @@ def machine() -> str:
     widest = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags][:2]
     family = f" (family {fields['CPU family']} model {fields['Model']}; {', '.join(widest) or 'no AVX2'})" \
         if "CPU family" in fields and "Model" in fields else ""
-    return f"{fields['Model name']}{family}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
+    held = [f"{name}={os.environ[name]}" for name in ISA_SWITCHES if os.environ.get(name)]
+    held_text = f"; held by {', '.join(held)}" if held else ""
+    return f"{fields['Model name']}{family}{held_text}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
 
 
 def time_op(op, repeats: int) -> float:
