@@ -73,6 +73,10 @@ RAY_TRACEBACK = re.compile(r"^(?:Unhandled error \(suppress with [^)]*\): )?ray:
 # Python's own word that the traceback after it was ignored (a destructor's or an atexit callback's, at
 # shutdown): it ended nothing, however the run went.
 IGNORED = "Exception ignored in"
+# A traceback inside a log record (`ERROR:2026-03-26 22:35:46,212:Traceback ...`, `logger.exception`'s): the
+# program caught the exception and logged it. Python prints an uncaught one's header alone on its line; a
+# program that then dies of it prints that, or a fatal line, after.
+LOGGED = re.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL)\b")
 # The line that ends a traceback: `pkg.module.SomeError: message` or a bare exception name.
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning|"
                         r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
@@ -136,6 +140,7 @@ class CrashScanner:
             return
         if TRACEBACK in stripped or (self._frames is None and RAY_TRACEBACK.match(stripped)):
             self._frames, self._traceback_line = [], line_no
+            self._ignored = self._ignored or bool(LOGGED.search(stripped.partition(TRACEBACK)[0]))
             return
         if self._frames is None and FRAME.match(stripped):
             self._frames, self._traceback_line = [], line_no  # a traceback whose header was not kept (a pasted excerpt)

@@ -151,3 +151,19 @@ def test_a_traceback_python_says_it_ignored_at_exit_ended_nothing(tmp_path, caps
     log.write_text(steps + ignored.replace("Exception ignored in atexit callback: <function move_cutlass_compiled_cache"
                                            " at 0x7004eda2d080>\n", ""))
     assert doctor(log, capsys)[1]["cause"] == "crashed"  # the same traceback, not ignored, did end the run
+
+
+def test_a_traceback_inside_a_log_record_was_caught_and_logged_not_what_ended_the_run(tmp_path, capsys):
+    """An agent loop's `logger.exception` (as in verl_gui_cursor_mid_run_step2): `ERROR:<time>:Traceback ...`
+    is a handled exception, whatever follows; the same traceback printed bare (uncaught) ended the run."""
+    log = tmp_path / "train.log"
+    steps = "".join(f"{{'loss': 0.01, 'grad_norm': 0.5, 'reward': 0.{4 + i % 3}, 'reward_std': 0.3}}\n" for i in range(6))
+    logged = ("ERROR:2026-03-26 22:35:46,212:Traceback (most recent call last):\n"
+              '  File "/work/cursor/env_and_state.py", line 470, in update_state\n'
+              "    action, action_x, action_y = extractor(output_text)\n"
+              "TypeError: cannot unpack non-iterable NoneType object\n"
+              "ERROR:2026-03-26 22:35:46,212:Error extracting action for item 34674\n")
+    log.write_text(steps + logged)
+    assert doctor(log, capsys)[1]["status"] == "healthy"
+    log.write_text(steps + logged.replace("ERROR:2026-03-26 22:35:46,212:Traceback", "Traceback"))
+    assert doctor(log, capsys)[1]["cause"] == "crashed"
