@@ -76,6 +76,7 @@ FAULT_KINDS = {
 }
 NOISY = ("time", "time/", "perf/", "memory/", "rollout/sources", "sync/seconds")
 PR_SET_CHILD_SUBREAPER = 36
+SERVER_UP_S = 300  # how long a server fault waits for a server the trainer counts as ready (one restarting)
 SHM_POLL_S = 0.5  # how often the monkey notes what its process tree holds in /dev/shm
 
 
@@ -153,6 +154,7 @@ class Chaos:
         return proc.returncode
 
     def _strike(self, kind: str, proc: subprocess.Popen) -> None:
+        pid = self._server_up(proc) if kind in SERVER_FAULTS else None
         fault = Fault(kind, time.monotonic() - self.started, self._newest_step())
         if kind == "sigkill_trainer":
             os.kill(proc.pid, signal.SIGKILL)
@@ -172,9 +174,8 @@ class Chaos:
         elif kind == "full_disk":
             fault.note = self._fill_disk(proc)
         elif kind in SERVER_FAULTS:
-            pid = self._server_pid()
             if pid is None:
-                fault.note = "no server up at that moment: nothing done"
+                fault.note = f"no server up within {SERVER_UP_S} s: nothing done"
             elif kind == "sigkill_server":
                 _signal_server(pid, signal.SIGKILL)
                 fault.note = f"pid {pid}: the server's processes"
@@ -208,6 +209,16 @@ class Chaos:
             time.sleep(0.05)
         filler.unlink()
         return "trainer exited while full" if proc.poll() is not None else "freed while the trainer ran"
+
+    def _server_up(self, proc: subprocess.Popen) -> int | None:
+        """A ready server's reaper, waiting for one while the last fault's server restarts (async rollouts can
+        log a step within milliseconds of a kill, so a drawn moment may fall there): a fault that hits no
+        server tests nothing."""
+        end = time.monotonic() + SERVER_UP_S
+        while (pid := self._server_pid()) is None and proc.poll() is None and time.monotonic() < end:
+            self._note_progress()
+            time.sleep(0.05)
+        return pid
 
     def _server_pid(self) -> int | None:
         pids = self._ready_pids()
