@@ -84,6 +84,10 @@ FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
 # An uncaught exception's own line, as Python prints it last (`ImportError: cannot import name ...`); a log
 # whose last line is one ended with it, even where its traceback was not kept (pasted, or cut off).
 UNCAUGHT = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.*)?$")
+# Ray's line for a remote task's failure, `ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=..)`:
+# the remote traceback follows and ends on the inner exception's own line; where the log ends before that line
+# (a pasted excerpt, a torn copy), this line is the last word on what ended the run, its inner name the class.
+RAY_CHAINED = re.compile(r"^(?:\w+\.)*Ray\w*Error\((\w+)\): ")
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]")
 MAX_KEPT = 40  # crashes kept per log: the first few and the latest
 REPEAT_WINDOW = 50  # lines after a crash in which the same message again is a copy of it
@@ -121,10 +125,12 @@ class CrashScanner:
         self._traceback_line = 0
         self._last: Crash | None = None  # the log's last line so far, when it is an exception's own line
         self._ignored = False  # the traceback being read follows an IGNORED line
+        self._chained: Crash | None = None  # a RAY_CHAINED line in the traceback being read, not yet closed
 
     def found(self) -> list[Crash]:
-        """The crashes read so far, with the exception line the log ends on when no traceback held it."""
-        return self.crashes + ([self._last] if self._last is not None else [])
+        """The crashes read so far, with the exception line the log ends on when no traceback held it, or
+        Ray's line for the remote failure when the log ends inside the traceback after it."""
+        return self.crashes + [c for c in (self._last, self._chained) if c is not None]
 
     def feed(self, line_no: int, line: str, step: int) -> None:
         if self._last is not None and line.strip():
@@ -155,10 +161,14 @@ class CrashScanner:
             if _EXCEPTION.match(stripped):
                 if not self._ignored:
                     self._add(line_no, stripped, step, self._frames)
-                self._frames, self._ignored = None, False
+                self._frames, self._ignored, self._chained = None, False, None
                 return
+            chained = RAY_CHAINED.match(stripped)
+            if chained and not self._ignored:
+                kind = classify(chained.group(1), self._frames)
+                self._chained = Crash(step, kind, stripped[:300], Evidence(self.file, line_no, stripped[:300]))
             if line_no - self._traceback_line > 400:  # never closed: not a traceback after all
-                self._frames, self._ignored = None, False
+                self._frames, self._ignored, self._chained = None, False, None
             return
         if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped) \
                 and not self._repeats(line_no, stripped):

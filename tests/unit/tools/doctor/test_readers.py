@@ -258,6 +258,24 @@ CRASHES = {
          "(LLMRayActor pid=4) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62 [repeated 3x across "
          "cluster]"],
         "server_failure", "RuntimeError: CUDA Error: out of memory"),
+    # verl#5750: the driver's traceback torn after Ray's line for the remote failure, before the inner one's.
+    "ray-chained-line-then-torn": (
+        [TB, '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 1026, in get_objects',
+         "    raise value.as_instanceof_cause()",
+         "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=4030, ip=10.0.2.100, "
+         "actor_id=3c87465a346071ce4fca78a401000000, repr=<main_ppo.TaskRunner object at 0x7123673b92b0>)",
+         "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+         '  File "/workspace/verl/verl/trainer/main_ppo.py", line 359, in run', "    trainer.fit()"],
+        "worker_failure", "ray.exceptions.RayTaskError(ActorDiedError)"),
+    "ray-chained-line-then-its-inner-error": (
+        [TB, '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 1026, in get_objects',
+         "    raise value.as_instanceof_cause()",
+         "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_ref_update_actor() (pid=8, "
+         "ip=10.0.0.1, actor_id=ee90, repr=<WorkerDict>)",
+         '  File "/workspaces/EasyR1/verl/workers/fsdp_workers.py", line 504, in update_actor',
+         "    metrics = self.actor.update_policy(data=data)",
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.12 GiB."],
+        "out_of_memory", "torch.OutOfMemoryError"),
     "rank0-prefixed": (["[rank0]: " + line for line in
                         [TB, '  File "/workspace/train.py", line 88, in <module>', "    loss.backward()",
                          "RuntimeError: CUDA error: an illegal memory access was encountered",
