@@ -216,8 +216,8 @@ def looks_like_log(path: Path) -> bool:
     unwrap = _Unwrapper()
     lines = read_ends(path).splitlines()
     for number_, line in enumerate(lines, 1):
-        for _, line in unwrap.feed(number_, line[:MAX_LINE]):  # as the reader sees it
-            if _is_entry_or_table(line):
+        for _, whole in unwrap.feed(number_, line[:MAX_LINE]):  # as the reader sees it
+            if _is_entry_or_table(whole):
                 return True
     return unwrap.held is not None and _is_entry_or_table(unwrap.flush()[1])
 
