@@ -174,18 +174,59 @@ _COLUMNS = {"training loss": "loss", "completion_length": "completions/mean_leng
 _RESUMED = re.compile(r"Continuing training from global step (\d+)")
 _SWIFT_STEP = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _SHOWN = ("loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std")
+_WRAPPED_MAX = 20000  # characters of one dict put back together: a dict, never a whole file
+
+
+class _Unwrapper:
+    """A logged dict printed over several lines is put back on one: `pprint` breaks it before each key
+    (`{'loss': 0.0,` then ` 'grad_norm': 0.0,` ... `'epoch': 0.01}`), and users paste it wrapped the
+    same way. A line whose last `{'` is not closed on it is held while the next lines begin with a
+    quoted key, until one closes it; any other line releases it as it stands (a dict cut off)."""
+
+    def __init__(self) -> None:
+        self.held: tuple[int, str] | None = None
+
+    def feed(self, number_: int, line: str) -> list[tuple[int, str]]:
+        """The whole lines that `line` completes (number: the first line of each)."""
+        out = []
+        if self.held is not None:
+            at, text = self.held
+            if line.lstrip().startswith("'") and len(text) < _WRAPPED_MAX:
+                text = f"{text} {line.strip()}"
+                if "}" in line:
+                    self.held = None
+                    return [(at, text)]
+                self.held = (at, text)
+                return []
+            out.append(self.flush())
+        start = line.rfind("{'")
+        if start >= 0 and "}" not in line[start:]:
+            self.held = (number_, line.rstrip())
+        else:
+            out.append((number_, line))
+        return out
+
+    def flush(self) -> tuple[int, str]:
+        held, self.held = self.held, None
+        return held
 
 
 def looks_like_log(path: Path) -> bool:
     """A training entry (or Unsloth's table header) in the log's first or last megabytes, however it ends."""
-    for line in read_ends(path).splitlines():
-        line = line[:MAX_LINE]  # as the reader sees it
+    unwrap = _Unwrapper()
+    lines = read_ends(path).splitlines()
+    for number_, line in enumerate(lines, 1):
+        for _, whole in unwrap.feed(number_, line[:MAX_LINE]):  # as the reader sees it
+            if _is_entry_or_table(whole):
+                return True
+    return unwrap.held is not None and _is_entry_or_table(unwrap.flush()[1])
+
+
+def _is_entry_or_table(line: str) -> bool:
         # The dict starts at the line's first `{'`, as the reader takes it: searching from every `{'` of a
         # long line (a dataset printed as a list of dicts) is quadratic.
-        start = line.find("{'")
-        if (start >= 0 and _LOG_ENTRY.match(line, start)) or ("Training Loss" in line and _TABLE_HEADER.match(line)):
-            return True
-    return False
+    start = line.find("{'")
+    return bool((start >= 0 and _LOG_ENTRY.match(line, start)) or ("Training Loss" in line and _TABLE_HEADER.match(line)))
 
 
 def find_log(path: Path) -> Path | None:
@@ -213,8 +254,13 @@ class TrlLogReader(LogReader):
         self.burst: list[tuple[dict[str, float], int, str, int | None]] = []  # dicts not placed yet
         self.bursts = 0  # bursts of several dicts in one flush: buffered output
         self.columns: list[str] | None = None  # Unsloth's table: the header's column names
+        self.unwrap = _Unwrapper()
 
     def line(self, number_: int, line: str) -> None:
+        for at, whole in self.unwrap.feed(number_, line):
+            self._line(at, whole)
+
+    def _line(self, number_: int, line: str) -> None:
         if "Continuing training from global step" in line:
             resumed = _RESUMED.search(line)
             if resumed:
@@ -318,7 +364,9 @@ class TrlLogReader(LogReader):
         put_entry(self.record, step, entry, Evidence(str(self.path), number_, f"step {step}: {shown}"))
 
     def finish(self, final: bool) -> None:
-        if final:  # live, dicts not yet placed wait for the next bar update to say where they go
+        if final:  # live, dicts not yet placed (or not yet whole) wait for the lines that place them
+            if self.unwrap.held is not None:
+                self._line(*self.unwrap.flush())
             self._close_burst()
         record = self.record
         record.notes = [n for n in record.notes if not n.startswith("buffered output")]

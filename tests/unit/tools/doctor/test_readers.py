@@ -3,12 +3,16 @@ from buffered output, resumed, torn, with odd characters inside lines, huge, and
 
 from __future__ import annotations
 
+import ast
+import pprint
+
 import pytest
 
 from grpo.cli import main
 from grpo.tools.doctor import examine, textlog
 from grpo.tools.doctor.areal import ArealReader
 from grpo.tools.doctor.record import EVAL_ACCURACY, REWARD
+from grpo.tools.doctor.trl import TrlLogReader
 from grpo.tools.watch import Tail
 from tests.foreign_logs import FORMATS, TRACEBACK, Step, healthy
 
@@ -94,6 +98,23 @@ def test_trl_buffered_burst_of_dicts_spread_between_bar_steps(tmp_path, bars, lo
 def test_trl_unbuffered_dicts_make_no_buffering_note(tmp_path):
     record = read(tmp_path, render("trl_log"))
     assert record.steps() == [1, 2, 3, 4, 5, 6] and not [n for n in record.notes if "buffered" in n]
+
+
+def test_trl_dicts_printed_over_several_lines_read_as_one_step_each(tmp_path):
+    """`pprint` (and users pasting a long dict) breaks it before each key; each is still one step, placed
+    once its closing line is in, and a dict cut off at the end of the file is read as far as it goes."""
+    wrapped = [line for s in range(1, 4) for line in pprint.pformat(ast.literal_eval(trl_parts(s, 20)[1])).splitlines()]
+    assert len(wrapped) > 9
+    cut = pprint.pformat(ast.literal_eval(trl_parts(4, 20)[1])).splitlines()
+    cut = cut[:next(i for i, line in enumerate(cut) if "'reward'" in line) + 1]
+    record = read(tmp_path, wrapped + cut)
+    assert record.steps() == [1, 2, 3, 4] and rewards(record) == expected_rewards(range(1, 5))
+    reader = TrlLogReader(tmp_path / "live.log")
+    for line in wrapped[:-1]:
+        reader.feed(line)
+    assert reader.result(final=False).steps() == [1, 2]
+    reader.feed(wrapped[-1])
+    assert reader.result(final=False).steps() == [1, 2, 3]
 
 
 def test_verl_validation_before_training_is_no_step_and_no_restart(tmp_path):
