@@ -12,10 +12,12 @@ by what it is, the first kind found winning:
    cache too small for one sequence, a GPU the build has no kernels for, a dtype the GPU or the quantization
    does not support, kernels that failed to compile at start, more GPUs asked than seen (or than Ray grants),
    a model not found (or the hub offline), a model needing --trust-remote-code, a missing module, an
-   architecture the server does not know, out of memory (capturing CUDA graphs, or else), a context longer
-   than the model's, a bad argument, a taken port, a request refused as longer than SGLang's KV cache, a NCCL
-   failure (with NCCL's "Last error"), a peer rank lost (gloo), a crash in native code (with the crashed
-   frame), a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers);
+   architecture the server does not know, a tensor parallel size the model's heads do not divide, no GPU seen,
+   a weight file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing CUDA
+   graphs, or else), a context longer than the model's, a bad argument, a taken port, a request refused as longer
+   than SGLang's KV cache, a GPU kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last
+   error"), a peer rank lost (gloo), a crash in native code (with the crashed frame), a timeout (a hang: SGLang's
+   watchdog, vLLM's RPC to its workers);
 3. the server's own first error line (a traceback's last line), not a wrapper pointing at another one: the
    errors after it are its consequences;
 4. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
@@ -69,9 +71,9 @@ DETAIL_LINES = 40  # how far below a cause's line the line that says more may be
 
 # The first cause any line matches names the failure, quoted from the last line it matches. Causes that are
 # often a consequence of another come after it: an unknown architecture after a module that failed to import
-# (vLLM names a model it could not import unsupported), a NCCL error after whatever killed the peer it waited
-# on, a native crash after an error that explains it, a timeout (a hang) after anything that explains the hang
-# (a crashed rank leaves its peers waiting).
+# (vLLM names a model it could not import unsupported), a NCCL error after a GPU kernel's fault or whatever
+# killed the peer it waited on, a native crash after an error that explains it, a timeout (a hang) after anything
+# that explains the hang (a crashed rank leaves its peers waiting).
 KNOWN_CAUSES: list[Cause] = [
     Cause("memory_taken_at_start", re.compile(r"(Available|Free) memory .* is less than desired .*memory utilization"),
           MEMORY_KNOBS),
@@ -125,6 +127,23 @@ KNOWN_CAUSES: list[Cause] = [
         re.IGNORECASE),
         "this server version does not know the model's architecture: upgrade vLLM/SGLang (and transformers) in "
         "the server's environment, or train a model it supports"),
+    Cause("tp_indivisible", re.compile(r"must be divisible by tensor parallel size|AssertionError: \d+ is not "
+                                       r"divisible by \d+"),
+          "the model's attention heads (or another of its widths) do not split evenly over the tensor parallel "
+          "size: pass a --tensor-parallel-size (vLLM) or --tp (SGLang) that divides them (e.g. 1, 2, 4) in "
+          "rollout.server.extra_args"),
+    Cause("no_gpu", re.compile(r"Failed to infer device type|No CUDA GPUs are available|Found no NVIDIA driver"),
+          "the server sees no GPU: check CUDA_VISIBLE_DEVICES in rollout.server.env, that the driver works "
+          "(nvidia-smi) and that the server's torch is a CUDA build; vLLM says why with VLLM_LOGGING_LEVEL=DEBUG in "
+          "rollout.server.env"),
+    Cause("corrupt_weights", re.compile(r"Error while deserializing header|PytorchStreamReader failed reading"),
+          "a weight file of model.name is cut short or corrupt (an interrupted download, save or upload): delete it "
+          "(from the hub cache, or the checkpoint directory) so that it is fetched or written again"),
+    # A parameter's dotted name, not any KeyError: a config's missing key ('rope_scaling') is another failure.
+    Cause("weights_mismatch", re.compile(r"KeyError: '(\w+\.)+\w*(weight|bias|scale)\w*'"),
+          "the checkpoint has weights the server's code for its architecture lacks (a quantization or format newer "
+          "than this vLLM/SGLang, or another architecture's weights): upgrade vLLM/SGLang in the server's "
+          "environment, or check model.name's weights against its config.json"),
     Cause("graph_capture_oom", re.compile(r"capture cuda graph failed.*out of memory", re.IGNORECASE),
           "capturing CUDA graphs needs memory beside the KV cache: lower rollout.server.memory_fraction, or pass "
           "--cuda-graph-max-bs 8 (SGLang) or --enforce-eager (vLLM) in rollout.server.extra_args"),
@@ -140,6 +159,13 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("port_in_use", re.compile(r"[Aa]ddress already in use"),
           "a port it needs is taken, often by a server left from an earlier run: end that process, or set "
           "rollout.server.port=0 (a free port)"),
+    # A kernel's fault is reported by whatever CUDA call came next, often in another rank that then fails in NCCL.
+    Cause("gpu_fault", re.compile(r"CUDA error: (an illegal memory access|an illegal instruction|unspecified launch "
+                                  r"failure|misaligned address|device-side assert triggered)"),
+          "a GPU kernel faulted (often a bug in the server's kernels for this model, attention backend or CUDA "
+          "graphs): grpo restarts it; if it recurs, upgrade vLLM/SGLang, or pass --enforce-eager (vLLM) or "
+          "--disable-cuda-graph (SGLang) in rollout.server.extra_args, or another attention backend (SGLang: "
+          "--attention-backend; vLLM: VLLM_ATTENTION_BACKEND in rollout.server.env)"),
     # A request SGLang refused (HTTP 400; vLLM logs no reason for one, only "Exception caught").
     Cause("request_too_long", re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length"),
           "raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
@@ -191,6 +217,9 @@ WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee
 PREFIX = re.compile(r"^(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)?((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
                     r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)?")
 
+# A log viewer's frame around each line, as pasted from a terminal UI (k9s, Kubernetes dashboards): "│ ... │".
+FRAME = re.compile(r"^[│┃]\s*|\s*[│┃]$")
+
 
 def one_line(text: str, limit: int = 200) -> str:
     """Text a server sent, as one line of at most `limit` characters (HTML tags dropped)."""
@@ -222,7 +251,7 @@ class Reading:
 
 def read_log(lines: list[str]) -> Reading:
     """The line of the server's log that says why it failed, read as the module's docstring says."""
-    said = [PREFIX.sub("", line.strip()) for line in lines]
+    said = [PREFIX.sub("", FRAME.sub("", line.strip())) for line in lines]
     crashes = [(line, found) for line in said if (found := crash(line))]
     killed = [line for line, (_, code) in crashes if code is not None and code < 0]
     if killed:  # the first death: the others follow from it
