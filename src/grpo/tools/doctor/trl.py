@@ -223,8 +223,8 @@ def looks_like_log(path: Path) -> bool:
 
 
 def _is_entry_or_table(line: str) -> bool:
-        # The dict starts at the line's first `{'`, as the reader takes it: searching from every `{'` of a
-        # long line (a dataset printed as a list of dicts) is quadratic.
+    # The dict starts at the line's first `{'`, as the reader takes it: searching from every `{'` of a
+    # long line (a dataset printed as a list of dicts) is quadratic.
     start = line.find("{'")
     return bool((start >= 0 and _LOG_ENTRY.match(line, start)) or ("Training Loss" in line and _TABLE_HEADER.match(line)))
 
