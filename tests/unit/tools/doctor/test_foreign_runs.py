@@ -136,19 +136,23 @@ def test_a_run_interrupted_by_hand_before_its_first_logged_step_is_unknown_not_s
     assert doctor(log, capsys)[1]["status"] == "unknown"
 
 
+# Six TRL console entries of a run learning: what a crash after them is judged against.
+SIX_HEALTHY_STEPS = "".join(f"{{'loss': 0.01, 'grad_norm': 0.5, 'reward': 0.{4 + i % 3}, 'reward_std': 0.3}}\n"
+                            for i in range(6))
+
+
 def test_a_traceback_python_says_it_ignored_at_exit_ended_nothing(tmp_path, capsys):
     """The atexit noise that closes the AReaL SM120 log (areal_sglang_fa3_sm120): not a crash after a run
     whose steps finished."""
     log = tmp_path / "train.log"
-    steps = "".join(f"{{'loss': 0.01, 'grad_norm': 0.5, 'reward': 0.{4 + i % 3}, 'reward_std': 0.3}}\n" for i in range(6))
     ignored = ("Exception ignored in atexit callback: <function move_cutlass_compiled_cache at 0x7004eda2d080>\n"
                "Traceback (most recent call last):\n"
                '  File "/usr/local/lib/python3.12/dist-packages/torch/_inductor/codegen/cuda/cutlass_utils.py", line 39, '
                "in move_cutlass_compiled_cache\n    if not os.path.exists(cutlass.CACHE_FILE):\n"
                "AttributeError: module 'cutlass' has no attribute 'CACHE_FILE'\n")
-    log.write_text(steps + ignored)
+    log.write_text(SIX_HEALTHY_STEPS + ignored)
     assert doctor(log, capsys)[1]["status"] == "healthy"
-    log.write_text(steps + ignored.replace("Exception ignored in atexit callback: <function move_cutlass_compiled_cache"
+    log.write_text(SIX_HEALTHY_STEPS + ignored.replace("Exception ignored in atexit callback: <function move_cutlass_compiled_cache"
                                            " at 0x7004eda2d080>\n", ""))
     assert doctor(log, capsys)[1]["cause"] == "crashed"  # the same traceback, not ignored, did end the run
 
@@ -157,13 +161,12 @@ def test_a_traceback_inside_a_log_record_was_caught_and_logged_not_what_ended_th
     """An agent loop's `logger.exception` (as in verl_gui_cursor_mid_run_step2): `ERROR:<time>:Traceback ...`
     is a handled exception, whatever follows; the same traceback printed bare (uncaught) ended the run."""
     log = tmp_path / "train.log"
-    steps = "".join(f"{{'loss': 0.01, 'grad_norm': 0.5, 'reward': 0.{4 + i % 3}, 'reward_std': 0.3}}\n" for i in range(6))
     logged = ("ERROR:2026-03-26 22:35:46,212:Traceback (most recent call last):\n"
               '  File "/work/cursor/env_and_state.py", line 470, in update_state\n'
               "    action, action_x, action_y = extractor(output_text)\n"
               "TypeError: cannot unpack non-iterable NoneType object\n"
               "ERROR:2026-03-26 22:35:46,212:Error extracting action for item 34674\n")
-    log.write_text(steps + logged)
+    log.write_text(SIX_HEALTHY_STEPS + logged)
     assert doctor(log, capsys)[1]["status"] == "healthy"
-    log.write_text(steps + logged.replace("ERROR:2026-03-26 22:35:46,212:Traceback", "Traceback"))
+    log.write_text(SIX_HEALTHY_STEPS + logged.replace("ERROR:2026-03-26 22:35:46,212:Traceback", "Traceback"))
     assert doctor(log, capsys)[1]["cause"] == "crashed"
