@@ -115,6 +115,11 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     last_evidence = record.evidence_by_step.get(last_step)
     last_line = last_evidence.line if last_evidence is not None and last_evidence.file == record.path else None
     crash = None if record.running else crashes.final(record.crashes, last_step, last_line if last_step else 0)
+    if crash is not None and record.finished and record.total_steps and last_step >= record.total_steps \
+            and crashes.WRAPPERS.search(crash.text):
+        # The trainer printed its completion line after its last step: the launcher's "Killed" or
+        # JobException as it stops the processes afterwards wraps no failure of the run's own.
+        crash = None
     interrupted = crash is not None and crash.kind == "interrupted"
     if interrupted:
         crash = None  # stopped on purpose: judged by its steps
