@@ -31,7 +31,7 @@ from grpo.config import ServerConfig
 from grpo.errors import ConfigError
 from grpo.rollout.server.backend import Backend, LaunchSpec
 from grpo.rollout.server.client import HttpClient, ServerError
-from grpo.rollout.server.diagnosis import ended, likely_cause, same_failure, server_error
+from grpo.rollout.server.diagnosis import ended, likely_cause, read_log, same_failure
 from grpo.rollout.server.launcher import Launch, LaunchFailed, LocalLauncher, ServerHandle, ServerLauncher
 from grpo.rollout.server.process import Activity, oom_kills
 from grpo.rollout.server.seed_check import SeedVerdict, check_seeds
@@ -365,9 +365,10 @@ class Supervisor:
         failure: dict[str, Any] = {"server": self.name, "incarnation": self.incarnation, "reason": reason,
                                    "time": time.time(), "while_starting": while_starting}
         if self.process is not None:
-            said, knob = server_error(self.process.output())
+            reading = read_log(self.process.output())
             failure.update(exit=self.process.describe_exit(), stopped_by_grpo=self.process.expected_exit,
-                           pid=self.process.pid, server_error=said, knob=knob,
+                           pid=self.process.pid, server_error=reading.line, server_cause=reading.cause,
+                           knob=reading.knob,
                            log_tail=self.process.tail(20), oom_kills=oom_kills(self.process.started_at))
         self.failures.append(failure)
         said = failure.get("server_error")

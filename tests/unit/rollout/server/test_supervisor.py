@@ -147,6 +147,8 @@ def test_a_start_that_fails_the_same_way_twice_is_given_up_quoting_the_server_an
     diagnosis = info.value.diagnosis
     assert kinds(events).count("server_start") == 2 and delays(events) == [0.05]  # no third start
     assert diagnosis["server_error"] == MEMORY_ERROR.split(") ", 1)[1]
+    failed = [ev for kind, _, ev in events if kind == "server_failed"]
+    assert len(failed) == 2 and all(ev["server_cause"] == "memory_taken_at_start" for ev in failed)
     assert not any("Available memory" in line for line in diagnosis["log_tail"])  # not in the last 20 lines
     assert "rollout.server.memory_fraction" in str(info.value) and "kv_cache_gib" in str(info.value)
     assert "Available memory on node 0" in str(info.value)
