@@ -7,20 +7,24 @@ prints a traceback in its worker, then wrappers of it, then a shutdown). The lin
 by what it is, the first kind found winning:
 
 1. a child process killed by a signal (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with exit
-   code -9"): nothing else a server logs explains a kill;
+   code -9"): nothing else a server logs explains the kill of its child;
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV
    cache too small for one sequence, a GPU the build has no kernels for, a dtype the GPU or the quantization
-   does not support, kernels that failed to compile at start, more GPUs asked than seen (or than Ray grants),
-   a model not found (or the hub offline), a model needing --trust-remote-code, a missing module, an
-   architecture the server does not know, a tensor parallel size the model's heads do not divide, no GPU seen,
-   a weight file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing CUDA
-   graphs, or else), a context longer than the model's, a bad argument, a taken port, a request refused as longer
-   than SGLang's KV cache, a GPU kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last
-   error"), a peer rank lost (gloo), a crash in native code (with the crashed frame), a timeout (a hang: SGLang's
-   watchdog, vLLM's RPC to its workers);
-3. the server's own first error line (a traceback's last line), not a wrapper pointing at another one: the
-   errors after it are its consequences;
-4. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
+   does not support, a quantization the GPU lacks, kernels that failed to compile at start, more GPUs asked than
+   seen (or than Ray grants), a model not found (or the hub offline), a model needing --trust-remote-code, a
+   missing module, an architecture the server (or its transformers) does not know, a tensor parallel size the
+   model's heads do not divide, no GPU seen, an adapter over the server's LoRA rank, a weight file cut short, a
+   checkpoint with weights the model's code lacks, out of memory (capturing CUDA graphs, or else), a context
+   longer than the model's, a bad argument, a taken port, a request refused as longer than SGLang's KV cache,
+   the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an illegal memory access), a
+   NCCL failure (with NCCL's "Last error"), a peer rank lost (gloo), a crash in native code (with the crashed
+   frame), a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers or its wait on them, a NCCL
+   collective torch's watchdog gave up on);
+3. the server's own first error line (a traceback's last line, an exception's name alone included), not a
+   wrapper pointing at another one: the errors after it are its consequences;
+4. the shell's "Killed" (its child ended by SIGKILL), read only here: SGLang ends itself so after logging why
+   (a failed warmup, a watchdog's timeout);
+5. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
    (exit code: None)", "MPClient: engine core exited unexpectedly").
 
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read.
@@ -95,6 +99,10 @@ KNOWN_CAUSES: list[Cause] = [
         r"Bfloat16 is only supported on GPUs with compute capability|is not supported for quantization method"),
         "the server is started in model.dtype, which this GPU (bfloat16 needs compute capability 8.0) or the "
         "model's quantization does not support: set model.dtype=float16"),
+    # The checkpoint's quantization (its config's quantization_config), not model.dtype: no dtype helps.
+    Cause("quantization_unsupported", re.compile(r"quantization method \S+ is not supported for the current GPU"),
+          "the model's quantization needs a newer GPU than this one (the line names the compute capability): serve "
+          "a checkpoint in another quantization or none (model.name), or run on a GPU that has it"),
     Cause("jit_build_failed", re.compile(
         r"Error building extension|Ninja build failed|No such file or directory: 'ninja'|"
         r"CalledProcessError: Command '\['ninja'|nvcc: not found"),
@@ -123,7 +131,8 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("missing_module", re.compile(r"No module named"),
           "point rollout.server.python at the Python of the server's environment (e.g. .venv-vllm/bin/python)"),
     Cause("unsupported_model", re.compile(
-        r"Model architectures \[.*\] (are|is) not supported|Unsupported architectures?: |has no SGl?ang implementation",
+        r"Model architectures \[.*\] (are|is) not supported|Unsupported architectures?: |has no SGl?ang implementation|"
+        r"checkpoint you are trying to load has model|Transformers does not recognize this architecture",
         re.IGNORECASE),
         "this server version does not know the model's architecture: upgrade vLLM/SGLang (and transformers) in "
         "the server's environment, or train a model it supports"),
@@ -136,6 +145,9 @@ KNOWN_CAUSES: list[Cause] = [
           "the server sees no GPU: check CUDA_VISIBLE_DEVICES in rollout.server.env, that the driver works "
           "(nvidia-smi) and that the server's torch is a CUDA build; vLLM says why with VLLM_LOGGING_LEVEL=DEBUG in "
           "rollout.server.env"),
+    Cause("lora_rank", re.compile(r"LoRA rank \d+ is greater than max_lora_rank"),
+          "an adapter's rank is above the server's LoRA limit: pass --max-lora-rank (at least the adapter's rank) in "
+          "rollout.server.extra_args"),
     Cause("corrupt_weights", re.compile(r"Error while deserializing header|PytorchStreamReader failed reading"),
           "a weight file of model.name is cut short or corrupt (an interrupted download, save or upload): delete it "
           "(from the hub cache, or the checkpoint directory) so that it is fetched or written again"),
@@ -156,7 +168,9 @@ KNOWN_CAUSES: list[Cause] = [
           "(vLLM) or --context-length (SGLang) in rollout.server.extra_args, or none"),
     Cause("bad_argument", re.compile(r"unrecognized arguments|error: argument|invalid choice"),
           "fix rollout.server.extra_args (or rollout.server.command)"),
-    Cause("port_in_use", re.compile(r"[Aa]ddress already in use"),
+    # uvicorn's word for a taken port, and SGLang's for each port it waits for (port, nccl_port, metrics_port).
+    Cause("port_in_use", re.compile(r"[Aa]ddress already in use|error while attempting to bind on address|"
+                                    r"port at \d+ is not available"),
           "a port it needs is taken, often by a server left from an earlier run: end that process, or set "
           "rollout.server.port=0 (a free port)"),
     # A kernel's fault is reported by whatever CUDA call came next, often in another rank that then fails in NCCL.
@@ -170,9 +184,15 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("request_too_long", re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length"),
           "raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
           "the prompts or rollout.max_new_tokens"),
+    # SGLang asks its own HTTP server to warm up; a 403/407/5xx to a request to itself came from somewhere else.
+    Cause("http_proxy", re.compile(r"res=<Response \[(403|407|502|503|504)\]>"),
+          "the server's request to itself went through an HTTP proxy (http_proxy/https_proxy in its environment): "
+          "add no_proxy=127.0.0.1,localhost,0.0.0.0 (and rollout.server.host) to rollout.server.env"),
     Cause("nccl", re.compile(r"NCCL error|nccl(System|Internal|UnhandledCuda|InvalidUsage|Remote)Error"),
-          "GPUs failed to talk (NCCL): add NCCL_DEBUG=INFO to rollout.server.env to see why; NCCL_P2P_DISABLE=1 "
-          "where they have no peer-to-peer link, or use fewer GPUs",
+          "GPUs failed to talk (NCCL): add NCCL_DEBUG=INFO to rollout.server.env to see why; an \"unhandled system "
+          "error\" is most often /dev/shm full (stale nccl-* files; grpo's weight syncs too: set "
+          "rollout.server.weights_dir on disk) or too small (a container's 64 MB: docker --shm-size or --ipc=host); "
+          "NCCL_P2P_DISABLE=1 where GPUs have no peer-to-peer link, or use fewer GPUs",
           Detail(re.compile(r"^Last error:\s*\n(.+)$", re.MULTILINE), r"last error: \1")),
     # gloo's transport names the peer connection it lost, never why: the peer (another rank) failed first.
     Cause("peer_lost", re.compile(r"gloo/transport/tcp/\w+\.cc:\d+\]"),
@@ -189,10 +209,13 @@ KNOWN_CAUSES: list[Cause] = [
     # Ray waiting for GPUs it may yet get: a start that failed otherwise after such a wait failed for that reason.
     Cause("too_many_gpus", re.compile(r"Waiting for creating a placement group|No available node types can fulfill "
                                       r"resource request"), TOO_MANY_GPUS),
-    Cause("hang", re.compile(r"Watchdog timeout \(self\.watchdog_timeout=|RPC call to \w+ timed out"),
+    # A bare TimeoutError is a wait that ran out (vLLM's engine on its workers' shared-memory queue), never a
+    # message's error; torch's NCCL watchdog gives up on a collective after the process group's timeout.
+    Cause("hang", re.compile(r"Watchdog timeout \(self\.watchdog_timeout=|RPC call to \w+ timed out|^TimeoutError$|"
+                             r"Watchdog caught collective operation timeout"),
           "it made no progress for its own timeout (a stuck kernel or NCCL collective): let grpo restart it; if one "
-          "step may take that long, raise it: --watchdog-timeout (SGLang) in rollout.server.extra_args, "
-          "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM) in rollout.server.env"),
+          "step may take that long, raise it: --watchdog-timeout, or --dist-timeout for a NCCL collective (SGLang) "
+          "in rollout.server.extra_args, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM) in rollout.server.env"),
 ]
 # A child process's death as its parent logged it: `process` names the child, `code` its exit code
 # (multiprocessing's, negative for a signal) where the line gives one (vLLM may log "None": read too soon).
@@ -204,12 +227,15 @@ CRASHES = [
     re.compile(r"MPClient: (?P<process>engine core) exited unexpectedly"),  # vLLM 0.32
     re.compile(r"Received sigquit from a child process|SIGQUIT received\..* one child failed"),  # SGLang
 ]
+# bash's word for a child of it that SIGKILL ended (a script's bash adds where: "run.sh: line 3: 4567 Killed").
+SHELL_KILLED = re.compile(r"^(.*: line \d+: +\d+ +)?Killed(\s|$)")
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
 HARMLESS = re.compile(r"\bWARNING\b|\w+Warning: |warnings\.warn\(|Ignore import error|"
                       r"init failed \(ModuleNotFoundError")
 # A traceback's last line, as logged: an exception's name (qualified, it need not end in Error:
-# huggingface_hub.utils._http.OfflineModeIsEnabled), then its message.
-ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_]\w*\.)+[A-Z]\w*): \S")
+# huggingface_hub.utils._http.OfflineModeIsEnabled), then its message; or an ...Error raised without one.
+ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_]\w*\.)+[A-Z]\w*): \S|"
+                        r"^[A-Za-z_][\w.]*(Error|Exception)$")
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")
 # What a server puts before its message: vLLM's process (after a container's name, where a log collector adds
@@ -222,8 +248,9 @@ FRAME = re.compile(r"^[│┃]\s*|\s*[│┃]$")
 
 
 def one_line(text: str, limit: int = 200) -> str:
-    """Text a server sent, as one line of at most `limit` characters (HTML tags dropped)."""
-    if "<" in text and ">" in text:
+    """Text a server sent, as one line of at most `limit` characters (an HTML page's tags dropped, not a repr's
+    angle brackets: "<Response [502]>")."""
+    if re.search(r"</\w+>|<!DOCTYPE", text, re.IGNORECASE):
         text = re.sub(r"<[^>]+>", " ", text)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -232,6 +259,8 @@ def one_line(text: str, limit: int = 200) -> str:
 def crash(line: str | None) -> tuple[str | None, int | None] | None:
     """A line telling of a child process's death -> (the child, its exit code), each None where the line
     does not give it."""
+    if SHELL_KILLED.match(line or ""):
+        return None, -signal.SIGKILL
     found = next((m for pattern in CRASHES if (m := pattern.search(line or ""))), None)
     if found is None:
         return None
@@ -253,7 +282,7 @@ def read_log(lines: list[str]) -> Reading:
     """The line of the server's log that says why it failed, read as the module's docstring says."""
     said = [PREFIX.sub("", FRAME.sub("", line.strip())) for line in lines]
     crashes = [(line, found) for line in said if (found := crash(line))]
-    killed = [line for line, (_, code) in crashes if code is not None and code < 0]
+    killed = [line for line, (_, code) in crashes if code is not None and code < 0 and not SHELL_KILLED.match(line)]
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
     own = [(i, line) for i, (raw, line) in enumerate(zip(lines, said)) if not HARMLESS.search(raw)]
@@ -268,6 +297,9 @@ def read_log(lines: list[str]) -> Reading:
     errors = [line for _, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
     if errors:
         return Reading(one_line(errors[0], 400), None, None)
+    shell = [line for line, _ in crashes if SHELL_KILLED.match(line)]
+    if shell:
+        return Reading(one_line(shell[0], 400), "killed", None)
     return Reading(one_line(crashes[0][0], 400), "died", None) if crashes else Reading(None, None, None)
 
 

@@ -9,6 +9,7 @@ import pytest
 from grpo.rollout.server.diagnosis import (
     KNOWN_CAUSES,
     MEMORY_KNOBS,
+    Reading,
     likely_cause,
     one_line,
     read_log,
@@ -85,12 +86,15 @@ KNOBS = {cause.name: cause.knob for cause in KNOWN_CAUSES}
 
 def test_every_log_from_elsewhere_has_its_expected_cause():
     assert sorted(p.stem for p in REAL.glob("*.log")) == sorted(case.log for case in EXPECTED)
-    assert {case.cause for case in EXPECTED} <= {*KNOBS, "unknown"}
+    assert {case.cause for case in EXPECTED} <= {*KNOBS, "unknown", "killed", "none"}
 
 
 @pytest.mark.parametrize("case", EXPECTED, ids=[case.log for case in EXPECTED])
 def test_a_real_log_from_elsewhere_reads_as_its_cause_with_what_to_change(case):
     reading = read_log(case.lines())
+    if case.cause == "none":  # a server that stopped cleanly: nothing to quote
+        assert reading == Reading(None, None, None)
+        return
     cause = None if case.cause == "unknown" else case.cause  # an error grpo has no advice for: quoted alone
     assert (reading.cause, reading.line and case.quote in reading.line) == (cause, True), reading.line
     assert reading.knob == KNOBS.get(case.cause)
@@ -181,6 +185,20 @@ def test_what_a_server_said_is_one_line():
     page = "<!DOCTYPE HTML>\n<html>\n<head><title>Error response</title></head>\n<body>\n<p>Error code: 501</p>\n" * 20
     line = one_line(page)
     assert "\n" not in line and "<" not in line and len(line) <= 200 and line.startswith("Error response")
+    # a repr in angle brackets is no markup
+    said = "AssertionError: res=<Response [502]>, res.text=''"
+    assert one_line(said) == said
+
+
+def test_the_shells_killed_is_read_only_where_nothing_before_it_says_why():
+    assert read_log(real("vllm_killed_after_kv_blocks")) == Reading("Killed", "killed", None)
+    # SGLang kills itself after a failed warmup: the warmup's error, not the kill
+    assert read_log(real("sglang_warmup_proxy_502")).cause == "http_proxy"
+    # a script's bash says where
+    killed = "./serve.sh: line 3: 4567 Killed                  python -m vllm.entrypoints.openai.api_server"
+    assert read_log(["INFO loading", killed]).cause == "killed"
+    assert likely_cause({"reason": "x", "exit": "exited with status 137", "server_error": "Killed", "oom_kills": None},
+                        attached=False).startswith("a child process of it was killed by SIGKILL (often the OOM killer")
 
 
 # vLLM's config line at every start (transformerlab/transformerlab-app#370, cut): it names trust_remote_code
@@ -220,3 +238,6 @@ def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_
     assert server_error(["huggingface_hub.errors.CacheNotFound: Cache directory not found: /data/.cache"]) == (
         "huggingface_hub.errors.CacheNotFound: Cache directory not found: /data/.cache", None)
     assert server_error(["INFO: Started server process [4255]", "Note: SM_121 uses native Triton"]) == (None, None)
+    # an error raised without a message is its name alone; an interrupt is no error
+    assert server_error(["    raise StopEngineError", "StopEngineError"]) == ("StopEngineError", None)
+    assert server_error(["    time.sleep(1)", "KeyboardInterrupt"]) == (None, None)
