@@ -22,9 +22,12 @@ by what it is, the first kind found winning:
    collective torch's watchdog gave up on);
 3. the server's own first error line (a traceback's last line, an exception's name alone included), not a
    wrapper pointing at another one: the errors after it are its consequences;
-4. the shell's "Killed" (its child ended by SIGKILL), read only here: SGLang ends itself so after logging why
+4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
+   logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines, a C++ exception's "what():", the
+   shell's "Segmentation fault" or "Aborted";
+5. the shell's "Killed" (its child ended by SIGKILL), read only here: SGLang ends itself so after logging why
    (a failed warmup, a watchdog's timeout);
-5. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
+6. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
    (exit code: None)", "MPClient: engine core exited unexpectedly").
 
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read.
@@ -236,6 +239,12 @@ HARMLESS = re.compile(r"\bWARNING\b|\w+Warning: |warnings\.warn\(|Ignore import 
 # huggingface_hub.utils._http.OfflineModeIsEnabled), then its message; or an ...Error raised without one.
 ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_]\w*\.)+[A-Z]\w*): \S|"
                         r"^[A-Za-z_][\w.]*(Error|Exception)$")
+# An error said without a traceback (read on the line as logged, its level still there): a logger's level
+# (vLLM's "ERROR 11-27 ...", Python's "ERROR:root:", uvicorn's "ERROR:    "), glog's E and F lines
+# ("[rank0]:[E1127 12:00:00.1 ProcessGroupNCCL.cpp:...]"), C++'s "what():  ...", a shell's "Aborted (core dumped)".
+LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRITICAL|FATAL)[:\s]|"
+                          r"(^|\]:?)\[?[EF]\d{4} \d\d:\d\d:\d\d|^\s*what\(\):\s+\S|"
+                          r"^(.*: line \d+: +\d+ +)?(Segmentation fault|Aborted|Bus error)\b")
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")
 # What a server puts before its message: vLLM's process (after a container's name, where a log collector adds
@@ -297,6 +306,12 @@ def read_log(lines: list[str]) -> Reading:
     errors = [line for _, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
     if errors:
         return Reading(one_line(errors[0], 400), None, None)
+    # An error logged after a child's death is its consequence (the engine found dead), one before it its why.
+    first_death = next((i for i, line in enumerate(said) if crash(line)), len(said))
+    logged = [line for i, line in own if i < first_death
+              and LOGGED_ERROR.search(FRAME.sub("", lines[i].strip())) and not WRAPPERS.search(line)]
+    if logged:
+        return Reading(one_line(logged[0], 400), None, None)
     shell = [line for line, _ in crashes if SHELL_KILLED.match(line)]
     if shell:
         return Reading(one_line(shell[0], 400), "killed", None)

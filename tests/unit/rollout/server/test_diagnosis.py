@@ -201,6 +201,26 @@ def test_the_shells_killed_is_read_only_where_nothing_before_it_says_why():
                         attached=False).startswith("a child process of it was killed by SIGKILL (often the OOM killer")
 
 
+@pytest.mark.parametrize("logged, said", [
+    ("(EngineCore_0 pid=58) ERROR 11-27 12:00:00 [core.py:12] EngineCore hit a wall", "EngineCore hit a wall"),
+    ("ERROR:root:could not load the tokenizer", "ERROR:root:could not load the tokenizer"),
+    ("[rank1]:[E1127 12:00:01.123 ProcessGroupNCCL.cpp:475] [Rank 1] lost its peer",
+     "[rank1]:[E1127 12:00:01.123 ProcessGroupNCCL.cpp:475] [Rank 1] lost its peer"),
+    ("FATAL: cannot open libcuda.so.1", "FATAL: cannot open libcuda.so.1"),
+    ("  what():  std::bad_alloc", "what(): std::bad_alloc"),
+    ("./serve.sh: line 3: 4567 Segmentation fault      (core dumped) python -m sglang.launch_server",
+     "./serve.sh: line 3: 4567 Segmentation fault (core dumped) python -m sglang.launch_server"),
+])
+def test_an_error_logged_without_a_traceback_is_read_before_the_death_it_explains(logged, said):
+    assert read_log(["INFO starting", logged, "INFO shutting down"]) == Reading(said, None, None)
+    assert read_log(["INFO starting", logged, ENGINE_CORE]).line == said
+    # after a child's death an error line is its consequence: the death is what happened
+    assert read_log(["INFO starting", ENGINE_CORE, logged]) == Reading(ENGINE_CORE, "died", None)
+    # a warning in glog's form is no error
+    assert read_log(["[W1127 12:00:01.1 ProcessGroupNCCL.cpp:1479] Warning: destroy_process_group() was not "
+                     "called"]).line is None
+
+
 # vLLM's config line at every start (transformerlab/transformerlab-app#370, cut): it names trust_remote_code
 # without any failure.
 VLLM_CONFIG = ("INFO 04-16 12:12:41 llm_engine.py:174] Initializing an LLM engine (v0.5.4) with config: "
