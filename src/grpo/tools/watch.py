@@ -157,8 +157,8 @@ class Follower:
 
 
 class LogFollower(Follower):
-    """A console log (AReaL's trainer.log with its llm_server.log, verl's, TRL's, or one of any
-    framework that has shown no step yet): each poll's new lines fed to its reader."""
+    """A console log (AReaL's trainer.log with its llm_server.log, verl's, TRL's, Open-Reasoner-Zero's,
+    prime-rl's, or one of any framework that has shown no step yet): each poll's new lines fed to its reader."""
 
     def __init__(self, kind: str, log: Path, reader: LogReader, server_log: Path | None = None):
         self.kind, self.log, self.reader = kind, log, reader
@@ -261,11 +261,11 @@ def identify(path: Path) -> Follower | None:
 
 
 def _console(log: Path, source: str) -> LogFollower:
-    """A log that names its framework (or has crashed) before any step: read by that framework's reader,
-    which takes the steps when they come."""
+    """A log known by the framework it names (or by its crash): read by that framework's reader, which takes
+    the steps when they come (Open-Reasoner-Zero's and prime-rl's logs are only known so)."""
     if source == "areal":
         return _areal(log)
-    return LogFollower(f"a {source} console log ({log.name}) with no step yet", log, console_reader(log, source))
+    return LogFollower(f"a {source} console log ({log.name})", log, console_reader(log, source))
 
 
 def _areal(log: Path) -> LogFollower:

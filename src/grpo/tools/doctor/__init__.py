@@ -1,8 +1,8 @@
 """`grpo doctor PATH`: explain a GRPO run after the fact, from the files it left behind, whatever
 trained it: a grpo run directory, an AReaL `trainer.log` (with `llm_server.log` beside it), a verl
-console log, or a TRL output directory or console log.
+console log, a TRL output directory or console log, or an Open-Reasoner-Zero or prime-rl console log.
 
-Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`) that turns its files into one
+Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`, `orz`, `primerl`) that turns its files into one
 `RunRecord`; `timeline` finds every anomaly with its first step, and `cause` decides what went
 wrong, infrastructure before the model. It only reads, and never crashes on what it reads: a path
 it cannot read at all is an `UnreadableRun` (one line, exit 2).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo.tools.doctor import areal, cause, grpo_run, logreader, timeline, trl, verl
+from grpo.tools.doctor import areal, cause, grpo_run, logreader, orz, primerl, timeline, trl, verl
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
 from grpo.tools.doctor.textlog import iter_lines
 
@@ -57,7 +57,8 @@ def _read(path: Path) -> RunRecord:
     raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: {KNOWN}")
 
 
-READERS = {"verl": verl.VerlReader, "trl": trl.TrlLogReader}
+READERS = {"verl": verl.VerlReader, "trl": trl.TrlLogReader, orz.SOURCE: orz.OrzReader,
+           primerl.SOURCE: primerl.PrimeRlReader}
 
 
 def console_reader(log: Path, source: str) -> logreader.LogReader:
@@ -68,8 +69,8 @@ def console_reader(log: Path, source: str) -> logreader.LogReader:
 
 KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a "
          "verl console log (step:N - key:value lines), a TRL output directory (trainer_state.json, checkpoint-N/) "
-         "or a TRL console log ({'loss': ..., 'reward': ...} lines), or any of their console logs that ended in a "
-         "traceback")
+         "or a TRL console log ({'loss': ..., 'reward': ...} lines), an Open-Reasoner-Zero or prime-rl console log, "
+         "or any of their console logs that ended in a traceback")
 
 
 def examine(path: Path) -> tuple[Diagnosis, RunRecord]:
@@ -123,8 +124,10 @@ def _resume(record: RunRecord, checkpoint, what: str) -> str | None:
         return f"(verl) add trainer.resume_mode=resume_path trainer.resume_from_path={checkpoint.path}"
     if record.source == "trl":
         return f"(TRL) trainer.train(resume_from_checkpoint={checkpoint.path!r})"
-    return (f"(AReaL) restart from {checkpoint.path} (the state after step {checkpoint.step}); AReaL's own recover "
-            "would resume from its newest recover checkpoint instead")
+    if record.source == "areal":
+        return (f"(AReaL) restart from {checkpoint.path} (the state after step {checkpoint.step}); AReaL's own "
+                "recover would resume from its newest recover checkpoint instead")
+    return None
 
 
 def _yaml(value) -> str:

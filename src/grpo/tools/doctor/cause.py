@@ -32,7 +32,7 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
 A run that finished is healthy when nothing but events marred it: the failures it recovered from and
 its rollbacks (each with the learning-rate change it made) are named. Healthy needs evidence: a run
 whose reward the doctor could not read at any step is `unknown`, never healthy (a NaN loss or
-gradient is named all the same: it needs no reward).
+gradient is named all the same: it needs no reward; so is a loss and gradient exactly 0 at every step).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         crash = None  # stopped on purpose: judged by its steps
     if not any(REWARD in record.metrics[s] or ACCURACY in record.metrics[s] for s in record.steps()) \
             and record.source != "grpo" and crash is None and record.steps() \
-            and not _loss_blew_up(record, first.get("nonfinite")):
+            and not _loss_blew_up(record, first.get("nonfinite")) and not _never_updated(record):
         return "unknown", None, _unknown_text(record), []
     if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
         a = first["nonfinite"]
@@ -215,8 +215,10 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if signal and min(a.step for a in signal) == onset and not (collapse and collapse.step < onset):
         step = min(a.step for a in signal)
         backing = signal + [first[k] for k in ("reward_zero",) if k in first]
-        return "no_learning_signal", step, (f"from step {step} every group's rewards are identical, so every "
-                                            "advantage, the loss and the gradient are 0: nothing is learned"
+        seen = ("every group's rewards are identical, so every advantage, the loss and the gradient are 0"
+                if record.finite_series(REWARD) else "the loss and the gradient are exactly 0 (the log holds no "
+                "reward; every advantage 0 is what makes them so)")
+        return "no_learning_signal", step, (f"from step {step} {seen}: nothing is learned"
                                             f"{late_note}. More samples per group, a reward with partial credit, "
                                             "or problems of the right difficulty; a few groups' completions and "
                                             "rewards at that step confirm it (all right, or all wrong)"), backing
@@ -309,6 +311,14 @@ def _loss_blew_up(record: RunRecord, anomaly: Anomaly | None) -> bool:
     return any(not math.isfinite(values.get(name, 0.0)) for name in (LOSS, GRAD_NORM, CRITIC_LOSS, CRITIC_GRAD_NORM))
 
 
+def _never_updated(record: RunRecord) -> bool:
+    """The loss and the gradient norm exactly 0 at every logged step (two at least): nothing was learned, which
+    the doctor can name without reading any reward (a trainer's log, whose rewards are in another process's)."""
+    steps = record.steps()
+    return len(steps) >= 2 and all(record.metrics[s].get(LOSS) == 0.0 and record.metrics[s].get(GRAD_NORM) == 0.0
+                                   for s in steps)
+
+
 def _only_the_reward(record: RunRecord, step: int) -> bool:
     values = record.metrics.get(step, {})
     bad = {name for name, v in values.items() if not math.isfinite(v)}
@@ -319,7 +329,7 @@ def _crash_cause(crash: crashes.Crash) -> tuple[str, int | None, str, list[Anoma
     when = "before its first step" if crash.step <= 1 else f"in step {crash.step}, after step {crash.step - 1}"
     backing = Anomaly(crash.step, "crash", crash.text, crash.evidence, from_event=True)
     return crash.kind, crash.step, (f"the run ended {when}: {CRASH_TEXT[crash.kind]} ({crash.text[:200]}). "
-                                    f"{CRASH_ADVICE[crash.kind].capitalize()}"), [backing]
+                                    f"{CRASH_ADVICE[crash.kind][0].upper()}{CRASH_ADVICE[crash.kind][1:]}"), [backing]
 
 
 def _never_scored(record: RunRecord, first: dict[str, Anomaly]) -> Anomaly | None:

@@ -7,7 +7,8 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
 
     out_of_memory    CUDA or host memory ran out (OutOfMemoryError, the OOM killer, Ray's monitor)
     disk_full        a write refused: no space, quota, read-only file system
-    gpu_failure      a CUDA error or an NCCL error or timeout (illegal access, device-side assert)
+    gpu_failure      a CUDA error or an NCCL error or timeout (illegal access, device-side assert), or no GPU
+                     the process could use
     reward_broken    raised inside the reward function (its frames, or a reward's own message)
     server_failure   the inference engine died (vLLM's EngineDeadError, SGLang's scheduler), or ran out of
                      memory in its own frames (its KV cache, its wake-up from sleep)
@@ -32,7 +33,7 @@ CLASSES = {
         r"CUDA error|CUDA kernel errors|NCCL error|nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error|"
         r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:timeout|timed out|abort)|"
         r"illegal memory access|device-side assert|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|NCCL communicator|"
-        r"HIP error|hipError|Xid \d+|uncorrectable ECC|GPU is lost|no CUDA-capable device|"
+        r"HIP error|hipError|Xid \d+|uncorrectable ECC|GPU is lost|no CUDA-capable device|No CUDA GPUs are available|"
         r"DistBackendError|CUDA driver", re.I),
     "reward_broken": re.compile(
         r"Reward function is not implemented|reward.{0,40}(?:not implemented|failed|error)|"

@@ -24,6 +24,9 @@ MARKERS = {
     "areal": re.compile(r"\bareal[./]|AReaL|StatsLogger|RemoteSGLangEngine|name_resolve"),
     "trl": re.compile(r"\btrl[./]|GRPOTrainer|GRPOConfig|[Uu]nsloth"),
     "openrlhf": re.compile(r"openrlhf[./]|OpenRLHF"),
+    "open-reasoner-zero": re.compile(r"\borz\.(?:ppo|exps)\b|Open-Reasoner-Zero|orz_ckpt"),
+    "prime-rl": re.compile(r"\bprime[_-]rl\b|Starting (?:orchestrator|training) step|\| Mismatch KL: |"
+                           r"\| Max\. Off-Policy Level: "),
     "ms-swift": re.compile(r"\bswift[./]|ms-swift|swift rlhf"),
 }
 

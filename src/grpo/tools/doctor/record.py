@@ -119,6 +119,14 @@ class RunRecord:
     def put(self, step: int, name: str, value: float) -> None:
         self.metrics.setdefault(step, {})[name] = value
 
+    def renumber(self, old: int, new: int) -> None:
+        """The step read as `old` was step `new` (a log copied from mid-run, whose steps were counted from 1
+        until a progress bar said which they were)."""
+        self.metrics[new] = self.metrics.pop(old)
+        if old in self.evidence_by_step:
+            self.evidence_by_step[new] = self.evidence_by_step.pop(old)
+        self._order = None
+
     def restart(self, mark: Mark) -> None:
         """The run restarted at `mark.step`: the steps and marks from there on belonged to an earlier
         attempt (its bad steps must not judge the attempt now running) and move to `earlier`."""

@@ -9,7 +9,8 @@ line is read only as far as it parses. A step line with validation metrics only 
 val-core/...`, before training) is an evaluation, not a training step; a resume line (`Load from
 checkpoint folder: .../global_step_40`) starts a new attempt at the step after the one it loads.
 
-An out-of-memory line is the inference server's failure only when it comes from the rollout: the
+A Ray actor's death is the inference server's failure unless it died in its creation task (it never
+started). An out-of-memory line is the inference server's failure only when it comes from the rollout: the
 engine's frames or the rollout's worker method (`generate_sequences`, vLLM's `wake_up`, the KV cache)
 are the nearest role named before it in its traceback. The training side (`update_actor`,
 `compute_log_prob`, `backward`) runs in the same Ray workers: its OOM is left to the crash it ends in.
@@ -67,6 +68,9 @@ RESTART = re.compile(r"Load from checkpoint folder|Resuming from|resume from .{0
 _HINTS = ("rror", "died", "dead", "efused", "emory", "OOM", "oom", "esum", "checkpoint")
 # Ray's explanation of an actor's death lists the OOM killer among its possible causes: not evidence of one.
 _MAYBE = "potential root causes"
+# An actor that died in its creation task never started (its worker could not set up: no GPU, an import):
+# not an inference server dying under a run; its traceback says why.
+_NEVER_STARTED = "creation task"
 # Which side of a colocated worker a traceback's line names: the rollout engine, or the training update.
 ROLLOUT_SIDE = re.compile(r"vllm|sglang|generate_sequences|wake_up|KV cache|cache blocks|EngineCore", re.IGNORECASE)
 TRAINING_SIDE = re.compile(r"update_actor|update_policy|update_critic|compute_(?:ref_)?log_prob|compute_values|"
@@ -119,7 +123,7 @@ class VerlReader(LogReader):
                 record.evidence_by_step[step] = evidence
                 self.side = None
                 return
-        if any(hint in line for hint in _HINTS) and _MAYBE not in line and (
+        if any(hint in line for hint in _HINTS) and _MAYBE not in line and _NEVER_STARTED not in line and (
                 INFRA.search(line) or (OOM.search(line) and self.side == "rollout")):
             evidence = Evidence(str(self.path), number_, line.strip()[:300])
             record.marks.append(Mark(self.current + 1, "server_failure", line.strip()[:200], evidence))

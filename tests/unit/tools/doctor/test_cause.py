@@ -176,3 +176,21 @@ def test_one_logged_step_with_every_group_identical_and_no_gradient_is_no_learni
     what the log holds. The same entry with a gradient is not enough to say so."""
     assert decide(record([3.0], zero_std_frac=[1.0], grad_norm=[0.0], loss=[0.0])) == ("no_learning_signal", 1)
     assert decide(record([3.0], zero_std_frac=[1.0], grad_norm=[0.3], loss=[0.0]))[0] != "no_learning_signal"
+
+
+def test_a_loss_and_gradient_exactly_0_at_every_step_are_no_signal_without_a_reward():
+    """prime-rl#1117: the trainer's log holds no reward, only Loss 0.0000 and Grad. Norm 0.0000 step after step:
+    nothing was learned, which needs no reward to say. One such step, a gradient that moved, or a loss of 0
+    without any gradient logged is not enough: without a reward the run stays unknown."""
+    def update(loss: list[float], grad_norm: list[float] | None = None) -> RunRecord:
+        run = RunRecord("prime-rl", "trainer.log", console=True)
+        for step, value in enumerate(loss, 9):
+            run.put(step, "loss", value)
+            if grad_norm is not None:
+                run.put(step, "grad_norm", grad_norm[step - 9])
+        return run
+
+    assert decide(update([0.0, 0.0], [0.0, 0.0])) == ("no_learning_signal", 9)
+    assert decide(update([0.0], [0.0]))[0] == "unknown"
+    assert decide(update([0.0, 0.0], [0.0, 0.2]))[0] == "unknown"
+    assert decide(update([0.0, 0.0]))[0] == "unknown"

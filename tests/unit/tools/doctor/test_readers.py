@@ -15,6 +15,7 @@ from grpo.tools.doctor.record import EVAL_ACCURACY, REWARD
 from grpo.tools.doctor.trl import TrlLogReader
 from grpo.tools.watch import Tail
 from tests.foreign_logs import FORMATS, TRACEBACK, Step, healthy
+from tests.real_runs import ROOT as REAL_RUNS
 
 SOURCES = {"areal": "areal", "verl": "verl", "trl_log": "trl"}
 CONSOLE = sorted(SOURCES)
@@ -362,3 +363,51 @@ def test_a_verl_oom_is_the_servers_only_when_the_rollout_ran_out_of_memory(tmp_p
     assert record.steps() == [1, 2, 3, 4, 5, 6]
     assert (diagnosis.cause, diagnosis.first_bad_step) == (cause, 7)
     assert [m.step for m in record.marks if m.kind == "server_failure"] == ([7] if side == "rollout" else [])
+
+
+def test_open_reasoner_zero_steps_are_numbered_by_the_episode_bar_where_the_log_begins_mid_run():
+    """The status dict ends a step, counted from 1; the episode bar after it says which step it was (a copy
+    from mid-run starts at 89), its count times the episodes is the run's length, and an evaluation belongs to
+    the step before it."""
+    record = examine(REAL_RUNS / "orz_32b_mid_run_step91" / "train.log")[1]
+    assert record.source == "open-reasoner-zero" and record.steps() == [89, 90]
+    assert rewards(record) == pytest.approx({89: 0.4, 90: 0.41667}, rel=1e-4)
+    assert record.metrics[90]["loss"] == pytest.approx(1.1733e-05, rel=1e-3)
+    assert record.total_steps == 20 * 7110 and record.metrics[90][EVAL_ACCURACY] == pytest.approx(0.2293)
+
+
+def test_open_reasoner_zero_crash_before_the_status_dict_ends_the_step_in_progress():
+    """Step 2's rewards were printed, then its policy update ran out of memory: the crash is step 2's, and its
+    rewards are not a step that trained."""
+    diagnosis, record = examine(REAL_RUNS / "orz_32b_oom_policy_train_step2" / "train.log")
+    assert record.steps() == [1] and (diagnosis.cause, diagnosis.first_bad_step) == ("out_of_memory", 2)
+
+
+@pytest.mark.parametrize("log, read", [
+    ("primerl_issue1117_zero_loss_zero_grad/trainer.log", {9: {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.3571},
+                                                           10: {"loss": 0.0, "grad_norm": 0.0, "entropy": 0.3794}}),
+    ("primerl_pr1318_orchestrator_healthy/orchestrator.log", {28: {"reward": 0.3887, "length": 345.6},
+                                                               32: {"reward": 0.3715, "step_s": 94.61}})])
+def test_prime_rl_trainer_and_orchestrator_step_lines(log, read):
+    """Each of prime-rl's two logs read on its own: the trainer's update, the orchestrator's rollouts (its last
+    line torn after the reward still counts)."""
+    record = examine(REAL_RUNS / log)[1]
+    assert record.source == "prime-rl"
+    for step, values in read.items():
+        assert {k: record.metrics[step][k] for k in values} == pytest.approx(values)
+
+
+def test_prime_rl_step_count_going_back_starts_a_new_attempt(tmp_path):
+    lines = (REAL_RUNS / "primerl_pr1318_orchestrator_healthy" / "orchestrator.log").read_text().splitlines()
+    record = read(tmp_path, lines[:5] + lines[1:5])
+    assert restarts(record) == [28] and record.steps() == [28, 29]
+
+
+def test_ray_workers_that_never_started_for_want_of_a_gpu_are_a_gpu_failure_not_a_dead_server():
+    """simpleRL-reason (verl): every worker died in its creation task on "No CUDA GPUs are available". An actor
+    that never started is no inference server dying (its lines mark no server failure); the advice keeps its
+    names' case."""
+    diagnosis, record = examine(REAL_RUNS / "simplerl_no_cuda_gpus_startup" / "errors.txt")
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("gpu_failure", 1)
+    assert not [m for m in record.marks if m.kind == "server_failure" and "creation task" in m.detail]
+    assert "nvidia-smi" in diagnosis.explanation and "NCCL_DEBUG=INFO" in diagnosis.explanation
