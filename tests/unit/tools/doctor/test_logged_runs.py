@@ -259,3 +259,9 @@ def test_grpo_watch_follows_event_files_and_wandb_runs_as_they_grow(tmp_path):
     store = wandb_run.datastore(_wandb_run(tmp_path))
     os.utime(store, ns=(store.stat().st_atime_ns, store.stat().st_mtime_ns + 10**9))  # the run wrote more
     assert follower.poll() and follower.record().steps() == [83]
+
+
+def test_a_log_without_step_metrics_asks_for_the_wandb_or_tensorboard_directory():
+    diagnosis = examine(REAL["verl_walar_mt_grpo_window33"].target)[0]  # trainer.logger=['wandb'] only
+    assert diagnosis.status == "unknown"
+    assert "the run's wandb directory (wandb/ or wandb/run-*) or its TensorBoard log directory" in diagnosis.explanation
