@@ -7,6 +7,7 @@ whose CRC does not match anywhere else is corruption, said with its offset."""
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import BinaryIO, Iterator
 
@@ -57,6 +58,7 @@ class CorruptRecord(ValueError):
 def records(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
     """(offset, data) of each whole record, in order; stops at a torn last record. Raises CorruptRecord."""
     offset = 0
+    size = os.fstat(stream.fileno()).st_size  # what has been written so far: a record past it is torn
     while True:
         header = stream.read(_HEADER)
         if len(header) < _HEADER:
@@ -65,6 +67,8 @@ def records(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
         if masked_crc32c(length_bytes) != length_crc:
             raise CorruptRecord(offset, "its length's CRC does not match")
         length = struct.unpack("<Q", length_bytes)[0]
+        if offset + _HEADER + length + 4 > size:
+            return
         data = stream.read(length)
         tail = stream.read(4)
         if len(data) < length or len(tail) < 4:

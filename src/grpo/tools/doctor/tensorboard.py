@@ -68,6 +68,7 @@ def read_file(path: Path) -> tuple[float, Start]:
     start = Start(str(path))
     began: float | None = None
     pending: tuple[int, int, dict[str, float]] | None = None  # (step, offset, values) of the row being read
+    offset = 0
     with open_regular(path) as stream:
         try:
             for offset, data in records(stream):
@@ -86,7 +87,8 @@ def read_file(path: Path) -> tuple[float, Start]:
             raise UnreadableRun(f"{path}: {exc}: the file is damaged there (only a torn last record, as a killed "
                                 "writer leaves, is skipped)") from None
         except WireError as exc:
-            raise UnreadableRun(f"{path}: a record is not a TensorBoard event ({exc}): is it an event file?") from None
+            raise UnreadableRun(f"{path}: the record at byte {offset} is not a TensorBoard event ({exc}): is it an "
+                                "event file?") from None
     if pending is not None:
         start.rows.append(_row(path, *pending))
     return (began if began is not None else 0.0), start
@@ -125,6 +127,8 @@ def _tensor_scalar(tensor: Message) -> float | None:
     if any(int64(first(fields(dim), 1, 0)) != 1 for dim in dims if isinstance(dim, bytes)):
         return None
     dtype, content = first(tensor, 1, 0), first(tensor, 4, b"")
+    if not isinstance(content, bytes):
+        return None
     if dtype in (_DT_FLOAT, _DT_DOUBLE):
         size, fmt, repeated = (4, "<f", 5) if dtype == _DT_FLOAT else (8, "<d", 6)
         raw = content or b"".join(v for v in tensor.get(repeated, []) if isinstance(v, bytes))

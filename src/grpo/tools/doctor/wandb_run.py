@@ -182,7 +182,7 @@ def _item(raw) -> tuple[str, object]:
         return key, sint64(first(item, 5))
     try:
         return key, json.loads(text(item, 16) or "null")
-    except ValueError:  # a value this reader does not need (wandb writes JSON; a torn one is not a number)
+    except (ValueError, RecursionError):  # not JSON, or nested past any metric: not a number the doctor reads
         return key, None
 
 
