@@ -134,6 +134,10 @@ def test_a_trl_output_directory_reads_the_event_files_in_its_runs_folder(tmp_pat
     assert record.steps() == GEMMA_STEPS and {e.file for e in record.evidence_by_step.values()} == {events}
     assert [c.step for c in record.checkpoints] == [250] and record.total_steps == 250  # the checkpoint's state
     assert _verdict(diagnosis) == ("healthy", "healthy", None)
+    follower = identify(out)  # grpo watch: a step the event file logs (two folders down) is a change
+    assert follower.poll() and not follower.poll()
+    os.utime(events, ns=(os.stat(events).st_atime_ns, os.stat(events).st_mtime_ns + 10**9))
+    assert follower.poll()
     shutil.rmtree(out / "checkpoint-250")  # killed before its first save: the events alone
     assert read(out).steps() == GEMMA_STEPS and read(out).source == "trl"
 
