@@ -31,8 +31,9 @@ class RealRun:
         return self.source["status"] == "healthy"
 
 
-def runs() -> list[RealRun]:
-    return [RealRun(p.parent.name, p.parent, yaml.safe_load(p.read_text())) for p in sorted(ROOT.glob("*/SOURCE"))]
+def runs(root: Path = ROOT) -> list[RealRun]:
+    """The runs under `root` (tests/data/logged_runs/ holds the same shape: a folder and its SOURCE per run)."""
+    return [RealRun(p.parent.name, p.parent, yaml.safe_load(p.read_text())) for p in sorted(root.glob("*/SOURCE"))]
 
 
 def score(run: RealRun, diagnosis) -> list[str]:

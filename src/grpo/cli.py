@@ -295,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = sub.add_parser("doctor", help="explain a run after the fact (grpo, AReaL, verl, TRL): cause, first bad "
                                         "step, evidence, last good checkpoint; exit 0 healthy, 1 a problem, 2 unreadable")
     doc.add_argument("run_dir", help="a grpo run directory, an AReaL trainer.log (or its directory), a verl console "
-                                     "log, or a TRL output directory / checkpoint-N")
+                                     "log, a TRL output directory / checkpoint-N, a TensorBoard log directory, or a "
+                                     "wandb run directory (wandb/ for its latest run)")
     doc.add_argument("--json", action="store_true", help="print the diagnosis as one JSON object")
 
     watch = sub.add_parser("watch", help="guard a live run (grpo, AReaL, verl, TRL) as it grows: at the first "
@@ -303,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                                          "command, and with --pid stop the trainer; exit 0 ended healthy, 1 a "
                                          "problem, 2 unreadable")
     watch.add_argument("path", help="what grpo doctor reads: a grpo run directory, an AReaL trainer.log (or its "
-                                    "directory), a verl console log, a TRL console log or output directory; it "
-                                    "may not exist yet")
+                                    "directory), a verl console log, a TRL console log or output directory, a "
+                                    "TensorBoard log directory or a wandb run directory; it may not exist yet")
     watch.add_argument("--pid", type=int, help="the trainer's process id: signalled at the first problem")
     watch.add_argument("--signal", default="TERM", help="the signal --pid gets (default TERM)")
     watch.add_argument("--interval", type=float, default=10.0, help="seconds between looks at the files "

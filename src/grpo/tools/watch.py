@@ -14,8 +14,8 @@ to its end and then the new file from its start, a truncated one from its new st
 just before the truncation, from logrotate's copy when there is one), and a torn last line is held
 until its newline arrives. Each poll reads only what is new and feeds it to the reader, which keeps
 the run's record (not its lines), so a poll costs what was written since the last one plus one
-judgement. Directories (a grpo run, a TRL output directory) are read again when a file in them
-changes.
+judgement. Directories (a grpo run, a TRL output directory), TensorBoard event files and wandb runs are
+read again whole when one of their files changes (a poll then costs one reading of them).
 
 Exit status, as the doctor's: 0 the run ended healthy (or the watch was interrupted on a healthy
 run), 1 a problem, 2 nothing readable (permission denied, or the trainer exited before its files
@@ -31,7 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from grpo.tools.doctor import areal, console_reader, grpo_run, judge, logreader, read, render, trl, verl
+from grpo.tools.doctor import (
+    areal,
+    console_reader,
+    grpo_run,
+    judge,
+    logreader,
+    read,
+    render,
+    tensorboard,
+    trl,
+    verl,
+    wandb_run,
+)
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
 from grpo.tools.doctor.textlog import CHUNK, LineSplitter, open_regular
@@ -184,15 +196,17 @@ class LogFollower(Follower):
 
 
 class DirectoryFollower(Follower):
-    """A grpo run directory or a TRL output directory, read again by the doctor when a file in it (or
-    one folder down: checkpoints) changed."""
+    """A run read again by the doctor whenever one of its files changed: a grpo run directory or a TRL output
+    directory (its files, one folder down: checkpoints, and a TRL's runs/ event files), TensorBoard event files, a
+    wandb run (its datastore and captured console). `files` lists what is looked at."""
 
-    def __init__(self, kind: str, root: Path) -> None:
+    def __init__(self, kind: str, root: Path, files: Callable[[Path], list[Path]] | None = None) -> None:
         self.kind, self.root = kind, root
+        self.files = files or _tree
         self._seen: frozenset = frozenset()
 
     def poll(self) -> bool:
-        now = frozenset(_listing(self.root))
+        now = frozenset(_stats(self.files(self.root)))
         changed, self._seen = now != self._seen, now
         return changed
 
@@ -207,15 +221,32 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _listing(root: Path) -> list[tuple[str, int, int]]:
+def _tree(root: Path) -> list[Path]:
+    """root's entries and its folders' entries."""
+    return [entry for folder in [root] + sorted(p for p in _entries(root) if p.is_dir()) for entry in _entries(folder)]
+
+
+def _trl_files(root: Path) -> list[Path]:
+    return _tree(root) + tensorboard.find_event_files(root / "runs")
+
+
+def _wandb_files(root: Path) -> list[Path]:
+    """The latest run's datastore and console (a later run's directory appearing is a change too)."""
+    run = wandb_run.find_run(root)
+    if run is None:
+        return []
+    store = wandb_run.datastore(run)
+    return [run, run / wandb_run.CONSOLE] + ([store] if store is not None else [])
+
+
+def _stats(paths: list[Path]) -> list[tuple[str, int, int]]:
     found = []
-    for folder in [root] + sorted(p for p in _entries(root) if p.is_dir()):
-        for entry in _entries(folder):
-            try:
-                stat = entry.stat()
-            except OSError:
-                continue
-            found.append((str(entry), stat.st_size, stat.st_mtime_ns))
+    for entry in paths:
+        try:
+            stat = entry.stat()
+        except OSError:
+            continue
+        found.append((str(entry), stat.st_size, stat.st_mtime_ns))
     return found
 
 
@@ -230,6 +261,8 @@ def _entries(folder: Path) -> list[Path]:
 
 def identify(path: Path) -> Follower | None:
     """The follower for PATH, or None while it does not exist or shows nothing the doctor knows yet."""
+    if wandb_run.find_run(path) is not None:
+        return DirectoryFollower("a wandb run (its history read again as it grows)", path, _wandb_files)
     if path.is_dir():
         if grpo_run.is_run_dir(path):
             return DirectoryFollower("a grpo run directory", path)
@@ -243,12 +276,19 @@ def identify(path: Path) -> Follower | None:
         if log is not None:
             return LogFollower(f"a TRL console log ({log.name})", log, trl.TrlLogReader(log))
         if trl.find_root(path) is not None:
-            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves)", path)
+            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves, and at each step its "
+                                     "runs/ event files log)", path, _trl_files)
+        if tensorboard.find_event_files(path):
+            return DirectoryFollower("TensorBoard event files (read again as they grow)", path,
+                                     tensorboard.find_event_files)
         found = logreader.find_console_log(path)
         return _console(*found) if found is not None else None
     if path.is_file() or (path.exists() and not path.is_dir()):
         if path.name == trl.STATE:
-            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves)", path.parent)
+            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves, and at each step "
+                                     "its runs/ event files log)", path.parent, _trl_files)
+        if tensorboard.is_event_file(path):
+            return DirectoryFollower("a TensorBoard event file (read again as it grows)", path, lambda file: [file])
         if areal.find_trainer_log(path) is not None:
             return _areal(path)
         if verl.looks_like_verl(path):

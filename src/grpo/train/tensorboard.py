@@ -1,10 +1,9 @@
 """TensorBoard event files written by hand: scalars and texts as `torch.utils.tensorboard.SummaryWriter` writes
 them, without the `tensorboard` package (grpcio, protobuf, werkzeug...: seconds of every install and run start).
 
-An event file is TFRecord framing around protobuf-encoded `Event`s (tensorboard/compat/proto/event.proto): each
-record is its length (uint64), the length's masked CRC32C, the bytes, their masked CRC32C. Only the fields grpo
-writes are encoded; proto3 leaves zero scalars out, as protobuf would (`step` 0), while a oneof member
-(`simple_value`) is written even when 0."""
+An event file is TFRecord framing (`grpo.tfrecord`) around protobuf-encoded `Event`s (tensorboard/compat/proto/
+event.proto). Only the fields grpo writes are encoded; proto3 leaves zero scalars out, as protobuf would (`step` 0),
+while a oneof member (`simple_value`) is written even when 0."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ import time
 from pathlib import Path
 
 from grpo.errors import DISK_ERRNOS, DiskError
+from grpo.tfrecord import frame
 
 FILE_VERSION = "brain.Event:2"
 WRITER = "grpo.train.tensorboard"
@@ -25,38 +25,6 @@ _SESSION_LOG_START = 1  # SessionLog.SessionStatus.START
 _DT_STRING = 7  # tensorflow.DataType.DT_STRING
 # SummaryWriter's file names end in a per-process counter, so two writers started in one second never collide.
 _writer_ids = itertools.count()
-
-
-def _crc32c_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)  # Castagnoli's polynomial, reflected
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC32C_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masking: a CRC over data that holds CRCs stays a good check."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _record(data: bytes) -> bytes:
-    """One TFRecord: length, its masked CRC32C, data, its masked CRC32C."""
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
 
 
 def _varint(value: int) -> bytes:
@@ -171,4 +139,4 @@ class TensorBoardWriter:
     def _add(self, data: bytes) -> None:
         if self._file.closed:
             raise ValueError(f"{self.path} is closed: nothing more can be written to it")
-        self._pending += _record(data)
+        self._pending += frame(data)

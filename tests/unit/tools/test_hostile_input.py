@@ -8,11 +8,14 @@ import json
 import os
 import random
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 
 from grpo.cli import main
+from grpo.tfrecord import frame, records
 from grpo.tools.doctor import examine, judge, render
 from grpo.tools.doctor.record import UnreadableRun
 from grpo.tools.watch import identify
@@ -169,3 +172,57 @@ def test_hundreds_of_mutated_runs_never_crash_the_doctor_or_the_watch(tmp_path, 
     except UnreadableRun:
         pass
     shutil.rmtree(root)
+
+
+LOGGED = Path(__file__).parents[2] / "data" / "logged_runs"
+
+
+def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
+    """A bit flipped, the end cut, or junk bytes put in, at a random place."""
+    at = rng.randrange(len(data) + 1)
+    kind = rng.choice(("flip", "cut", "junk"))
+    if kind == "flip" and at < len(data):
+        return data[:at] + bytes([data[at] ^ 1 << rng.randrange(8)]) + data[at + 1:]
+    if kind == "cut":
+        return data[:at]
+    return data[:at] + rng.randbytes(rng.randrange(1, 40)) + data[at:]
+
+
+def wandb_datastore(records: list[bytes]) -> bytes:
+    """wandb's datastore around these records, each a full chunk (the hostile records are small)."""
+    out = bytearray(b":W&B\xe1\xbe\x00")
+    for data in records:
+        room = 32768 - len(out) % 32768
+        if room < 7 + len(data):
+            out += bytes(room)
+        out += struct.pack("<IHB", zlib.crc32(bytes([1]) + data), len(data), 1) + data
+    return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("name", ["trl_gemma3_tensorboard", "verl_rllm54_wandb", "verl_agentr1_nan_tensorboard"])
+def test_mutated_event_files_and_wandb_runs_never_crash_the_doctor_or_the_watch(tmp_path, capsys, name, seed):
+    """Bytes mutated as they are on disk (the CRCs catch them: one line), and records mutated inside frames whose
+    CRCs are right, so the protobuf decoders get the garbage."""
+    rng = random.Random(seed)
+    root = Path(shutil.copytree(LOGGED / name, tmp_path / name))
+    (target,) = [f for f in root.rglob("*") if f.name.startswith("events.out.tfevents.") or f.suffix == ".wandb"]
+    data = target.read_bytes()
+    if seed % 2:
+        target.write_bytes(mutate_bytes(data, rng))
+    elif target.suffix == ".wandb":
+        chunks, pos = [], 7  # the generator's runs: every record fits in one chunk
+        while pos + 7 <= len(data):
+            length = struct.unpack_from("<H", data, pos + 4)[0]
+            chunks.append(data[pos + 7:pos + 7 + length])
+            pos += 7 + length
+        target.write_bytes(wandb_datastore([mutate_bytes(c, rng) if rng.random() < 0.3 else c for c in chunks]))
+    else:
+        with open(target, "rb") as stream:
+            events = [mutate_bytes(event, rng) if rng.random() < 0.3 else event for _, event in records(stream)]
+        target.write_bytes(b"".join(frame(event) for event in events))
+    doctor(root, capsys)
+    try:
+        watched(root)
+    except UnreadableRun:
+        pass

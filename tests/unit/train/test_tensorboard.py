@@ -19,8 +19,9 @@ from torch.utils.tensorboard.summary import scalar, text
 
 from grpo.config import LoggingConfig
 from grpo.errors import DiskError
+from grpo.tfrecord import crc32c, masked_crc32c
 from grpo.train import tensorboard
-from grpo.train.tensorboard import TensorBoardWriter, crc32c, event, masked_crc32c, scalar_value, text_value
+from grpo.train.tensorboard import TensorBoardWriter, event, scalar_value, text_value
 
 
 def read(log_dir) -> EventAccumulator:

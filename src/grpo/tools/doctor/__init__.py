@@ -1,9 +1,10 @@
 """`grpo doctor PATH`: explain a GRPO run after the fact, from the files it left behind, whatever
 trained it: a grpo run directory, an AReaL `trainer.log` (with `llm_server.log` beside it), a verl
-console log, a TRL output directory or console log, or an Open-Reasoner-Zero or prime-rl console log.
+console log, a TRL output directory or console log, an Open-Reasoner-Zero or prime-rl console log, or the
+TensorBoard event files or wandb run directory any of them logged to.
 
-Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`, `orz`, `primerl`) that turns its files into one
-`RunRecord`; `timeline` finds every anomaly with its first step, and `cause` decides what went
+Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`, `orz`, `primerl`, `tensorboard`, `wandb_run`)
+that turns its files into one `RunRecord`; `timeline` finds every anomaly with its first step, and `cause` decides what went
 wrong, infrastructure before the model. It only reads, and never crashes on what it reads: a path
 it cannot read at all is an `UnreadableRun` (one line, exit 2).
 """
@@ -13,7 +14,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo.tools.doctor import areal, cause, grpo_run, logreader, orz, primerl, timeline, trl, verl
+from grpo.tools.doctor import (
+    areal,
+    cause,
+    grpo_run,
+    logreader,
+    orz,
+    primerl,
+    scalars,
+    tensorboard,
+    timeline,
+    trl,
+    verl,
+    wandb_run,
+)
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
 from grpo.tools.doctor.textlog import iter_lines
 
@@ -36,12 +50,32 @@ def _read(path: Path) -> RunRecord:
         raise UnreadableRun(f"{path} does not exist")
     if grpo_run.is_run_dir(path):
         return grpo_run.read_record(path)
+    run = wandb_run.find_run(path)
+    if run is not None:
+        return _wandb(run)
+    if tensorboard.is_event_file(path):
+        return tensorboard.read_record(path, [path])
+    record = _read_logs(path)
+    if record is not None and (record.steps() or not path.is_dir()):
+        return record
+    # A directory whose console log shows no step (its logger wrote them elsewhere), or that holds no log at all:
+    # the metrics its TensorBoard or wandb logger wrote beside it.
+    logged = _logged_in(path)
+    if logged is not None:
+        return scalars.merge(record, logged, str(path)) if record is not None else logged
+    if record is not None:
+        return record
+    raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: {KNOWN}")
+
+
+def _read_logs(path: Path) -> RunRecord | None:
+    """The run at `path` as its console log or TRL output directory shows it, or None."""
     log = areal.find_trainer_log(path)
     if log is not None:
         return areal.read_record(log)
     root = trl.find_root(path)
     if root is not None:
-        return trl.read_record(root)
+        return _with_events(trl.read_record(root), root)
     log = verl.find_log(path)
     if log is not None:
         return verl.read_record(log)
@@ -54,7 +88,39 @@ def _read(path: Path) -> RunRecord:
         if source == "areal":
             return areal.read_record(log)
         return console_reader(log, source).feed_all(iter_lines(log)).result()
-    raise UnreadableRun(f"{path} is not a run directory or log the doctor knows: {KNOWN}")
+    return None
+
+
+def _wandb(run: Path) -> RunRecord:
+    """A wandb run: its history, with the crashes and end its captured console (files/output.log) shows."""
+    logged = wandb_run.read_record(run)
+    console = _read_logs(run / wandb_run.CONSOLE) if (run / wandb_run.CONSOLE).is_file() else None
+    return scalars.merge(console, logged, str(run)) if console is not None else logged
+
+
+def _with_events(record: RunRecord, root: Path) -> RunRecord:
+    """A TRL output directory's record, with the steps its TensorBoard logger wrote to runs/ (every logged step;
+    trainer_state.json holds those up to the last checkpoint)."""
+    files = tensorboard.find_event_files(root / "runs") if (root / "runs").is_dir() else []
+    if not files:
+        return record
+    try:
+        return scalars.merge(record, tensorboard.read_record(root / "runs", files), str(root))
+    except UnreadableRun as exc:
+        record.notes.append(f"{exc}: its checkpoints' trainer_state.json read instead")
+        return record
+
+
+def _logged_in(folder: Path) -> RunRecord | None:
+    """The run's metrics as its TensorBoard logger (event files under `folder`) or its wandb logger (the latest
+    run in `folder`/wandb) wrote them, or None."""
+    if not folder.is_dir():
+        return None
+    files = tensorboard.find_event_files(folder)
+    if files:
+        return tensorboard.read_record(folder, files)
+    run = wandb_run.find_run(folder / "wandb") if (folder / "wandb").is_dir() else None
+    return wandb_run.read_record(run) if run is not None else None
 
 
 READERS = {"verl": verl.VerlReader, "trl": trl.TrlLogReader, orz.SOURCE: orz.OrzReader,
@@ -70,7 +136,8 @@ def console_reader(log: Path, source: str) -> logreader.LogReader:
 KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a "
          "verl console log (step:N - key:value lines), a TRL output directory (trainer_state.json, checkpoint-N/) "
          "or a TRL console log ({'loss': ..., 'reward': ...} lines), an Open-Reasoner-Zero or prime-rl console log, "
-         "or any of their console logs that ended in a traceback")
+         "any of their console logs that ended in a traceback, a TensorBoard log directory (events.out.tfevents.*) "
+         "or a wandb run directory (wandb/run-*/, or wandb/ for its latest run)")
 
 
 def examine(path: Path) -> tuple[Diagnosis, RunRecord]:

@@ -194,24 +194,34 @@ def _table_row(record: RunRecord, step: int, line: str, evidence: Evidence) -> N
     cells = [c.strip() for c in re.split(r"[│|]", line)[1:-1]]
     for key, text in zip(cells[0::2], cells[1::2]):
         value = number(text)
-        if not key or value is None:
-            continue
-        timing = _TIMING.match(key)
-        if timing:
-            record.put(step, PHASE_PREFIX + timing.group(1), value)
-            continue
-        if key.startswith(_EVAL_KEYS) or any(key.endswith("/" + k) for k in _EVAL_KEYS):
-            record.put(step, EVAL_ACCURACY, value)
-            continue
-        if "eval" in key:
-            continue
-        for suffix, name in _KEYS:
-            if key == suffix or key.endswith("/" + suffix):
-                if name not in record.metrics.get(step, {}):
-                    record.put(step, name, value)
-                    if name == REWARD:
-                        record.evidence_by_step[step] = evidence
-                break
+        if key and value is not None:
+            put_stat(record, step, key, value, evidence)
+
+
+def knows(key: str) -> bool:
+    """A training stat's name as AReaL's StatsLogger logs it (its actor's name first, e.g. grpo_actor/)."""
+    return "eval" not in key and any(key == suffix or key.endswith("/" + suffix) for suffix, _ in _KEYS)
+
+
+def put_stat(record: RunRecord, step: int, key: str, value: float, evidence: Evidence) -> None:
+    """One of AReaL's stats, named as its StatsLogger writes it to the table, TensorBoard and wandb, under its
+    canonical name (the first key of a name wins: task_reward before rollout/reward)."""
+    timing = _TIMING.match(key)
+    if timing:
+        record.put(step, PHASE_PREFIX + timing.group(1), value)
+        return
+    if key.startswith(_EVAL_KEYS) or any(key.endswith("/" + k) for k in _EVAL_KEYS):
+        record.put(step, EVAL_ACCURACY, value)
+        return
+    if "eval" in key:
+        return
+    for suffix, name in _KEYS:
+        if key == suffix or key.endswith("/" + suffix):
+            if name not in record.metrics.get(step, {}):
+                record.put(step, name, value)
+                if name == REWARD:
+                    record.evidence_by_step[step] = evidence
+            break
 
 
 class ServerScanner:

@@ -248,8 +248,10 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         return "unknown", None, (f"the run's progress reached step {record.progress}"
                                  + (f" of {record.total_steps}" if record.total_steps else "")
                                  + ", but the log holds no step's metrics (its logger wrote them elsewhere, e.g. "
-                                   "wandb only): without the reward the doctor cannot say the run was healthy. "
-                                   "Log to the console too (verl: trainer.logger=['console','wandb'])"), []
+                                   "to wandb or TensorBoard only): without the reward the doctor cannot say the run "
+                                   "was healthy. Give the doctor the run's wandb directory (wandb/ or wandb/run-*) or "
+                                   "its TensorBoard log directory, which it reads (in the log's directory they are read "
+                                   "with it), or log to the console too (verl: trainer.logger=['console','wandb'])"), []
     if not record.steps() and interrupted:
         return "unknown", None, ("the run was stopped on purpose (an interrupt) before its first logged step: "
                                  "nothing went wrong in what it logged, and nothing was logged to judge"), []

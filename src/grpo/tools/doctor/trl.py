@@ -142,6 +142,11 @@ def put_entry(record: RunRecord, step: int, entry: dict[str, Any], evidence: Evi
                                  f"reward {entry.get('reward')}", record.evidence_by_step.get(step)))
 
 
+def knows(key: str) -> bool:
+    """A metric's name as TRL's GRPOTrainer logs it (its reward functions' `rewards/<name>/mean` among them)."""
+    return key in _KEYS or bool(_ACCURACY.match(key)) or key.startswith("rewards/")
+
+
 def _float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

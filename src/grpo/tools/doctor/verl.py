@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Iterable
 
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import (
@@ -176,16 +177,27 @@ def read_record(log: Path, lines=None) -> RunRecord:
 
 
 def _pairs(record: RunRecord, text: str) -> tuple[dict[str, float], bool]:
-    """A step line's metrics under canonical names, and whether it held a training metric (not only
-    validation ones)."""
-    values: dict[str, float] = {}
-    trained = False
+    """A step line's metrics under canonical names, and whether it held a training metric."""
+    pairs = []
     for pair in text.split(" - "):
         key, sep, value_text = pair.partition(":")
         value = number(value_text) if sep else None
-        if value is None:
-            continue
-        key = key.strip()
+        if value is not None:
+            pairs.append((key.strip(), value))
+    return metrics_of(record, pairs)
+
+
+def knows(key: str) -> bool:
+    """A training metric's name as verl logs it."""
+    return key in _KEYS
+
+
+def metrics_of(record: RunRecord, pairs: Iterable[tuple[str, float]]) -> tuple[dict[str, float], bool]:
+    """verl's metrics, named as every logger of its writes them (console, TensorBoard, wandb), under canonical
+    names, and whether one was a training metric (not only validation ones); a total step count sets the run's."""
+    values: dict[str, float] = {}
+    trained = False
+    for key, value in pairs:
         if key in _KEYS:
             values[_KEYS[key]] = value
             trained = True
