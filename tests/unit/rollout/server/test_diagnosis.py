@@ -159,7 +159,7 @@ ENGINE_DIED = "RuntimeError: Engine core process EngineCore_DP0 died unexpectedl
     ({"exit": "exited with status 1", "server_error": DETOKENIZER},
      f'its detokenizer exited with status 1; the server said: "{DETOKENIZER}"'),
     ({"exit": "killed by SIGKILL", "server_error": SEGFAULT},
-     f'its scheduler_0 was killed by SIGSEGV; the server said: "{SEGFAULT}"'),
+     f'its scheduler_0 crashed (SIGSEGV); the server said: "{SEGFAULT}"'),
     ({"exit": "killed by SIGKILL", "server_error": SIGQUIT},
      f'a child process of it {DIED}; the server said: "{SIGQUIT}"'),
     ({"exit": "exited with status 1", "server_error": ENGINE_KILLED},
@@ -277,3 +277,17 @@ def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_
     # an error raised without a message is its name alone; an interrupt is no error
     assert server_error(["    raise StopEngineError", "StopEngineError"]) == ("StopEngineError", None)
     assert server_error(["    time.sleep(1)", "KeyboardInterrupt"]) == (None, None)
+
+
+def test_a_childs_own_crash_lets_a_known_cause_speak_but_a_kill_from_outside_does_not():
+    died = "RuntimeError: Rank 0 scheduler died during initialization (exit code: {})"
+    disk = ".../joblib/_multiprocessing_helpers.py:44: UserWarning: [Errno 28] No space left on device."
+    # SIGBUS on a file mapped on a full disk: the disk, not the signal
+    assert read_log([died.format(-7), disk]).cause == "disk_full"
+    # alone, the crash is what the log says, before the errors that follow it
+    alone = read_log([died.format(-7), "RuntimeError: the engine is dead"])
+    assert alone == Reading(died.format(-7), "killed", None)
+    assert likely_cause({"exit": "exited with status 1", "server_error": alone.line}, attached=False) == (
+        f'its Rank 0 scheduler crashed (SIGBUS); the server said: "{died.format(-7)}"')
+    # SIGKILL came from outside: no line of the log explains it, a full disk included
+    assert read_log([disk, died.format(-9)]) == Reading(died.format(-9), "killed", None)
