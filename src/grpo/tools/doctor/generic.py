@@ -70,7 +70,7 @@ _PAIR = re.compile(rf"(?<![\w/.@-]){_QUOTE}(?P<name>{_NAME}){_QUOTE}\s*[:=]\s*{_
 _CELL_NAME = re.compile(rf"{_NAME}(?: {_NAME}){{0,3}}")
 _HEADER_CELL = re.compile(r"[A-Za-z_][\w/.@ -]*")  # a column's name: `Training Loss`, `rewards / format`
 _CELL_NUMBER = re.compile(rf"{_VALUE}", re.I)
-_EDGES = " \t{}[]()"
+_EDGES = " \t{}[]():"
 
 # Words that only say whose number it is, dropped from a name's start (`actor/pg_loss` is `pg_loss`). A
 # critic's loss and gradient norm are its own; its other numbers (verl's `critic/score/mean`) are the run's.
@@ -93,7 +93,8 @@ _NAMES = {
     "entropy": (ENTROPY, 0), "entropy_loss": (ENTROPY, 1),
     **dict.fromkeys(("response_length", "response_len", "completion_length", "completion_len", "completions_length",
                      "gen_len", "gen_length", "generation_length", "output_len", "output_length", "length",
-                     "seq_length", "seq_len", "sequence_length", "resp_len"), (LENGTH, 0)),
+                     "seq_length", "seq_len", "seqlen", "sequence_length", "resp_len", "response_lengths"),
+                    (LENGTH, 0)),
     **dict.fromkeys(("response_length_clip_ratio", "completions_clipped_ratio", "completion_clipped_ratio",
                      "truncated", "truncated_frac", "truncated_ratio", "truncation_rate", "truncation_ratio",
                      "no_eos_ratio", "no_eos_ratios"), (TRUNCATED, 0)),
@@ -248,9 +249,11 @@ def _step_of(line: str) -> tuple[int, int | None] | None:
     steps = list(_STEP.finditer(line))
     if not steps:
         return None
+    # The run's own count, where a line names several: a global step; else the count with the largest total
+    # (AReaL's `Step 5/935 Train step 940/4675`, nanochat's `Step 12/500 | Example step 3`); else the first.
     global_ = [m for m in steps if m.group(1).lower() != "step" and "step" in m.group(1).lower()]
-    # The run's own count is the largest (an AReaL line says `Step 5/935 Train step 940/4675`).
-    chosen = global_[0] if global_ else max(steps, key=lambda m: int(m.group(2)))
+    totals = [m for m in steps if m.group(3)]
+    chosen = global_[0] if global_ else max(totals, key=lambda m: int(m.group(3))) if totals else steps[0]
     step = as_step(int(chosen.group(2)))
     if step is None:
         return None
@@ -278,10 +281,11 @@ def _table_cells(line: str) -> list[str]:
 
 
 def _pairs(line: str) -> list[tuple[str, float]]:
-    """Every `name: number` a line shows, known to the doctor or not."""
+    """Every `name: number` a line shows, known to the doctor or not. The step is a cell of its own
+    (nanoGPT's `iter 12: loss 0.31, ...`)."""
     found = []
     listed = bool(re.search(r"\||│|┃|,", line))
-    cells = [c.strip(_EDGES) for c in _CELLS.split(line)]
+    cells = [c.strip(_EDGES) for c in _CELLS.split(_STEP.sub(" | ", line))]
     skip = False
     for at, cell in enumerate(cells):
         if skip:
