@@ -1,7 +1,8 @@
 """`grpo doctor PATH`: explain a GRPO run after the fact, from the files it left behind, whatever
 trained it: a grpo run directory, an AReaL `trainer.log` (with `llm_server.log` beside it), a verl
-console log, a TRL output directory or console log, an Open-Reasoner-Zero or prime-rl console log, or the
-TensorBoard event files or wandb run directory any of them logged to.
+console log, a TRL output directory or console log, an Open-Reasoner-Zero or prime-rl console log, any
+other framework's console log whose lines show steps and their metrics (`generic`), or the TensorBoard event
+files or wandb run directory any of them logged to.
 
 Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`, `orz`, `primerl`, `tensorboard`, `wandb_run`)
 that turns its files into one `RunRecord`; `timeline` finds every anomaly with its first step, and `cause` decides what went
@@ -129,13 +130,15 @@ READERS = {"verl": verl.VerlReader, "trl": trl.TrlLogReader, orz.SOURCE: orz.Orz
 
 def console_reader(log: Path, source: str) -> logreader.LogReader:
     """The reader of a log that named its framework before showing a step: that framework's, which takes
-    the steps when they come; any other framework's crash is read by the plain console reader."""
+    the steps when they come; any other framework's log is read by the console reader (its crash, and its
+    steps in any shape `generic` reads)."""
     return READERS[source](log) if source in READERS else logreader.ConsoleReader(log, source)
 
 
 KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or checkpoints/), an AReaL trainer.log, a "
          "verl console log (step:N - key:value lines), a TRL output directory (trainer_state.json, checkpoint-N/) "
          "or a TRL console log ({'loss': ..., 'reward': ...} lines), an Open-Reasoner-Zero or prime-rl console log, "
+         "a console log of any framework whose lines show a step and its metrics (step 12 | loss: 0.3 | reward: 0.5), "
          "any of their console logs that ended in a traceback, a TensorBoard log directory (events.out.tfevents.*) "
          "or a wandb run directory (wandb/run-*/, or wandb/ for its latest run)")
 

@@ -2,8 +2,9 @@
 watch as the log grows), cleaned of launchers' prefixes, scanned for crashes, and a `RunRecord` that
 can be taken at any point (`result`) and taken again after more lines.
 
-A reader per framework (`verl.VerlReader`, `areal.ArealReader`, `trl.TrlLogReader`) reads its step
-lines; `ConsoleReader` reads a log of any framework that never logged a step, for its crash.
+A reader per framework (`verl.VerlReader`, `areal.ArealReader`, `trl.TrlLogReader`, ...) reads its step
+lines; `ConsoleReader` reads a log of any other framework, for its crash and for the step lines of any
+shape that `generic` knows.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from grpo.tools.doctor import generic
 from grpo.tools.doctor.crashes import FATAL, FRAME, TRACEBACK, UNCAUGHT, CrashScanner
-from grpo.tools.doctor.record import RunRecord
+from grpo.tools.doctor.record import Evidence, Mark, RunRecord
 from grpo.tools.doctor.textlog import clean, iter_lines, read_ends
 
 # What a framework prints at launch (its modules in a traceback, its config dump, its actors): enough
@@ -78,20 +80,47 @@ class LogReader:
 
 
 class ConsoleReader(LogReader):
-    """A log that shows no step of any known format: read for what ended it, under the framework its
-    launch lines name (`source`)."""
+    """A log of a framework without a reader of its own, under the framework its launch lines name
+    (`source`, else "log"): read for what ended it, and for its steps where its lines show them in a
+    shape `generic` knows. A step number that goes back starts a new attempt (a resume)."""
 
     def __init__(self, path: Path, source: str = "log") -> None:
         self.source = source
         super().__init__(path)
+        self.steps = generic.StepReader()
+
+    def line(self, number: int, line: str) -> None:
+        for found in self.steps.feed(number, line):
+            self._step(found)
+        if generic.says_finished(line):
+            self.record.finished = True
+
+    def _step(self, found: generic.Found) -> None:
+        record, read = self.record, found.step
+        evidence = Evidence(str(self.path), found.line, found.text)
+        if read.step < self.current:
+            record.restart(Mark(read.step, "restart", f"the step count went back from {self.current} to "
+                                                     f"{read.step}", evidence))
+        for name, value in read.metrics.items():
+            record.put(read.step, name, value)
+        record.evidence_by_step.setdefault(read.step, evidence)
+        record.total_steps = read.total or record.total_steps
+        self.current = read.step
+
+    def finish(self, final: bool) -> None:
+        if final:  # live, a step's metrics may still be coming
+            for found in self.steps.flush():
+                self._step(found)
+        self.record.progress = self.steps.progress
 
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 
 def find_console_log(path: Path) -> tuple[Path, str] | None:
-    """(the log, its framework or "log") for a console log that shows no step but names its framework
-    or ended in a crash: the file itself, or the first such file in a directory."""
+    """(the log, its framework or "log") for a console log that shows no step of a format with its own
+    reader but names its framework, ended in a crash or shows step lines `generic` reads: the file
+    itself, or the first such file in a directory."""
     if path.is_file():
         candidates = [path]
     elif path.is_dir():
@@ -107,6 +136,6 @@ def find_console_log(path: Path) -> tuple[Path, str] | None:
         lines = [clean(line) for line in text.splitlines()]
         ended = next((line for line in reversed(lines) if line.strip()), "")
         if source is not None or TRACEBACK in text or any(FATAL.search(line) or FRAME.match(line) for line in lines) \
-                or UNCAUGHT.match(ended):
+                or UNCAUGHT.match(ended) or generic.shows_steps(lines):
             return candidate, source or "log"
     return None

@@ -1,0 +1,226 @@
+"""The generic reader (`grpo.tools.doctor.generic`) on the shapes other frameworks' and users' own loops print
+their steps in. The lines are written here in those shapes (synthetic, not copied from a run); real logs are
+in tests/data/real_runs, read by test_real_runs.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo.tools.doctor import examine, generic, judge
+from grpo.tools.doctor.record import (
+    ACCURACY,
+    CRITIC_GRAD_NORM,
+    CRITIC_LOSS,
+    ENTROPY,
+    GRAD_NORM,
+    KL,
+    LENGTH,
+    LOSS,
+    REWARD,
+    REWARD_STD,
+    TRUNCATED,
+    ZERO_VARIANCE,
+    UnreadableRun,
+)
+from grpo.tools.watch import LogFollower, identify
+
+
+def steps(*lines: str) -> list[generic.StepLine]:
+    """The steps a reader fed these lines finds, once they have all come."""
+    reader = generic.StepReader()
+    found = [f for number, line in enumerate(lines, 1) for f in reader.feed(number, line)]
+    return [f.step for f in found + reader.flush()]
+
+
+def one(line: str) -> generic.StepLine:
+    (found,) = steps(line)
+    return found
+
+
+@pytest.mark.parametrize("line, step, total, metrics", [
+    ("step 12 | loss: 0.3120 | reward: 0.5200", 12, None, {LOSS: 0.312, REWARD: 0.52}),
+    ("step: 12, loss: 0.31, reward: 0.52, lr: 1e-06", 12, None, {LOSS: 0.31, REWARD: 0.52}),
+    ("Step 12/500 | reward: 0.5200 | seqlen 812.4 | grad_norm: 0.312", 12, 500,
+     {REWARD: 0.52, LENGTH: 812.4, GRAD_NORM: 0.312}),
+    ("[step 12] loss 0.3120, reward 0.5200", 12, None, {LOSS: 0.312, REWARD: 0.52}),
+    ("global_step=12 train/loss=0.31 train/reward=0.52 train/lr=1e-06", 12, None, {LOSS: 0.31, REWARD: 0.52}),
+    ("iter 12: loss 0.3120, reward 0.5200, time 81.23ms, mfu 41.20%", 12, None, {LOSS: 0.312, REWARD: 0.52}),
+    ("Iteration 12 | policy_loss: 0.031 | avg_reward: 0.52 | kl_div: 0.0012", 12, None,
+     {LOSS: 0.031, REWARD: 0.52, KL: 0.0012}),
+    ("Episode 3 step 12: actor_loss=0.031, mean_reward=0.52, approx_kl=0.001", 12, None,
+     {LOSS: 0.031, REWARD: 0.52, KL: 0.001}),
+    ('{"step": 12, "train/reward": 0.52, "train/loss": 0.031, "lr": 1e-06, "epoch": 0}', 12, None,
+     {REWARD: 0.52, LOSS: 0.031}),
+    ("{'global_step': 12, 'rollout/score': 0.52, 'actor/kl': 0.01, 'actor/entropy': 0.91}", 12, None,
+     {REWARD: 0.52, KL: 0.01, ENTROPY: 0.91}),
+    ("2026-03-02 10:12:01 | INFO | Step 12/500 (2.40%) | Example step 3 | loss: 0.012000 | Average reward: 0.25",
+     12, 500, {LOSS: 0.012, REWARD: 0.25}),
+    ("step 00012/00500 (2.40%) | loss: 0.312000 | grad norm: 0.8123 | lrm: 1.00 | dt: 812.31ms | tok/sec: 12,345",
+     12, 500, {LOSS: 0.312, GRAD_NORM: 0.8123}),
+    ("step:12 - actor/pg_loss:0.031 - actor/kl_loss:np.float64(0.001) - critic/score/mean:0.41 - "
+     "critic/score/std:0.2 - response_length/mean:812.3 - response_length/clip_ratio:0.05 - timing_s/step:45",
+     12, None, {LOSS: 0.031, KL: 0.001, REWARD: 0.41, REWARD_STD: 0.2, LENGTH: 812.3, TRUNCATED: 0.05}),
+    ("15:41:30 SUCCESS Step 9 | Time: 4.29s | Loss: 0.0012 | Entropy: 0.3571 | Mismatch KL: 0.0007 | "
+     "Grad. Norm: 0.2154", 9, None, {LOSS: 0.0012, ENTROPY: 0.3571, GRAD_NORM: 0.2154}),
+    ("step 12: {'train/loss': 0.31, 'train/entropy_loss': 0.9, 'train/grad_norm': 0.41, 'train/step': 12}", 12,
+     None, {LOSS: 0.31, ENTROPY: 0.9, GRAD_NORM: 0.41}),
+    ("step 12 | acc: 45.2% | loss: nan | reward_mean: 0.4", 12, None,
+     {ACCURACY: 0.452, LOSS: float("nan"), REWARD: 0.4}),
+])
+def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
+    found = one(line)
+    assert (found.step, found.total) == (step, total)
+    assert found.metrics.keys() == metrics.keys()
+    assert all(found.metrics[k] == pytest.approx(v, nan_ok=True) for k, v in metrics.items())
+
+
+@pytest.mark.parametrize("line", [
+    # a config dump: names of settings, not metrics, and no step
+    "{'max_steps': 500, 'logging_steps': 1, 'learning_rate': 1e-06, 'max_grad_norm': 1.0, 'kl_coef': 0.04}",
+    "trainer.total_training_steps=500 actor.kl_loss_coef=0.001 actor.entropy_coeff=0 data.max_response_length=1024",
+    # ... and one with a step key, whose numbers are settings all the same
+    "global_step: 0, lr: 1e-06, max_grad_norm: 1.0, warmup_ratio: 0.1, kl_coef: 0.04, entropy_coeff: 0.0",
+    "lr: 1e-6 step 3",
+    "step 5 | loss: 0.3 | lr: 1e-06 | time: 3.2s | throughput: 812 tok/s | epoch: 1",  # one metric only
+    "Iteration 4:  40%|████      | 4/10 [00:31<00:47,  7.91s/it, loss=0.0312, reward=0.52]",  # a progress bar
+    "Iteration: 100%|██████████| 8/8 [00:01<00:00,  6.21it/s]",
+    "step 100 | eval/reward: 0.61 | val/accuracy: 0.55 | test_loss: 0.2",  # an evaluation, not training
+    "step 3 | reward_min: 0.0 | reward_max: 1.0 | loss_std: 0.1 | kl_max: 2.0",  # spreads, not the means
+    "step 12 reward 0.5 loss 0.3",  # bare numbers outside a list of cells: too easily something else
+    "Saving checkpoint at step 100 to /ckpt/global_step_100 (reward: 0.5)",
+    "step 12.5 | loss: 0.3 | reward: 0.5",  # not a step count
+])
+def test_lines_that_are_not_a_steps_metrics_are_not_read(line):
+    assert steps(line) == []
+
+
+@pytest.mark.parametrize("name, canonical", [
+    ("reward", REWARD), ("rewards", REWARD), ("score", REWARD), ("avg_reward", REWARD), ("mean_reward", REWARD),
+    ("task_reward", REWARD), ("reward_mean", REWARD), ("Train/Reward", REWARD), ("critic/score/mean", REWARD),
+    ("rollout/raw_reward", REWARD), ("acc", ACCURACY), ("accuracy", ACCURACY), ("correct", ACCURACY),
+    ("pass@1", ACCURACY), ("loss", LOSS), ("policy_loss", LOSS), ("pg_loss", LOSS), ("actor_loss", LOSS),
+    ("Training Loss", LOSS), ("grad_norm", GRAD_NORM), ("gradient_norm", GRAD_NORM), ("grad norm", GRAD_NORM),
+    ("Grad. Norm", GRAD_NORM), ("kl", KL), ("kl_div", KL), ("approx_kl", KL), ("ref_kl", KL), ("actor/kl_loss", KL),
+    ("entropy", ENTROPY), ("policy/entropy", ENTROPY), ("response_length", LENGTH), ("completion_length", LENGTH),
+    ("gen_len", LENGTH), ("output_len", LENGTH), ("mean_length", LENGTH), ("completions/mean_length", LENGTH),
+    ("reward_std", REWARD_STD), ("critic/score/std", REWARD_STD), ("frac_reward_zero_std", ZERO_VARIANCE),
+    ("zero_std_ratio", ZERO_VARIANCE), ("completions/clipped_ratio", TRUNCATED), ("critic/vf_loss", CRITIC_LOSS),
+    ("critic_loss", CRITIC_LOSS), ("critic/grad_norm", CRITIC_GRAD_NORM),
+    ("lr", None), ("learning_rate", None), ("time", None), ("step_time", None), ("throughput", None),
+    ("epoch", None), ("reward_min", None), ("reward_max", None), ("loss_std", None), ("max_grad_norm", None),
+    ("kl_coef", None), ("Mismatch KL", None), ("eval_reward", None), ("val-core/gsm8k/reward/mean@1", None),
+    ("actor/pg_clipfrac", None), ("prompt_length", None), ("num_tokens", None),
+])
+def test_metric_names_are_known_by_their_words(name, canonical):
+    known = generic.canonical(name)
+    assert (known[0] if known else None) == canonical
+
+
+def test_a_step_line_followed_by_its_metrics_table_is_one_step():
+    found = steps("20260302-10:12:01.221 Stats INFO: Epoch 1/1 Step 3/50 Train step 3/50 done.",
+                  "╒══════════════════════╤══════════╤══════════════════════╤══════════╕",
+                  "│ actor/loss/avg       │ 0.031    │ actor/entropy/min    │ 0.0001   │",
+                  "├──────────────────────┼──────────┼──────────────────────┼──────────┤",
+                  "│ rollout/reward/avg   │ 0.52     │ actor/grad_norm      │ 0.41     │",
+                  "╘══════════════════════╧══════════╧══════════════════════╧══════════╛",
+                  "20260302-10:12:02.001 Rollout INFO: generating")
+    assert [(s.step, s.total, s.metrics) for s in found] == [(3, 50, {LOSS: 0.031, REWARD: 0.52, GRAD_NORM: 0.41})]
+
+
+def test_a_step_line_followed_by_a_pretty_printed_dict_is_one_step():
+    found = steps("Step 7:", "{'train/loss': 0.031,", " 'train/reward': 0.52,", " 'train/kl': 0.002}", "Step 8:",
+                  "{'train/loss': 0.029,", " 'train/reward': 0.55,", " 'train/kl': 0.002}")
+    assert [(s.step, s.metrics[REWARD]) for s in found] == [(7, 0.52), (8, 0.55)]
+
+
+def test_numbers_far_from_a_step_line_are_not_its_metrics():
+    assert steps("lr: 1e-6 step 3", "Loading data", "Tokenizing", "Building the model", "Warming up",
+                 "loss: 0.3", "reward: 0.5") == []
+
+
+def test_a_table_with_a_step_column_is_read_a_row_a_step():
+    found = steps("| Step | Training Loss | reward | reward_std | kl |", "|------|---------------|--------|-----|----|",
+                  "| 1 | 0.000000 | 0.25 | 0.10 | 0.000 |", "| 2 | 0.001200 | 0.31 | 0.20 | 0.001 |",
+                  "Training finished.", "| 3 | 0.5 | 0.5 | 0.5 | 0.5 |")
+    assert [(s.step, s.metrics) for s in found] == [
+        (1, {LOSS: 0.0, REWARD: 0.25, REWARD_STD: 0.1, KL: 0.0}),
+        (2, {LOSS: 0.0012, REWARD: 0.31, REWARD_STD: 0.2, KL: 0.001})]
+
+
+def test_a_training_bars_count_is_progress_and_text_after_a_bar_is_read():
+    reader = generic.StepReader()
+    assert reader.feed(1, "Loading checkpoint shards: 100%|██████████| 4/4 [00:03<00:00,  1.21it/s]") == []
+    assert reader.feed(2, "Epoch 1:  50%|█████     | 5/10 [00:03<00:03,  1.5it/s]") == []
+    assert reader.progress == 0
+    assert reader.feed(3, "Training Progress:  12%|█▏        | 60/500 [1:02:11<7:35:12, 62.07s/it]") == []
+    (found,) = reader.feed(4, "Episode [1/20]:   1%|▏  | 61/7110 [15:49<894:10, 458.49s/it]step 61 | loss: 0.1 | "
+                              "reward: 0.3")
+    assert reader.progress == 61 and found.step.step == 61
+
+
+@pytest.mark.parametrize("line, said", [
+    ("20251126-15:19:50.681 StatsLogger INFO: Training completes! Total time elapsed 383.23.", True),
+    ("Training finished.", True), ("INFO: finished training in 3h", True), ("Training started", False),
+    ("training data complete", False),
+])
+def test_the_runs_own_word_that_training_ended(line, said):
+    assert generic.says_finished(line) is said
+
+
+def _log(tmp_path, lines: list[str], name: str = "train.log"):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(first: int, last: int, total: int = 40) -> list[str]:
+    return [f"[2026-03-02 10:{s:02d}:00] step {s}/{total} | policy_loss: {0.02 - 0.001 * (s % 3):.4f} | "
+            f"reward: {0.4 + 0.01 * (s % 5):.3f} | kl: 0.001 | lr: 1e-06" for s in range(first, last + 1)]
+
+
+def test_a_crash_in_a_log_of_a_framework_without_a_reader_comes_after_its_steps(tmp_path):
+    log = _log(tmp_path, ["[INFO] openrlhf.cli.train_ppo_ray: starting", *_run(1, 12),
+                          "Traceback (most recent call last):",
+                          '  File "/usr/local/lib/python3.10/site-packages/openrlhf/trainer/ppo_trainer.py", line 301',
+                          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+    diagnosis, record = examine(log)
+    assert record.source == "openrlhf" and record.steps() == list(range(1, 13)) and record.total_steps == 40
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("out_of_memory", 13)
+
+
+def test_a_log_of_an_unknown_loop_is_judged_on_its_steps(tmp_path):
+    lines = _run(1, 6) + ["[2026-03-02 10:07:00] step 7/40 | policy_loss: nan | grad_norm: nan | reward: 0.41"]
+    diagnosis, record = examine(_log(tmp_path, lines))
+    assert record.source == "log" and (diagnosis.cause, diagnosis.first_bad_step) == ("nonfinite", 7)
+    assert diagnosis.evidence[0].line == 7 and "step 7/40" in diagnosis.evidence[0].text
+
+
+def test_a_log_that_stops_short_of_its_total_is_not_called_healthy(tmp_path):
+    diagnosis, _ = examine(_log(tmp_path, _run(1, 12)))
+    assert diagnosis.status == "unknown" and "stops at step 12 of 40" in diagnosis.explanation
+    diagnosis, _ = examine(_log(tmp_path, _run(1, 40) + ["Training finished."]))
+    assert diagnosis.status == "healthy"
+
+
+def test_a_step_count_that_goes_back_is_a_new_attempt(tmp_path):
+    _, record = examine(_log(tmp_path, _run(1, 8) + _run(5, 10)))
+    assert record.steps() == list(range(1, 11)) and [m.step for m in record.marks if m.kind == "restart"] == [5]
+    assert record.earlier and sorted(record.earlier[0][1]) == [5, 6, 7, 8]
+
+
+def test_a_log_without_a_step_the_doctor_can_read_is_still_refused(tmp_path):
+    with pytest.raises(UnreadableRun, match="not a run directory or log the doctor knows"):
+        examine(_log(tmp_path, ["lr: 1e-6 step 3", "Loading data", "done"]))
+
+
+def test_the_watch_follows_a_generic_log_to_the_doctors_verdict(tmp_path):
+    log = tmp_path / "train.log"
+    lines = _run(1, 6) + ["[2026-03-02 10:07:00] step 7/40 | policy_loss: nan | grad_norm: nan | reward: 0.41"]
+    log.write_text(lines[0] + "\n")
+    follower = identify(log)
+    assert isinstance(follower, LogFollower)
+    with log.open("a") as f:
+        f.write("\n".join(lines[1:]) + "\n")
+    assert follower.poll()
+    live, doctor = judge(follower.record(final=True)), examine(log)[0]
+    assert (live.cause, live.first_bad_step) == ("nonfinite", 7) == (doctor.cause, doctor.first_bad_step)
