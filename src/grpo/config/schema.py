@@ -111,6 +111,11 @@ class TaskConfig:
     system_prompt: str | None = knob(None, "a system message before each text prompt")
     instruction: str = knob("Put your final answer within \\boxed{}.", "appended to text prompts on a new line")
     chat_template: str | None = knob(None, "a Jinja chat template, or a file holding one; null: the tokenizer's")
+    text_prompts: Literal["chat", "raw"] = knob("chat", help=(
+        "chat: a text prompt is sent as a user message through the chat template, task.instruction appended and "
+        "task.system_prompt before it; raw: as it is, as TRL sends one (tokenized with the tokenizer's own special "
+        "tokens, e.g. a BOS; no template, no instruction): for prompts already chat-formatted, or a base model "
+        "without a chat template. Message-list prompts go through the chat template either way"))
     truncate_prompts: Literal["no", "left"] = knob("no", help=(
         "A prompt that with its answer budget (max_new_tokens) exceeds the model's context: no: refused at load; "
         "left: its first tokens are cut off so that it fits, and the cut prompts are counted"))
@@ -127,8 +132,15 @@ class TaskConfig:
 
     def check_section(self, at: str) -> list[Rule]:
         rewards = 1 if isinstance(self.reward, str) else len(self.reward)
+        raw = self.text_prompts == "raw"
         return [(self.reward_weights is None or len(self.reward_weights) == rewards,
-                 f"{at}.reward_weights needs one weight per {at}.reward entry", self.reward_weights)]
+                 f"{at}.reward_weights needs one weight per {at}.reward entry", self.reward_weights),
+                (not raw or self.system_prompt is None, f"{at}.text_prompts=raw sends text prompts as they are: "
+                 f"{at}.system_prompt has nowhere to go (put it in the text, or use {at}.text_prompts=chat)",
+                 self.system_prompt),
+                (not raw or self.instruction in ("", TaskConfig.instruction), f"{at}.text_prompts=raw sends text "
+                 f"prompts as they are: {at}.instruction is not appended (put it in the text, or use "
+                 f"{at}.text_prompts=chat)", self.instruction)]
 
 
 @dataclass

@@ -48,12 +48,18 @@ def model_context(config: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase 
 def prompt_lengths(tokenizer: PreTrainedTokenizerBase, problems: Sequence[Problem], cfg: TaskConfig) -> list[int]:
     """Each problem's prompt length in tokens, as grpo.tasks.prompts.encode_prompt makes it (tokenized in one
     batch: thousands of prompts in a second or two)."""
-    from grpo.tasks.prompts import render_prompt
+    from grpo.tasks.prompts import check_not_templated, is_raw, render_prompt, template_markers
 
-    texts = [render_prompt(tokenizer, p, cfg) for p in problems]
-    if not texts:
-        return []
-    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    markers = template_markers(tokenizer, cfg)
+    for problem in problems:
+        check_not_templated(problem, markers)
+    lengths = [0] * len(problems)
+    for raw in (False, True):  # a raw text prompt gets the tokenizer's special tokens, as encode_prompt gives them
+        which = [i for i, p in enumerate(problems) if is_raw(p, cfg) == raw]
+        texts = [render_prompt(tokenizer, problems[i], cfg) for i in which]
+        for i, ids in zip(which, tokenizer(texts, add_special_tokens=raw)["input_ids"] if texts else []):
+            lengths[i] = len(ids)
+    return lengths
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,10 @@ def text_prompt_note(problems: list[Problem], cfg: TaskConfig) -> str:
     """Text prompts are not used raw (TRL uses them raw): say what is done to them, where users look first."""
     if not any(p.messages is None for p in problems):
         return ""
+    if cfg.text_prompts == "raw":
+        return ". Text prompts are sent as they are (task.text_prompts=raw), as TRL sends them"
     template = "task.chat_template's" if cfg.chat_template else "the tokenizer's"
     added = (f"task.instruction {cfg.instruction!r} appended (task.instruction='' for none)" if cfg.instruction
              else "no instruction appended")
-    return f". Text prompts are sent as a user message through {template} chat template, with {added}"
+    return (f". Text prompts are sent as a user message through {template} chat template, with {added}; TRL "
+            "sends them as they are: task.text_prompts=raw")
