@@ -117,8 +117,14 @@ class TaskConfig:
         "tokens, e.g. a BOS; no template, no instruction): for prompts already chat-formatted, or a base model "
         "without a chat template. Message-list prompts go through the chat template either way"))
     truncate_prompts: Literal["no", "left"] = knob("no", help=(
-        "A prompt that with its answer budget (max_new_tokens) exceeds the model's context: no: refused at load; "
-        "left: its first tokens are cut off so that it fits, and the cut prompts are counted"))
+        "A prompt that with its answer budget (max_new_tokens) exceeds the model's context, or is longer than "
+        "task.max_prompt_tokens: no: refused at load; left: its first tokens are cut off so that it fits, and the "
+        "cut prompts are counted"))
+    max_prompt_tokens: int | None = knob(None, "The most tokens a prompt may have (TRL's max_prompt_length, which "
+                                         "cut silently): a longer one is refused at load, or with "
+                                         "task.truncate_prompts=left keeps its last N tokens. null: what the model's "
+                                         "context leaves beside the answer budget",
+                                         check=at_least(1, " (or null for the context's limit)"))
     reward: str | list[str] = knob("math", "A registered reward name or `module:function` (a module in the working "
                                    "directory imports as Python would), or a list of them, summed with "
                                    "task.reward_weights; each is logged on its own.")
