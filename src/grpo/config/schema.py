@@ -266,6 +266,10 @@ class AlgoConfig:
                                 check=rule(lambda v: v > 0 and math.isfinite(v), "must be a positive number"))
     clip_low: float = knob(0.2, "PPO clip: the ratio is kept above 1 - clip_low", check=within("[0, 1)"))
     clip_high: float = knob(0.2, "... and below 1 + clip_high (DAPO clip-higher: e.g. 0.28)", check=at_least(0))
+    ratio_level: Literal["token", "sequence"] = knob("token", help=(
+        "token: each token's own probability ratio, clipped on its own (GRPO; TRL's importance_sampling_level "
+        "default); sequence: one ratio per completion, the exp of its tokens' mean log-ratio, clipped as one (GSPO, "
+        "TRL's importance_sampling_level=sequence; its paper clips at clip_low=3e-4, clip_high=4e-4)"))
     loss_agg: Literal["token_mean", "seq_mean", "seq_sum_norm"] = knob("token_mean", help=(
         "token_mean: over all tokens in the batch (DAPO); seq_mean: per sequence then over sequences (GRPO paper); "
         "seq_sum_norm: token sum divided by max_new_tokens (Dr.GRPO)."
