@@ -141,12 +141,12 @@ class TaskConfig:
         raw = self.text_prompts == "raw"
         return [(self.reward_weights is None or len(self.reward_weights) == rewards,
                  f"{at}.reward_weights needs one weight per {at}.reward entry", self.reward_weights),
-                (not raw or self.system_prompt is None, f"{at}.text_prompts=raw sends text prompts as they are: "
-                 f"{at}.system_prompt has nowhere to go (put it in the text, or use {at}.text_prompts=chat)",
-                 self.system_prompt),
-                (not raw or self.instruction in ("", TaskConfig.instruction), f"{at}.text_prompts=raw sends text "
-                 f"prompts as they are: {at}.instruction is not appended (put it in the text, or use "
-                 f"{at}.text_prompts=chat)", self.instruction)]
+                (not raw or self.system_prompt is None,
+                 (f"{at}.text_prompts=raw sends text prompts as they are: {at}.system_prompt has nowhere to go (put "
+                  f"it in the text, or use {at}.text_prompts=chat)"), self.system_prompt),
+                (not raw or self.instruction in ("", TaskConfig.instruction),
+                 (f"{at}.text_prompts=raw sends text prompts as they are: {at}.instruction is not appended (put it "
+                  f"in the text, or use {at}.text_prompts=chat)"), self.instruction)]
 
 
 @dataclass

@@ -204,7 +204,7 @@ class DatasetTask(ListTask):
 
 
 def text_prompt_note(problems: list[Problem], cfg: TaskConfig) -> str:
-    """Text prompts are not used raw (TRL uses them raw): say what is done to them, where users look first."""
+    """What is done to text prompts (TRL sends them as they are), said where users look first."""
     if not any(p.messages is None for p in problems):
         return ""
     if cfg.text_prompts == "raw":

@@ -72,8 +72,13 @@ def template_markers(tokenizer: PreTrainedTokenizerBase, cfg: TaskConfig) -> tup
     holds one was chat-formatted already. () without a template, or under task.text_prompts=raw."""
     if cfg.text_prompts == "raw" or (cfg.chat_template is None and not tokenizer.chat_template):
         return ()
-    probe = tokenizer.apply_chat_template([{"role": "user", "content": "."}], chat_template=load_chat_template(
-        cfg.chat_template), tokenize=False, add_generation_prompt=True)
+    try:
+        probe = tokenizer.apply_chat_template([{"role": "user", "content": "."}], chat_template=load_chat_template(
+            cfg.chat_template), tokenize=False, add_generation_prompt=True)
+    except jinja2.TemplateError:
+        # A template that refuses a lone user message (one that wants a system message first) shows no markers
+        # here; rendering the real prompts reports its own error, naming the problem.
+        return ()
     specials = [t.content for t in tokenizer.added_tokens_decoder.values() if t.special]
     return tuple(t for t in specials if len(t) > 1 and t in probe)
 

@@ -136,3 +136,10 @@ def test_raw_text_prompts_need_no_chat_template_and_refuse_what_they_would_drop(
         with pytest.raises(ConfigError, match=r"^task.text_prompts=raw sends text prompts as they are: task.(system_"
                                               r"prompt|instruction) "):
             load_config("tiny", ["task.text_prompts=raw", key])
+
+
+def test_a_template_refusing_a_lone_user_message_still_checks_and_renders_real_prompts(tokenizer):
+    wants_system = ("{% if messages[0]['role'] != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+                    + BRACKETS)
+    assert prompt_lengths(tokenizer, [CHAT], TaskConfig(chat_template=wants_system)) == [
+        len(encode_prompt(tokenizer, CHAT, TaskConfig(chat_template=wants_system)))]
