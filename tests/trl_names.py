@@ -1,5 +1,5 @@
-"""docs/coming-from-trl.md's two tables, read as a test reads them: TRL's names and grpo's keys, and each
-side's stated defaults."""
+"""docs/coming-from-trl.md's tables, read as a test reads them: TRL's names and grpo's keys (GRPOConfig's, and
+those TRL scripts use beyond it), and each side's stated defaults."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ def trl_names(cell: str) -> list[TrlName]:
 def names_rows() -> list[tuple[list[TrlName], list[str], str]]:
     """(TRL's names, grpo's keys, the notes) of each row of the names table; no keys where grpo's cell is —."""
     return [(trl_names(trl), in_backticks(grpo), notes) for trl, grpo, notes in table_under(PAGE, "## Names")[1:]]
+
+
+def script_names_rows() -> list[tuple[list[str], str, list[str], str]]:
+    """(the names, where they come from, grpo's keys, the notes) of each row of the second names table, the
+    names TRL scripts use beyond GRPOConfig; no keys where grpo's cell is —."""
+    return [(in_backticks(names), origin, in_backticks(grpo), notes)
+            for names, origin, grpo, notes in table_under(PAGE, "## Names in TRL scripts beyond GRPOConfig")[1:]]
 
 
 def defaults_rows() -> list[tuple[str, str, str | None, str | None]]:

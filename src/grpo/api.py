@@ -120,7 +120,7 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
     from grpo.evaluate import evaluate as evaluate_problems
     from grpo.policy.models import load_model_and_tokenizer, resolve_device
     from grpo.progress import Progress
-    from grpo.rewards import TrainerState, check_rewards, resolve_rewards
+    from grpo.rewards import TrainerState, check_golds, check_rewards, resolve_rewards
     from grpo.rollout.engines.embedded import EmbeddedEngine
     from grpo.tasks import build_task, reward_inputs
     from grpo.tasks.context import fit_prompts, model_context, prompt_lengths
@@ -135,6 +135,7 @@ def run_evaluation(cfg: RunConfig, *, split: str, max_samples: int | None, sampl
         problems = task.eval_problems(max_samples)
     if not problems:
         raise ConfigError(f"task {cfg.task.name} has no {split} problems to evaluate")
+    check_golds(reward_fns, [p.gold for p in problems], f"the {split} problems")
     model, tokenizer = load_model_and_tokenizer(cfg.model, resolve_device(cfg.model.device))
     fit = fit_prompts(prompt_lengths(tokenizer, problems, cfg.task), problems,
                       model_context(model.config.to_dict(), tokenizer), max_new_tokens, "max_new_tokens", cfg.task,

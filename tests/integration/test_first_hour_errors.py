@@ -151,11 +151,14 @@ def test_a_model_without_a_chat_template_is_refused_before_any_run_dir_and_the_f
     model = model_dir(tmp_path / "plain", chat_template=False)
     refused_before_any_run_dir(tmp_path, capsys, model, (
         "config error: the model's tokenizer has no chat template: set task.chat_template to a Jinja template "
-        "or a file holding one"))
+        "or a file holding one, or task.text_prompts=raw to send text prompts as they are"))
     template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     assert main(["train", *TINY, f"run_dir={tmp_path / 'r'}", f"model.name={model}",
                  f"task.chat_template={template}"]) == 0
     assert (tmp_path / "r" / "summary.json").is_file()
+    # A base model's way, and TRL's: text prompts as they are, no template needed.
+    assert main(["train", *TINY, f"run_dir={tmp_path / 'raw'}", f"model.name={model}", "task.text_prompts=raw"]) == 0
+    assert (tmp_path / "raw" / "summary.json").is_file()
 
 
 # 4. Prompts longer than the model's context: refused at load, or cut from the left when asked, and counted.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trl_names import defaults_header, defaults_rows, names_rows
+from tests.trl_names import defaults_header, defaults_rows, names_rows, script_names_rows
 
 pytestmark = pytest.mark.trl
 
@@ -31,7 +31,9 @@ def default(f):
 
 print(json.dumps({"version": trl.__version__,
                   "fields": {f.name: default(f) for f in dataclasses.fields(trl.GRPOConfig)},
-                  "trainer": list(inspect.signature(trl.GRPOTrainer.__init__).parameters)}, default=repr))
+                  "trainer": list(inspect.signature(trl.GRPOTrainer.__init__).parameters),
+                  "ModelConfig": [f.name for f in dataclasses.fields(trl.ModelConfig)],
+                  "ScriptArguments": [f.name for f in dataclasses.fields(trl.ScriptArguments)]}, default=repr))
 """
 
 
@@ -64,3 +66,18 @@ def test_the_trl_defaults_the_defaults_table_states_are_trl_s(trl):
     for name, stated, _, _ in rows:
         assert name in trl["fields"], name
         assert ast.literal_eval(stated) == trl["fields"][name], (name, stated, trl["fields"][name])
+
+
+def test_the_script_names_said_to_be_trl_s_model_and_script_arguments_are_theirs(trl):
+    """The second table's ModelConfig and ScriptArguments rows name fields of TRL's own classes, and its rows from
+    older releases name fields TRL's GRPOConfig no longer has."""
+    rows = script_names_rows()
+    checked = 0
+    for names, origin, _, _ in rows:
+        for name in names:
+            if origin in ("`ModelConfig`", "`ScriptArguments`"):
+                assert name in trl[origin.strip("`")], (name, origin)
+                checked += 1
+            elif "before" in origin or " to " in origin:
+                assert name not in trl["fields"], (name, origin)
+    assert checked >= 10

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from grpo.errors import ConfigError
 from grpo.rewards import (
     RewardError,
+    check_golds,
     extract_answer,
     get_reward,
     gsm8k_gold,
@@ -16,6 +18,7 @@ from grpo.rewards import (
     math_reward,
     parse_number,
     register_reward,
+    resolve_rewards,
     score_completions,
 )
 
@@ -409,3 +412,20 @@ def test_numpy_and_torch_scalars_are_numbers() -> None:
 
     out = [np.bool_(True), np.float32(0.5), np.int64(2), torch.tensor(0.25), np.array(1.0)]
     assert score_completions(lambda completions, **kw: out, ["a"] * 5, {})[0] == [1.0, 0.5, 2.0, 0.25, 1.0]
+
+
+def test_a_reward_reading_gold_on_problems_without_any_is_refused_at_start() -> None:
+    """grpo's `math` reward, or a function naming `gold`, could never score data without gold answers."""
+    def own_columns(completions, solution, **kwargs):
+        return [0.0] * len(completions)
+
+    def named_gold(completions, gold, **kwargs):
+        return [0.0] * len(completions)
+
+    check_golds(resolve_rewards([own_columns], None, "task.reward"), ["", ""], "the training problems")
+    check_golds(resolve_rewards("math", None, "task.reward"), ["", "4"], "the training problems")
+    for spec in ("math", named_gold):
+        with pytest.raises(ConfigError, match=r"^reward (math|named_gold) compares answers with the gold answer \(its "
+                                              r"`gold` keyword\), but none of the training problems has one: set "
+                                              r"task.answer_column to the column holding the gold answer"):
+            check_golds(resolve_rewards(spec, None, "task.reward"), ["", ""], "the training problems")

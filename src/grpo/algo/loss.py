@@ -19,6 +19,7 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     max_new_tokens: int = 1  # the Dr.GRPO constant normaliser
+    ratio_level: str = "token"  # sequence: GSPO's one ratio per completion
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,17 @@ def policy_loss(
     ref_logprobs: torch.Tensor | None = None,  # [B, T] frozen reference, when kl_coef > 0
     importance_weights: torch.Tensor | None = None,  # [B, T] proximal/behaviour, truncated (grpo.algo.offpolicy)
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped surrogate with separate low/high clip (DAPO clip-higher), plus an optional KL penalty.
+    """Clipped surrogate with separate low/high clip (DAPO clip-higher), of each token's ratio or of its
+    completion's (cfg.ratio_level, GSPO), plus an optional KL penalty.
     Off policy, `old_logprobs` are the proximal policy's and each token's surrogate is weighted by its
     importance weight (AReaL's decoupled objective); the KL penalty is not."""
     mask = mask.to(logprobs.dtype)
     log_ratio = logprobs - old_logprobs
-    ratio = log_ratio.exp()  # [B, T]
+    if cfg.ratio_level == "sequence":  # GSPO: each token takes its completion's mean log-ratio, so clips with it
+        sequence = (log_ratio * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+        ratio = sequence.exp().expand_as(log_ratio)
+    else:
+        ratio = log_ratio.exp()  # [B, T]
     adv = advantages[:, None]  # [B, 1]
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * adv

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from grpo.config.schema import FaultsConfig, RunConfig, validate
-from grpo.config.trl_names import trl_name_error
+from grpo.config.trl_names import trl_name_error, trl_names_error
 from grpo.errors import ConfigError
 
 PRESET_DIR = Path(__file__).parent.parent / "configs"
@@ -152,6 +152,10 @@ def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     prefix = f"{path}." if path else ""
+    unknown = {key: value for key, value in data.items() if key not in names}
+    several = trl_names_error(path or "the top level", unknown) if len(unknown) > 1 else None
+    if several is not None:
+        raise ConfigError(several)
     for key in data:
         if key not in names:
             trl = trl_name_error(f"{prefix}{key}", str(key), data[key])

@@ -111,9 +111,20 @@ class TaskConfig:
     system_prompt: str | None = knob(None, "a system message before each text prompt")
     instruction: str = knob("Put your final answer within \\boxed{}.", "appended to text prompts on a new line")
     chat_template: str | None = knob(None, "a Jinja chat template, or a file holding one; null: the tokenizer's")
+    text_prompts: Literal["chat", "raw"] = knob("chat", help=(
+        "chat: a text prompt is sent as a user message through the chat template, task.instruction appended and "
+        "task.system_prompt before it; raw: as it is, as TRL sends one (tokenized with the tokenizer's own special "
+        "tokens, e.g. a BOS; no template, no instruction): for prompts already chat-formatted, or a base model "
+        "without a chat template. Message-list prompts go through the chat template either way"))
     truncate_prompts: Literal["no", "left"] = knob("no", help=(
-        "A prompt that with its answer budget (max_new_tokens) exceeds the model's context: no: refused at load; "
-        "left: its first tokens are cut off so that it fits, and the cut prompts are counted"))
+        "A prompt that with its answer budget (max_new_tokens) exceeds the model's context, or is longer than "
+        "task.max_prompt_tokens: no: refused at load; left: its first tokens are cut off so that it fits, and the "
+        "cut prompts are counted"))
+    max_prompt_tokens: int | None = knob(None, "The most tokens a prompt may have (TRL's max_prompt_length, which "
+                                         "cut silently): a longer one is refused at load, or with "
+                                         "task.truncate_prompts=left keeps its last N tokens. null: what the model's "
+                                         "context leaves beside the answer budget",
+                                         check=at_least(1, " (or null for the context's limit)"))
     reward: str | list[str] = knob("math", "A registered reward name or `module:function` (a module in the working "
                                    "directory imports as Python would), or a list of them, summed with "
                                    "task.reward_weights; each is logged on its own.")
@@ -127,8 +138,15 @@ class TaskConfig:
 
     def check_section(self, at: str) -> list[Rule]:
         rewards = 1 if isinstance(self.reward, str) else len(self.reward)
+        raw = self.text_prompts == "raw"
         return [(self.reward_weights is None or len(self.reward_weights) == rewards,
-                 f"{at}.reward_weights needs one weight per {at}.reward entry", self.reward_weights)]
+                 f"{at}.reward_weights needs one weight per {at}.reward entry", self.reward_weights),
+                (not raw or self.system_prompt is None,
+                 (f"{at}.text_prompts=raw sends text prompts as they are: {at}.system_prompt has nowhere to go (put "
+                  f"it in the text, or use {at}.text_prompts=chat)"), self.system_prompt),
+                (not raw or self.instruction in ("", TaskConfig.instruction),
+                 (f"{at}.text_prompts=raw sends text prompts as they are: {at}.instruction is not appended (put it "
+                  f"in the text, or use {at}.text_prompts=chat)"), self.instruction)]
 
 
 @dataclass
@@ -248,6 +266,10 @@ class AlgoConfig:
                                 check=rule(lambda v: v > 0 and math.isfinite(v), "must be a positive number"))
     clip_low: float = knob(0.2, "PPO clip: the ratio is kept above 1 - clip_low", check=within("[0, 1)"))
     clip_high: float = knob(0.2, "... and below 1 + clip_high (DAPO clip-higher: e.g. 0.28)", check=at_least(0))
+    ratio_level: Literal["token", "sequence"] = knob("token", help=(
+        "token: each token's own probability ratio, clipped on its own (GRPO; TRL's importance_sampling_level "
+        "default); sequence: one ratio per completion, the exp of its tokens' mean log-ratio, clipped as one (GSPO, "
+        "TRL's importance_sampling_level=sequence; its paper clips at clip_low=3e-4, clip_high=4e-4)"))
     loss_agg: Literal["token_mean", "seq_mean", "seq_sum_norm"] = knob("token_mean", help=(
         "token_mean: over all tokens in the batch (DAPO); seq_mean: per sequence then over sequences (GRPO paper); "
         "seq_sum_norm: token sum divided by max_new_tokens (Dr.GRPO)."

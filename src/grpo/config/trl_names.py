@@ -15,17 +15,24 @@ import yaml
 class TrlName:
     keys: tuple[str, ...]  # grpo's keys for it; () where grpo has none
     note: str = ""  # what differs, or what grpo does instead
-    values: Mapping[Any, str] = field(default_factory=dict)  # TRL's values as grpo's, where the words differ
+    values: Mapping[Any, Any] = field(default_factory=dict)  # TRL's values as grpo's, where the words differ
     carries: bool = True  # TRL's value (through `values`) means the same as grpo's first key: the override is said
+    only_values: bool = True  # with `values`: TRL's other values have no grpo equivalent (else they carry as they are)
 
 
 _STEP = "a step is rollout.problems_per_step prompts x rollout.samples_per_problem; see docs/coming-from-trl.md"
 _LOSS = {"dapo": "token_mean", "bnpo": "token_mean", "grpo": "seq_mean", "dr_grpo": "seq_sum_norm"}
 _SCALE = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
+_SCHEDULE = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
+_DTYPE = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16", "auto": "auto"}
+_LORA = "LoRA is on when model.lora.rank > 0"
+# TrainingArguments' settings that change nothing grpo does (the hub, distributed data loading, log levels).
+_NO_MEANING = "grpo has no such setting: leave it out"
 
 TRL_NAMES: dict[str, TrlName] = {
     "output_dir": TrlName(("run_dir",)),
-    "reward_funcs": TrlName(("task.reward",)),
+    "reward_funcs": TrlName(("task.reward",), "grpo's reward names (math) or your functions' import paths "
+                            "(module:function)", carries=False),
     "reward_weights": TrlName(("task.reward_weights",)),
     "num_generations": TrlName(("rollout.samples_per_problem",)),
     "per_device_train_batch_size": TrlName(("rollout.problems_per_step", "algo.micro_batch_size"),
@@ -54,7 +61,7 @@ TRL_NAMES: dict[str, TrlName] = {
                                           "normaliser, unlike TRL's grpo and dr_grpo"),
     "learning_rate": TrlName(("actor.lr",)),
     "lr_scheduler_type": TrlName(("actor.schedule",), "constant, linear or cosine; warm-up: actor.warmup_steps",
-                                 carries=False),
+                                 _SCHEDULE),
     "warmup_steps": TrlName(("actor.warmup_steps",), "a number of steps, not a fraction of the run", carries=False),
     "max_grad_norm": TrlName(("actor.max_grad_norm",)),
     "weight_decay": TrlName(("actor.weight_decay",)),
@@ -62,7 +69,8 @@ TRL_NAMES: dict[str, TrlName] = {
     "adam_beta2": TrlName(("actor.betas",), "both betas as a list: actor.betas=[0.9,0.999]", carries=False),
     "adam_epsilon": TrlName(("actor.eps",)),
     "num_train_epochs": TrlName(("train.epochs",)),
-    "max_steps": TrlName(("train.steps",)),
+    "max_steps": TrlName(("train.steps",), "TRL's -1: the epochs decide, grpo's null", {-1: None},
+                         only_values=False),
     "seed": TrlName(("train.seed",)),
     "save_steps": TrlName(("checkpoint.every_steps",)),
     "save_total_limit": TrlName(("checkpoint.keep_last",)),
@@ -85,7 +93,51 @@ TRL_NAMES: dict[str, TrlName] = {
     "bf16": TrlName(("model.dtype",), "auto, bfloat16 or float32", carries=False),
     "model_init_kwargs": TrlName(("model.dtype", "model.attn_implementation"), carries=False),
     "peft_config": TrlName(("model.lora.rank", "model.lora.alpha", "model.lora.target_modules"), carries=False),
+    "importance_sampling_level": TrlName(("algo.ratio_level",), "sequence: GSPO's one ratio per completion",
+                                         {"token": "token", "sequence": "sequence"}),
+    "vllm_gpu_memory_utilization": TrlName(("rollout.server.memory_fraction",)),
+    "run_name": TrlName(("name",)),
+    **dict.fromkeys(("logging_strategy", "save_strategy", "hub_model_id", "push_to_hub", "hub_strategy", "do_eval",
+                     "log_level", "logging_first_step", "per_device_eval_batch_size", "gradient_checkpointing_kwargs",
+                     "optim", "tf32", "dataloader_num_workers", "remove_unused_columns"), TrlName((), _NO_MEANING)),
 }
+
+# Names TRL scripts use beyond GRPOConfig: TrlParser recipes' ModelConfig and ScriptArguments, GRPOConfig fields
+# of older TRL releases, and open-r1's GRPOConfig (docs/coming-from-trl.md's second names table).
+SCRIPT_NAMES: dict[str, TrlName] = {
+    "model_name_or_path": TrlName(("model.name",)),
+    "model_revision": TrlName((), "grpo loads a model's default revision: give a local directory for another"),
+    "dtype": TrlName(("model.dtype",), "", _DTYPE),
+    "torch_dtype": TrlName(("model.dtype",), "", _DTYPE),
+    "attn_implementation": TrlName(("model.attn_implementation",), "", {"eager": "eager", "sdpa": "sdpa",
+                                                                         "flash_attention_2": "flash_attention_2"}),
+    "use_peft": TrlName(("model.lora.rank",), f"{_LORA}; TRL's lora_r default: model.lora.rank=16", carries=False),
+    "lora_r": TrlName(("model.lora.rank",)),
+    "lora_alpha": TrlName(("model.lora.alpha",)),
+    "lora_dropout": TrlName(("model.lora.dropout",), "TRL's default 0.05, grpo's 0"),
+    "lora_target_modules": TrlName(("model.lora.target_modules",), "a list; TRL's default (PEFT's per model, e.g. "
+                                   "q_proj and v_proj) is not grpo's [all-linear]"),
+    "load_in_4bit": TrlName((), "grpo trains unquantised weights"),
+    "load_in_8bit": TrlName((), "grpo trains unquantised weights"),
+    "dataset_name": TrlName(("task.path",), "task.name=dataset task.path=hub:ORG/NAME (or a saved dataset's folder)",
+                            carries=False),
+    "dataset_config": TrlName(("task.path",), "task.path=hub:ORG/NAME:CONFIG", carries=False),
+    "dataset_train_split": TrlName(("task.train_split",)),
+    "dataset_test_split": TrlName(("task.test_split",)),
+    "max_prompt_length": TrlName(("task.max_prompt_tokens",), "TRL 0.14 to 0.2x cut a longer prompt to its last N "
+                                 "tokens without a word; grpo refuses it at load, or with task.truncate_prompts=left "
+                                 "cuts it as TRL did"),
+    "warmup_ratio": TrlName(("actor.warmup_steps",), "a number of steps: the ratio x train.steps, rounded up",
+                            carries=False),
+    "vllm_device": TrlName((), "grpo places the vLLM server it starts itself; rollout.server.urls attaches to yours"),
+    "overwrite_output_dir": TrlName((), "a run directory resumes; another run_dir starts afresh"),
+    "system_prompt": TrlName(("task.system_prompt",), "before each text prompt; open-r1 puts it before each problem "
+                             "as a system message: give the prompt column as those messages, or text prompts with "
+                             "task.instruction=''"),
+    "chat_template": TrlName(("task.chat_template",)),
+    "wandb_project": TrlName(("logging.wandb_project",)),
+}
+ALL_NAMES: dict[str, TrlName] = {**TRL_NAMES, **SCRIPT_NAMES}
 
 
 def _as_yaml(value: Any) -> str:
@@ -98,17 +150,55 @@ def _as_yaml(value: Any) -> str:
 def trl_name_error(key: str, name: str, value: Any) -> str | None:
     """The error for the unknown key `key` (its last part `name`, set to `value`) when it is TRL's name; None when
     it is not one."""
-    entry = TRL_NAMES.get(name)
+    entry = ALL_NAMES.get(name)
     if entry is None:
         return None
     if not entry.keys:
         return f"{key} is TRL's name; grpo has no such key: {entry.note}"
     grpo = " and ".join(entry.keys)
     message = f"{key} is TRL's name; grpo's is {grpo}"
-    if entry.carries and (not entry.values or _known(value, entry.values)):
-        message += f": {entry.keys[0]}={_as_yaml(entry.values.get(value, value) if entry.values else value)}"
+    override = _override(entry, value)
+    if override is not None:
+        message += f": {override}"
     return message + (f" ({entry.note})" if entry.note else "")
 
 
-def _known(value: Any, values: Mapping[Any, str]) -> bool:
+def trl_names_error(where: str, given: Mapping[str, Any]) -> str | None:
+    """One error for several unknown keys of `where` (a TRL recipe given as a grpo config, or TRL settings as
+    overrides) when any is TRL's name: every one translated at once, not one error per start. None when none is."""
+    if not any(str(name) in ALL_NAMES for name in given):
+        return None
+    overrides, by_hand, none = [], [], []
+    for name, value in given.items():
+        entry = ALL_NAMES.get(str(name))
+        override = _override(entry, value) if entry is not None else None
+        if override is not None:
+            overrides.append(f"{override} ({name})")
+        elif entry is not None and entry.keys:
+            by_hand.append(f"{name}: {' and '.join(entry.keys)}{f' ({entry.note})' if entry.note else ''}")
+        else:
+            none.append(str(name) if entry is not None else f"{name} (not TRL's either)")
+    parts = [f"{where} holds TRL's names, not grpo's keys; write them as grpo's: {', '.join(overrides)}" if overrides
+             else f"{where} holds TRL's names, not grpo's keys"]
+    if by_hand:
+        parts.append(f"set by hand: {'; '.join(by_hand)}")
+    if none:
+        parts.append(f"grpo has no key for: {', '.join(none)}")
+    return "; ".join(parts) + " (docs/coming-from-trl.md)"
+
+
+def _override(entry: TrlName, value: Any) -> str | None:
+    """`KEY=VALUE` in grpo's words for TRL's `value`, where it means the same; None where it does not."""
+    if not (entry.keys and entry.carries):
+        return None
+    if entry.values and _known(value, entry.values):
+        written = _as_yaml(entry.values[value])
+    elif entry.values and entry.only_values:
+        return None
+    else:
+        written = _as_yaml(value)
+    return None if "\n" in written else f"{entry.keys[0]}={written}"  # text over several lines goes in a YAML file
+
+
+def _known(value: Any, values: Mapping[Any, Any]) -> bool:
     return not isinstance(value, (list, dict)) and value in values

@@ -224,3 +224,25 @@ def check_rewards(rewards: Sequence[Reward], inputs: dict[str, Any], what: str) 
             _validated(reward.fn, out, n)
         except RewardError as exc:
             raise RewardError(f"{exc} (called on {what})") from None
+
+
+def _takes_keyword(fn: RewardFn, name: str) -> bool:
+    """Whether `fn` names keyword `name` itself (not only through **kwargs)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return name in parameters and parameters[name].kind in kinds
+
+
+def check_golds(rewards: Sequence[Reward], golds: Sequence[str], what: str) -> None:
+    """A reward that reads `gold` (the `math` reward, or a function naming the keyword) on problems none of which
+    has a gold answer could never score: refused now, in one line, not found unscorable steps into a run."""
+    if any(golds):
+        return
+    for reward in rewards:
+        if _takes_keyword(reward.fn, "gold"):
+            raise ConfigError(f"reward {reward.name} compares answers with the gold answer (its `gold` keyword), but "
+                              f"none of {what} has one: set task.answer_column to the column holding the gold "
+                              "answer (and task.gold_pattern if it must be read out of a longer text)")

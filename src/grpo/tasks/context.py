@@ -48,12 +48,18 @@ def model_context(config: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase 
 def prompt_lengths(tokenizer: PreTrainedTokenizerBase, problems: Sequence[Problem], cfg: TaskConfig) -> list[int]:
     """Each problem's prompt length in tokens, as grpo.tasks.prompts.encode_prompt makes it (tokenized in one
     batch: thousands of prompts in a second or two)."""
-    from grpo.tasks.prompts import render_prompt
+    from grpo.tasks.prompts import check_not_templated, is_raw, render_prompt, template_markers
 
-    texts = [render_prompt(tokenizer, p, cfg) for p in problems]
-    if not texts:
-        return []
-    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    markers = template_markers(tokenizer, cfg)
+    for problem in problems:
+        check_not_templated(problem, markers)
+    lengths = [0] * len(problems)
+    for raw in (False, True):  # a raw text prompt gets the tokenizer's special tokens, as encode_prompt gives them
+        which = [i for i, p in enumerate(problems) if is_raw(p, cfg) == raw]
+        texts = [render_prompt(tokenizer, problems[i], cfg) for i in which]
+        for i, ids in zip(which, tokenizer(texts, add_special_tokens=raw)["input_ids"] if texts else []):
+            lengths[i] = len(ids)
+    return lengths
 
 
 @dataclass(frozen=True)
@@ -73,25 +79,33 @@ class Fit:
 
 def fit_prompts(lengths: Sequence[int], problems: Sequence[Problem], context: Context | None, budget: int,
                 budget_key: str, cfg: TaskConfig, what: str) -> Fit:
-    """Every prompt plus its answer budget (`budget`, set by `budget_key`) within the context: refused in one
-    line (ConfigError) naming how many are too long, the longest and the fixes, unless task.truncate_prompts
-    is left, when the too long ones are counted and their limit returned."""
+    """Every prompt plus its answer budget (`budget`, set by `budget_key`) within the context, and within
+    task.max_prompt_tokens: refused in one line (ConfigError) naming how many are too long, the longest and the
+    fixes, unless task.truncate_prompts is left, when the too long ones are counted and their limit returned."""
     longest = max(lengths, default=0)
-    if context is None or longest + budget <= context.positions:
-        return Fit(None, 0, len(lengths), longest, what)
-    room = context.positions - budget
-    if room < 1:
+    room = None if context is None else context.positions - budget
+    if room is not None and room < 1 and longest + budget > context.positions:
         raise ConfigError(f"{budget_key}={budget} leaves no room for a prompt in the model's context of "
                           f"{context.positions} tokens ({context.source}): lower {budget_key}")
-    too_long = [i for i, n in enumerate(lengths) if n > room]
+    cap = cfg.max_prompt_tokens
+    capped = cap is not None and (room is None or cap < room)  # the cap, not the context, is the limit
+    limit = cap if capped else room
+    if limit is None or longest <= limit:
+        return Fit(None, 0, len(lengths), longest, what)
+    too_long = [i for i, n in enumerate(lengths) if n > limit]
     if cfg.truncate_prompts == "left":
-        return Fit(room, len(too_long), len(lengths), longest, what)
+        return Fit(limit, len(too_long), len(lengths), longest, what)
     worst = max(too_long, key=lambda i: lengths[i])
+    longest_one = f"the longest, problem {problems[worst].id}, has {lengths[worst]} tokens"
+    if capped:
+        raise ConfigError(
+            f"{len(too_long)} of {len(lengths)} {what} are longer than task.max_prompt_tokens={cap}: {longest_one}; "
+            "shorten or drop them, raise task.max_prompt_tokens, or set task.truncate_prompts=left to keep their "
+            f"last {cap} tokens (what TRL's max_prompt_length did without a word)")
     raise ConfigError(
         f"{len(too_long)} of {len(lengths)} {what} do not fit the model's context of {context.positions} tokens "
-        f"({context.source}) with {budget_key}={budget}: the longest, problem {problems[worst].id}, has "
-        f"{lengths[worst]} tokens, and a prompt may have {room}; shorten or drop them, lower {budget_key}, or set "
-        "task.truncate_prompts=left to cut them from the left")
+        f"({context.source}) with {budget_key}={budget}: {longest_one}, and a prompt may have {room}; shorten or "
+        f"drop them, lower {budget_key}, or set task.truncate_prompts=left to cut them from the left")
 
 
 def problems_to_check(task: Task, seed: int, draws: int) -> list[Problem]:

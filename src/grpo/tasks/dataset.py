@@ -3,6 +3,7 @@ column mapping (which column is the prompt, which the answer, how the gold is re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ class Columns:
     gold_pattern: re.Pattern[str] | None  # None: the whole answer is the gold
     keys: tuple[str, str]  # where the prompt and answer columns were set, for error messages
     pattern_key: str = "task.gold_pattern"  # where the gold pattern was set, likewise
+    # The answer column is task.answer_column's default, which data made for TRL lacks (TRL has no gold column):
+    # where it is absent there is no gold, said at load, rather than a refusal.
+    answer_optional: bool = False
 
     @classmethod
     def from_config(cls, cfg: TaskConfig) -> Columns:
@@ -38,7 +42,14 @@ class Columns:
             except re.error as exc:
                 raise ConfigError(f"task.gold_pattern={cfg.gold_pattern!r} is not a valid regular expression: {exc}"
                                   ) from exc
-        return cls(cfg.prompt_column, cfg.answer_column, pattern, ("task.prompt_column", "task.answer_column"))
+        return cls(cfg.prompt_column, cfg.answer_column, pattern, ("task.prompt_column", "task.answer_column"),
+                   answer_optional=cfg.answer_column == TaskConfig().answer_column)
+
+    def for_table(self, table: Table) -> Columns:
+        """These columns as `table` has them: without an answer column where the default one is absent."""
+        if self.answer_optional and self.answer not in table.columns:
+            return dataclasses.replace(self, answer=None)
+        return self
 
     def gold(self, value: Any, where: str) -> str:
         if value is None:
@@ -94,6 +105,7 @@ def _check_columns(table: Table, columns: Columns) -> None:
 def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: str | None) -> list[Problem]:
     if not table.rows:
         raise ConfigError(f"{table.source} has no problems: it has no rows")
+    columns = columns.for_table(table)
     _check_columns(table, columns)
     problems = []
     for i, (row, where) in enumerate(zip(table.rows, table.where)):
@@ -124,6 +136,9 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
 def _without_gold(problems: list[Problem], table: Table, columns: Columns) -> str:
     """The load-time report's note on rows without a gold answer; a gold pattern that matches no row is refused
     (every answer would be unscorable, found only steps into a run)."""
+    if columns.answer is None and columns.answer_optional:
+        return (f" (no column {TaskConfig().answer_column!r}, so no gold answers, as in TRL: the reward functions read "
+                "their own columns; task.answer_column=COLUMN names the gold's column)")
     if columns.answer is None:
         return " (no answer column: every gold is empty)"
     missing = [i for i, p in enumerate(problems) if not p.gold]
@@ -181,7 +196,7 @@ class DatasetTask(ListTask):
             if which == "train" and cfg.max_train_problems:
                 problems = problems[: cfg.max_train_problems]
             report.append(f"{len(problems)} {'training' if which == 'train' else 'held-out'} problems from "
-                          f"{table.source}{_without_gold(problems, table, columns)}")
+                          f"{table.source}{_without_gold(problems, table, columns.for_table(table))}")
             loaded[which] = problems
         super().__init__(train=loaded["train"], test=loaded["test"])
         # Logged once every split loaded, so a data error stays the only line a failed start prints.
@@ -189,10 +204,13 @@ class DatasetTask(ListTask):
 
 
 def text_prompt_note(problems: list[Problem], cfg: TaskConfig) -> str:
-    """Text prompts are not used raw (TRL uses them raw): say what is done to them, where users look first."""
+    """What is done to text prompts (TRL sends them as they are), said where users look first."""
     if not any(p.messages is None for p in problems):
         return ""
+    if cfg.text_prompts == "raw":
+        return ". Text prompts are sent as they are (task.text_prompts=raw), as TRL sends them"
     template = "task.chat_template's" if cfg.chat_template else "the tokenizer's"
     added = (f"task.instruction {cfg.instruction!r} appended (task.instruction='' for none)" if cfg.instruction
              else "no instruction appended")
-    return f". Text prompts are sent as a user message through {template} chat template, with {added}"
+    return (f". Text prompts are sent as a user message through {template} chat template, with {added}; TRL "
+            "sends them as they are: task.text_prompts=raw")

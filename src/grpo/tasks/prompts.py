@@ -39,6 +39,12 @@ def load_chat_template(spec: str | None) -> str | None:
     return text
 
 
+def is_raw(problem: Problem, cfg: TaskConfig) -> bool:
+    """A text prompt under task.text_prompts=raw: sent as it is, tokenized as TRL tokenizes one (the
+    tokenizer's own special tokens added, e.g. a BOS), without a chat template."""
+    return problem.messages is None and cfg.text_prompts == "raw"
+
+
 def build_messages(problem: Problem, cfg: TaskConfig) -> list[dict[str, str]]:
     """A chat prompt as given; a text prompt as a user message with the instruction appended, after the
     system prompt."""
@@ -50,19 +56,51 @@ def build_messages(problem: Problem, cfg: TaskConfig) -> list[dict[str, str]]:
     return messages
 
 
-def check_chat_template(tokenizer: PreTrainedTokenizerBase, cfg: TaskConfig) -> str | None:
-    """Every prompt goes through a chat template: task.chat_template's (-> its text), else the tokenizer's
-    (-> None), else none, refused."""
+def check_chat_template(tokenizer: PreTrainedTokenizerBase, cfg: TaskConfig, messages: bool = False) -> str | None:
+    """The chat template prompts go through: task.chat_template's (-> its text), else the tokenizer's (-> None),
+    else none, refused; under task.text_prompts=raw only once `messages` (a message-list prompt) needs one."""
     template = load_chat_template(cfg.chat_template)
-    if template is None and not tokenizer.chat_template:
+    if template is None and not tokenizer.chat_template and (messages or cfg.text_prompts != "raw"):
+        raw = "" if cfg.text_prompts == "raw" else ", or task.text_prompts=raw to send text prompts as they are"
         raise ConfigError("the model's tokenizer has no chat template: set task.chat_template to a Jinja template "
-                          "or a file holding one")
+                          f"or a file holding one{raw}")
     return template
 
 
+def template_markers(tokenizer: PreTrainedTokenizerBase, cfg: TaskConfig) -> tuple[str, ...]:
+    """The special tokens the chat template writes around a message (`<|im_start|>`, ...): a text prompt that
+    holds one was chat-formatted already. () without a template, or under task.text_prompts=raw."""
+    if cfg.text_prompts == "raw" or (cfg.chat_template is None and not tokenizer.chat_template):
+        return ()
+    try:
+        probe = tokenizer.apply_chat_template([{"role": "user", "content": "."}], chat_template=load_chat_template(
+            cfg.chat_template), tokenize=False, add_generation_prompt=True)
+    except jinja2.TemplateError:
+        # A template that refuses a lone user message (one that wants a system message first) shows no markers
+        # here; rendering the real prompts reports its own error, naming the problem.
+        return ()
+    specials = [t.content for t in tokenizer.added_tokens_decoder.values() if t.special]
+    return tuple(t for t in specials if len(t) > 1 and t in probe)
+
+
+def check_not_templated(problem: Problem, markers: tuple[str, ...]) -> None:
+    """A text prompt already chat-formatted (TRL scripts render their own, to prefill the assistant's turn) would
+    be nested, whole, in a user message of the template: refused, naming the way to send it as it is."""
+    if problem.messages is not None:
+        return
+    found = next((m for m in markers if m in problem.question), None)
+    if found is not None:
+        raise ConfigError(f"problem {problem.id}'s text prompt is chat-formatted already (it holds the chat "
+                          f"template's {found!r}): grpo would send it inside the template again, as a user message. "
+                          "Set task.text_prompts=raw to send text prompts as they are (as TRL does), or give the "
+                          "prompt column as [{role, content}] messages")
+
+
 def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: TaskConfig) -> str:
-    """The prompt's text, through the chat template, up to the assistant's turn."""
-    template = check_chat_template(tokenizer, cfg)
+    """The prompt's text, through the chat template, up to the assistant's turn; a raw one as it is."""
+    if is_raw(problem, cfg):
+        return problem.question
+    template = check_chat_template(tokenizer, cfg, messages=problem.messages is not None)
     try:
         return tokenizer.apply_chat_template(build_messages(problem, cfg), chat_template=template, tokenize=False,
                                              add_generation_prompt=True)
@@ -75,5 +113,5 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: Tas
                   max_tokens: int | None = None) -> list[int]:
     """The prompt's token ids; with `max_tokens` (task.truncate_prompts=left, grpo.tasks.context), only
     the last that many."""
-    ids = tokenizer(render_prompt(tokenizer, problem, cfg), add_special_tokens=False)["input_ids"]
+    ids = tokenizer(render_prompt(tokenizer, problem, cfg), add_special_tokens=is_raw(problem, cfg))["input_ids"]
     return ids[-max_tokens:] if max_tokens is not None and len(ids) > max_tokens else ids

@@ -23,7 +23,7 @@ from grpo.hooks import Hooks
 from grpo.policy.models import resolve_device
 from grpo.policy.policy import Policy
 from grpo.precision import AUTO, auto_choice, with_dtype
-from grpo.rewards import Reward, resolve_rewards
+from grpo.rewards import Reward, check_golds, resolve_rewards
 from grpo.rollout.collector import RolloutCollector
 from grpo.rollout.engines import RolloutEngine
 from grpo.rollout.engines.in_process import make_in_process
@@ -79,6 +79,10 @@ def build(cfg: RunConfig, ranks: Ranks, run_dir: Path, signals: SignalWatch,
     _say_if_steps_repeat_problems(cfg, task)
     rewards = resolve_rewards(cfg.task.reward, cfg.task.reward_weights, "task.reward")
     eval_rewards = resolve_rewards(cfg.eval.reward, None, "eval.reward") if cfg.eval.reward else rewards
+    draws = total_steps * cfg.rollout.problems_per_step
+    check_golds(rewards, [p.gold for p in problems_to_check(task, seed, draws)], "the training problems")
+    if evaluates:
+        check_golds(eval_rewards, [p.gold for p in task.eval_problems(cfg.eval.max_samples)], "the held-out problems")
     device = resolve_device(cfg.model.device, ranks.local_rank)
     if cfg.model.dtype == AUTO:
         # Rank 0's choice for every rank (a CPU's may rest on a measurement); the policy, its server and

@@ -286,3 +286,48 @@ def test_the_rows_with_a_gradient_are_those_of_non_zero_advantage_and_all_under_
     assert rows_with_gradient(advantages, kl_coef=0.0) == [0, 1, 2, 3, 4]
     assert rows_with_gradient(torch.zeros(6), kl_coef=0.0) == []
     assert rows_with_gradient(torch.zeros(6), kl_coef=0.1) == list(range(6))
+
+
+# ---------------------------------------------------------------------------------------------
+# ratio_level=sequence: GSPO (TRL's importance_sampling_level=sequence, examples/scripts/gspo.py)
+
+
+def test_a_sequence_ratio_is_the_exp_of_its_tokens_mean_log_ratio_clipped_as_one():
+    # Row 0's token ratios 2, 0.5, 1 average to a log-ratio of 0: ratio 1, nothing clips. Row 1's are 1.5 (its
+    # padding token's 9 does not count): with advantage -2 the unclipped -3 is the min, a token loss of 3 each.
+    lp, old = logprobs_with_ratios([[2.0, 0.5, 1.0], [1.5, 1.5, 9.0]])
+    cfg = LossConfig(loss_agg="seq_mean", ratio_level="sequence")
+    loss, metrics = policy_loss(lp, old, ADV, MASK, cfg, TOTALS)
+    assert loss.item() == pytest.approx((-1.0 + 3.0) / 2)
+    assert metrics[keys.RATIO_MEAN] == pytest.approx((3 * 1.0 + 2 * 1.5) / 5)
+    token, _ = policy_loss(lp, old, ADV, MASK, LossConfig(loss_agg="seq_mean"), TOTALS)
+    assert token.item() == pytest.approx((-(1.2 + 0.5 + 1.0) / 3 + 3.0) / 2)  # per token, 2 and 0.5 clip apart
+
+
+def trl_gspo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high):
+    """TRL 1.16's GRPOTrainer._compute_loss with importance_sampling_level="sequence", loss_type="grpo", beta=0,
+    written here from its formula: one log-weight per sequence, clipped, each sequence's mean, then the mean."""
+    log_ratio = logprobs - old_logprobs
+    log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_weights)
+    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    per_token_loss = -torch.min(coef_1 * advantages.unsqueeze(1), coef_2 * advantages.unsqueeze(1))
+    return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+
+
+def test_sequence_ratios_give_trl_s_gspo_loss_and_gradient():
+    generator = torch.Generator().manual_seed(0)
+    old = -torch.rand(6, 9, generator=generator) * 3
+    new = (old + torch.randn(6, 9, generator=generator) * 3e-3).requires_grad_(True)
+    mask = (torch.arange(9) < torch.tensor([9, 7, 3, 8, 1, 5])[:, None]).float()
+    advantages = torch.randn(6, generator=generator)
+    ours, metrics = policy_loss(new, old, advantages, mask, LossConfig(3e-4, 4e-4, "seq_mean",
+                                                                       ratio_level="sequence"),
+                                BatchTotals.counting([9, 7, 3, 8, 1, 5]))
+    assert 0 < metrics[keys.CLIP_FRAC] < 1  # some sequences clip, some do not
+    (grad,) = torch.autograd.grad(ours, new)
+    theirs = trl_gspo_loss(new, old, advantages, mask, 3e-4, 4e-4)
+    (trl_grad,) = torch.autograd.grad(theirs, new)
+    assert ours.item() == pytest.approx(theirs.item(), abs=1e-7)
+    assert torch.allclose(grad, trl_grad, atol=1e-7)
+    assert (grad * (1 - mask)).abs().sum() == 0  # no gradient reaches padding

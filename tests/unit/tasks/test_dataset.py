@@ -63,6 +63,19 @@ def test_without_an_answer_column_the_gold_is_empty(tmp_path):
     assert task.train_problem(0, 0).gold == ""
 
 
+def test_data_made_for_trl_without_the_default_answer_column_loads_without_gold_and_says_so(tmp_path, caplog):
+    """TRL has no gold column: its data (open-r1's `solution`, Countdown's `target`) lacks `answer`. Left at its
+    default, task.answer_column then means no gold, said in the load line; a named column stays required."""
+    rows = [{"prompt": "p", "solution": "1"}]
+    with caplog.at_level("INFO", logger="grpo.tasks.dataset"):
+        task = dataset(tmp_path, rows)
+    assert [p.gold for p in task.eval_problems(None)] == [""]
+    assert reward_columns(task.eval_problems(None))["solution"] == ["1"]
+    assert ("no column 'answer', so no gold answers, as in TRL: the reward functions read their own columns; "
+            "task.answer_column=COLUMN names the gold's column") in caplog.text
+    one_line_error(tmp_path, rows, r"has no column 'label' \(task.answer_column\)", answer_column="label")
+
+
 def test_train_and_test_files_replace_the_directory(tmp_path, monkeypatch):
     write_rows(tmp_path / "a.jsonl", [{"prompt": "a1"}, {"prompt": "a2"}])
     write_rows(tmp_path / "b.csv", [{"prompt": "b1"}])
@@ -100,9 +113,9 @@ def test_an_unknown_column_names_the_columns_that_exist(tmp_path):
     one_line_error(tmp_path, [{"question": "q", "answer": "1"}],
                    r"train.jsonl has no column 'prompt' \(task.prompt_column\); its columns: question, answer$")
     one_line_error(tmp_path, [{"prompt": "q", "solution": "1"}],
-                   r"has no column 'answer' \(task.answer_column\); its columns: prompt, solution; set "
+                   r"has no column 'gold_text' \(task.answer_column\); its columns: prompt, solution; set "
                    r"task.answer_column to the column holding the gold answer, or task.answer_column=null if your "
-                   r"reward functions read their own columns \(as TRL's do\)$")
+                   r"reward functions read their own columns \(as TRL's do\)$", answer_column="gold_text")
 
 
 def test_an_empty_split_is_named(tmp_path):

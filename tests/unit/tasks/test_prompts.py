@@ -2,10 +2,11 @@
 
 import pytest
 
-from grpo.config import TaskConfig
+from grpo.config import TaskConfig, load_config
 from grpo.errors import ConfigError
 from grpo.policy.models import build_char_tokenizer
 from grpo.tasks import Problem, build_task
+from grpo.tasks.context import prompt_lengths
 from grpo.tasks.prompts import encode_prompt, load_chat_template
 
 TEXT = Problem("t-0", "What is 1 + 1?", "2")
@@ -96,3 +97,49 @@ def test_a_tokenizer_without_a_chat_template_asks_for_one(tokenizer):
     with pytest.raises(ConfigError, match="the model's tokenizer has no chat template: set task.chat_template"):
         encoded(tokenizer, TEXT)
     assert encoded(tokenizer, TEXT, instruction="", chat_template=BRACKETS) == "[user] What is 1 + 1?\n[assistant] "
+
+
+# A Countdown prompt as philschmid's run_r1_grpo.py makes it for TRL: the chat template already applied, the
+# assistant's turn prefilled (tests/data/trl_scripts/countdown.py).
+TEMPLATED = Problem("d-0", "<|im_start|>user\nUse 3, 7 to make 10.<|im_end|>\n<|im_start|>assistant\n<think>", "")
+
+
+def test_raw_text_prompts_are_sent_as_they_are_as_trl_sends_them(tokenizer):
+    """TRL tokenizes a text prompt as it is, with the tokenizer's own special tokens; message lists still go
+    through the chat template."""
+    raw = TaskConfig(text_prompts="raw")
+    assert tokenizer.decode(encode_prompt(tokenizer, TEMPLATED, raw)) == tokenizer.decode(
+        tokenizer(TEMPLATED.question)["input_ids"])
+    assert encoded(tokenizer, TEXT, text_prompts="raw").endswith("What is 1 + 1?")  # no instruction
+    assert encoded(tokenizer, CHAT, text_prompts="raw") == encoded(tokenizer, CHAT)
+    assert prompt_lengths(tokenizer, [TEMPLATED, CHAT], raw) == [len(encode_prompt(tokenizer, p, raw))
+                                                                  for p in (TEMPLATED, CHAT)]
+
+
+def test_a_text_prompt_already_chat_formatted_is_refused_naming_raw(tokenizer):
+    """Templated again, the script's whole chat would be one user message, its prefilled turn no longer the
+    assistant's: refused at load, not trained on."""
+    with pytest.raises(ConfigError, match=r"^problem d-0's text prompt is chat-formatted already \(it holds the chat "
+                                          r"template's '<\|im_(start|end)\|>'\): .* Set task.text_prompts=raw to send "
+                                          r"text prompts as they are \(as TRL does\)") as info:
+        prompt_lengths(tokenizer, [TEXT, TEMPLATED], TaskConfig())
+    assert "\n" not in str(info.value)
+    assert prompt_lengths(tokenizer, [TEXT, CHAT], TaskConfig())  # plain text and messages pass
+
+
+def test_raw_text_prompts_need_no_chat_template_and_refuse_what_they_would_drop(tokenizer):
+    tokenizer.chat_template = None  # a base model's tokenizer
+    assert encoded(tokenizer, TEXT, text_prompts="raw").endswith("What is 1 + 1?")
+    with pytest.raises(ConfigError, match="has no chat template"):
+        encoded(tokenizer, CHAT, text_prompts="raw")
+    for key in ("task.system_prompt=Be brief.", "task.instruction=Answer in digits."):
+        with pytest.raises(ConfigError, match=r"^task.text_prompts=raw sends text prompts as they are: task.(system_"
+                                              r"prompt|instruction) "):
+            load_config("tiny", ["task.text_prompts=raw", key])
+
+
+def test_a_template_refusing_a_lone_user_message_still_checks_and_renders_real_prompts(tokenizer):
+    wants_system = ("{% if messages[0]['role'] != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+                    + BRACKETS)
+    assert prompt_lengths(tokenizer, [CHAT], TaskConfig(chat_template=wants_system)) == [
+        len(encode_prompt(tokenizer, CHAT, TaskConfig(chat_template=wants_system)))]

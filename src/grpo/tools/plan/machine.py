@@ -83,8 +83,10 @@ def prompt_tokens(cfg: RunConfig) -> int:
     problems = [task.train_problem(i, cfg.train.seed) for i in range(count)]
     tokenizer = _local_tokenizer(cfg)
     if tokenizer is not None:
-        return max(len(encode_prompt(tokenizer, p, cfg.task)) for p in problems)
-    return max(_estimated_tokens(p, cfg.task) for p in problems)
+        longest = max(len(encode_prompt(tokenizer, p, cfg.task)) for p in problems)
+    else:
+        longest = max(_estimated_tokens(p, cfg.task) for p in problems)
+    return min(longest, cfg.task.max_prompt_tokens or longest)  # a longer prompt is refused or cut to the cap
 
 
 def _estimated_tokens(problem: Problem, task: TaskConfig) -> int:
