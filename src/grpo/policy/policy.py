@@ -66,7 +66,7 @@ class Policy:
                 sharding.shard(self.ref_model, compute)
         self.optimizer = MasterWeightAdamW(self.model, cfg.actor)
         self.loss_cfg = LossConfig(cfg.algo.clip_low, cfg.algo.clip_high, cfg.algo.loss_agg, cfg.algo.kl_coef,
-                                   cfg.algo.kl_estimator, cfg.rollout.max_new_tokens)
+                                   cfg.algo.kl_estimator, cfg.rollout.max_new_tokens, cfg.algo.ratio_level)
         # How many updates the weights have taken (saved with checkpoints); rollouts carry it.
         self.version = 0
         # Changes whenever the weights do (an update or a load), so an engine knows to sync.
