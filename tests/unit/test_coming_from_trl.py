@@ -90,6 +90,7 @@ def test_a_trl_name_is_refused_in_one_line_naming_grpo_s_keys(name):
     ("temperature=0.7", "rollout.temperature=0.7"), ("reward_weights=[2.0]", "task.reward_weights=[2.0]"),
     ("algo.loss_type=grpo", "algo.loss_agg=seq_mean"), ("rollout.num_generations=4", "rollout.samples_per_problem=4"),
     ("mask_truncated_completions=true", "algo.mask_truncated=true"),
+    ("importance_sampling_level=sequence", "algo.ratio_level=sequence"),
 ])
 def test_a_trl_setting_is_refused_with_the_override_that_says_the_same(given, said):
     with pytest.raises(ConfigError, match=": " + re.escape(said) + r"( \(|$)"):
