@@ -16,6 +16,9 @@ parameter's gradient must agree within 1e-5 (fp32) for each objective the two sh
     kl_coef=0.04 kl_estimator=k3                        beta=0.04, use_bias_correction_kl=False
     rollout.temperature=0.7                             temperature=0.7
     off-policy importance weights (truncated)           importance_sampling_ratio (vLLM correction)
+    ratio_level=sequence (GSPO), clip 3e-4/4e-4         importance_sampling_level=sequence, epsilon=3e-4,
+      and 0.1/0.1; with seq_mean, token_mean, a KL        epsilon_high=4e-4 (and 0.1); loss_type=grpo, bnpo,
+      term, importance weights                            beta, importance_sampling_ratio
 
 Advantages come from TRL's own scoring path (`_generate_and_score_completions` over fixed rollouts).
 They differ on purpose in one way, asserted exactly here: grpo divides by the population standard
@@ -57,6 +60,10 @@ pytestmark = [
 GROUPS, GROUP_SIZE, MAX_NEW_TOKENS = 2, 4, 12
 REWARDS = [1.0, 0.0, 0.5, 1.0, 0.0, 0.2, 1.0, 0.0]
 
+# GSPO as the paper and TRL's documentation set it: a sequence-level ratio clipped to [1 - 3e-4, 1 + 4e-4].
+GSPO = dict(ratio_level="sequence", clip_low=3e-4, clip_high=4e-4)
+TRL_GSPO = dict(importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4)
+
 # name: (grpo's LossConfig and temperature, TRL's GRPOConfig arguments, importance weights used)
 CASES = {
     "seq_mean (GRPO)": (dict(loss_agg="seq_mean"), 1.0, dict(loss_type="grpo", epsilon=0.2), False),
@@ -70,6 +77,13 @@ CASES = {
                          dict(loss_type="grpo", epsilon=0.2, beta=0.04, use_bias_correction_kl=False), False),
     "temperature 0.7": (dict(loss_agg="seq_mean"), 0.7, dict(loss_type="grpo", epsilon=0.2, temperature=0.7), False),
     "importance weights": (dict(loss_agg="token_mean"), 1.0, dict(loss_type="dapo", epsilon=0.2), True),
+    "GSPO 3e-4/4e-4": (dict(GSPO, loss_agg="seq_mean"), 1.0, dict(TRL_GSPO, loss_type="grpo"), False),
+    "GSPO clip 0.1": (dict(GSPO, loss_agg="seq_mean", clip_low=0.1, clip_high=0.1), 1.0,
+                      dict(TRL_GSPO, loss_type="grpo", epsilon=0.1, epsilon_high=0.1), False),
+    "GSPO KL k3, beta 0.04": (dict(GSPO, loss_agg="seq_mean", kl_coef=0.04, kl_estimator="k3"), 1.0,
+                              dict(TRL_GSPO, loss_type="grpo", beta=0.04, use_bias_correction_kl=False), False),
+    "GSPO token_mean (BNPO)": (dict(GSPO, loss_agg="token_mean"), 1.0, dict(TRL_GSPO, loss_type="bnpo"), False),
+    "GSPO importance weights": (dict(GSPO, loss_agg="seq_mean"), 1.0, dict(TRL_GSPO, loss_type="grpo"), True),
 }
 
 

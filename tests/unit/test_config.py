@@ -363,3 +363,14 @@ def test_mask_truncated_is_off_by_default_a_bool_and_says_advantages_still_see_t
     meaning = field_help(AlgoConfig)["mask_truncated"]
     assert "rollout.max_new_tokens" in meaning and "mask_truncated_completions" in meaning
     assert "still count in their group's advantages" in meaning
+
+
+def test_ratio_level_is_token_by_default_sequence_is_gspo_and_its_help_gives_gspo_s_settings():
+    assert RunConfig().algo.ratio_level == "token" and load_config("tiny").algo.ratio_level == "token"
+    cfg = load_config("tiny", ["algo.ratio_level=sequence", "algo.clip_low=3e-4", "algo.clip_high=4e-4"])
+    assert (cfg.algo.ratio_level, cfg.algo.clip_low, cfg.algo.clip_high) == ("sequence", 3e-4, 4e-4)
+    with pytest.raises(ConfigError, match="algo.ratio_level must be one of token, sequence; got 'seq'"):
+        load_config("tiny", ["algo.ratio_level=seq"])
+    meaning = field_help(AlgoConfig)["ratio_level"]
+    assert all(name in meaning for name in ("GSPO", "importance_sampling_level", "loss_mode=gspo",
+                                            "algo.clip_low=3e-4 algo.clip_high=4e-4", "algo.loss_agg=seq_mean"))

@@ -19,7 +19,7 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     max_new_tokens: int = 1  # the Dr.GRPO constant normaliser
-    ratio_level: str = "token"  # sequence: GSPO's one ratio per completion
+    ratio_level: str = "token"  # sequence: GSPO's one ratio per completion (`importance_ratio`)
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,28 @@ def rows_with_gradient(advantages: torch.Tensor, kl_coef: float, masked: Collect
     advantage; never a `masked` row (left out of the loss: `BatchTotals.counting`). A row of advantage 0 adds
     exactly 0 to the clipped surrogate and to its gradient, whatever its log-probs and importance weight,
     and the loss is normalised over the whole batch's tokens and rows (`BatchTotals`): leaving it out
-    changes neither. A group whose rewards all agree is such rows (about 40% of the quickstart's); their
-    forward and backward passes were most of the update's products."""
+    changes neither, at either ratio level (GSPO's sequence ratio reads only its own row's tokens). A group
+    whose rewards all agree is such rows (about 40% of the quickstart's); their forward and backward passes
+    were most of the update's products."""
     rows = range(len(advantages)) if kl_coef > 0 else (advantages != 0).nonzero().flatten().tolist()
     return [row for row in rows if row not in masked]
+
+
+def importance_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """log_ratio = log pi - log pi_old, mask [B, T] -> the clipped surrogate's ratio [B, T].
+
+    token: each token's own pi/pi_old (PPO, GRPO, DAPO).
+    sequence: GSPO's s_i = exp(mean of row i's log-ratios over its completion tokens), the same on each of its
+    tokens: the length-normalised sequence likelihood ratio, so one clip decision per completion, as the
+    reward is one per completion. Its gradient reaches every token of the row through the mean. A row's
+    ratio reads only its own tokens, so which rows share a micro-batch, and which rows are left out of the
+    update (zero advantage, algo.mask_truncated), changes no other row's ratio."""
+    if level == "token":
+        return log_ratio.exp()
+    if level == "sequence":
+        row = (log_ratio * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)  # [B, 1]
+        return row.exp().expand_as(log_ratio)
+    raise ValueError(f"unknown ratio level {level!r}; valid: token, sequence")
 
 
 def policy_loss(
@@ -85,17 +103,16 @@ def policy_loss(
     ref_logprobs: torch.Tensor | None = None,  # [B, T] frozen reference, when kl_coef > 0
     importance_weights: torch.Tensor | None = None,  # [B, T] proximal/behaviour, truncated (grpo.algo.offpolicy)
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped surrogate with separate low/high clip (DAPO clip-higher), of each token's ratio or of its
-    completion's (cfg.ratio_level, GSPO), plus an optional KL penalty.
+    """Clipped surrogate with separate low/high clip (DAPO clip-higher), plus an optional KL penalty; the
+    ratio per token or per sequence (GSPO: `importance_ratio`).
     Off policy, `old_logprobs` are the proximal policy's and each token's surrogate is weighted by its
-    importance weight (AReaL's decoupled objective); the KL penalty is not."""
+    importance weight (AReaL's decoupled objective); the KL penalty is not. At sequence level the weights
+    stay per token, as TRL's loss applies its own (token-level) sampler correction: a row's surrogate is
+    one value, so under seq_mean it is weighted by the mean of its tokens' truncated weights, a
+    length-normalised sequence weight as s_i is a length-normalised ratio, bounded by the cap as each is."""
     mask = mask.to(logprobs.dtype)
     log_ratio = logprobs - old_logprobs
-    if cfg.ratio_level == "sequence":  # GSPO: each token takes its completion's mean log-ratio, so clips with it
-        sequence = (log_ratio * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
-        ratio = sequence.exp().expand_as(log_ratio)
-    else:
-        ratio = log_ratio.exp()  # [B, T]
+    ratio = importance_ratio(log_ratio, mask, cfg.ratio_level)  # [B, T]
     adv = advantages[:, None]  # [B, 1]
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * adv
@@ -112,7 +129,11 @@ def policy_loss(
 
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        # A clip "binds" when the min picks the clipped term: that token passes no gradient.
+        # A clip "binds" when the min picks the clipped term: that token passes no gradient. At sequence level
+        # every token of a row carries the row's ratio and clip decision, so the fractions are of the tokens
+        # in clipped rows (the measure GSPO's paper compares with GRPO's: fractions of clipped tokens) and
+        # ratio_mean the token-weighted mean of s_i; approx_kl_old stays per token at either level: it measures
+        # how far the policy moved, not the objective.
         binds = clipped < unclipped
         metrics = {
             keys.CLIP_FRAC: ((binds.to(mask.dtype) * mask).sum() / n).item(),

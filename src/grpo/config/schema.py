@@ -252,7 +252,7 @@ class RolloutConfig:
 
 @dataclass
 class AlgoConfig:
-    """The GRPO objective and its variants (DAPO, Dr.GRPO): advantages, clipping, aggregation, KL."""
+    """The GRPO objective and its variants (DAPO, Dr.GRPO, GSPO): advantages, clipping, aggregation, KL."""
 
     advantage_norm: Literal["group", "batch", "none"] = knob("group", help=(
         "group: (r - mean) / std per group (GRPO); none: r - mean (Dr.GRPO); batch: std over the batch."
@@ -267,9 +267,12 @@ class AlgoConfig:
     clip_low: float = knob(0.2, "PPO clip: the ratio is kept above 1 - clip_low", check=within("[0, 1)"))
     clip_high: float = knob(0.2, "... and below 1 + clip_high (DAPO clip-higher: e.g. 0.28)", check=at_least(0))
     ratio_level: Literal["token", "sequence"] = knob("token", help=(
-        "token: each token's own probability ratio, clipped on its own (GRPO; TRL's importance_sampling_level "
-        "default); sequence: one ratio per completion, the exp of its tokens' mean log-ratio, clipped as one (GSPO, "
-        "TRL's importance_sampling_level=sequence; its paper clips at clip_low=3e-4, clip_high=4e-4)"))
+        "The clipped surrogate's ratio pi/pi_old. token: one per token (GRPO, DAPO); sequence: GSPO (Group Sequence "
+        "Policy Optimization, Qwen 2025), one per completion, exp of the mean over its tokens of log(pi/pi_old), "
+        "clipped per completion; TRL's importance_sampling_level, verl's actor.policy_loss.loss_mode=gspo. GSPO's "
+        "clip range is about 1000x narrower than the token ratio's: algo.clip_low=3e-4 algo.clip_high=4e-4 with "
+        "algo.loss_agg=seq_mean (TRL's loss_type=grpo), as the paper and TRL recommend."
+    ))
     loss_agg: Literal["token_mean", "seq_mean", "seq_sum_norm"] = knob("token_mean", help=(
         "token_mean: over all tokens in the batch (DAPO); seq_mean: per sequence then over sequences (GRPO paper); "
         "seq_sum_norm: token sum divided by max_new_tokens (Dr.GRPO)."

@@ -53,6 +53,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "epsilon_high": TrlName(("algo.clip_high",)),
     "loss_type": TrlName(("algo.loss_agg",), "dapo and bnpo: token_mean; grpo: seq_mean; dr_grpo: seq_sum_norm",
                          _LOSS),
+    "importance_sampling_level": TrlName(("algo.ratio_level",), "sequence is GSPO: with algo.clip_low=3e-4 "
+                                         "algo.clip_high=4e-4 algo.loss_agg=seq_mean, as TRL recommends",
+                                         {"token": "token", "sequence": "sequence"}),
     "scale_rewards": TrlName(("algo.advantage_norm", "algo.advantage_std", "algo.advantage_eps"), "TRL's standard "
                              "deviation: also algo.advantage_std=sample algo.advantage_eps=1e-4", _SCALE),
     "num_iterations": TrlName(("algo.updates_per_batch",)),
@@ -93,8 +96,6 @@ TRL_NAMES: dict[str, TrlName] = {
     "bf16": TrlName(("model.dtype",), "auto, bfloat16 or float32", carries=False),
     "model_init_kwargs": TrlName(("model.dtype", "model.attn_implementation"), carries=False),
     "peft_config": TrlName(("model.lora.rank", "model.lora.alpha", "model.lora.target_modules"), carries=False),
-    "importance_sampling_level": TrlName(("algo.ratio_level",), "sequence: GSPO's one ratio per completion",
-                                         {"token": "token", "sequence": "sequence"}),
     "vllm_gpu_memory_utilization": TrlName(("rollout.server.memory_fraction",)),
     "run_name": TrlName(("name",)),
     **dict.fromkeys(("logging_strategy", "save_strategy", "hub_model_id", "push_to_hub", "hub_strategy", "do_eval",

@@ -7,7 +7,7 @@ import torch
 
 from grpo import metric_keys as keys
 from grpo.algo.kl import kl_estimate
-from grpo.algo.loss import BatchTotals, LossConfig, aggregate, policy_loss, rows_with_gradient
+from grpo.algo.loss import BatchTotals, LossConfig, aggregate, importance_ratio, policy_loss, rows_with_gradient
 
 # B=2, T=3: the second sequence has one padding token.
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -152,12 +152,13 @@ def test_full_batch_values_by_hand(agg, expected):
     assert loss.item() == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean", "seq_sum_norm"])
-def test_micro_batch_losses_with_batch_totals_sum_to_the_full_batch_loss(agg):
+def test_micro_batch_losses_with_batch_totals_sum_to_the_full_batch_loss(agg, level):
     gen = torch.Generator().manual_seed(0)
     old = -torch.rand(4, 3, generator=gen) * 3
-    lp = (old + torch.randn(4, 3, generator=gen) * 0.3).requires_grad_(True)  # some tokens clip
-    cfg = LossConfig(loss_agg=agg, max_new_tokens=3, clip_high=0.28)
+    lp = (old + torch.randn(4, 3, generator=gen) * 0.3).requires_grad_(True)  # some tokens (rows) clip
+    cfg = LossConfig(loss_agg=agg, max_new_tokens=3, clip_high=0.28, ratio_level=level)
     full, _ = policy_loss(lp, old, BATCH_ADV, BATCH_MASK, cfg, BATCH_TOTALS)
     parts = [
         policy_loss(lp[s], old[s], BATCH_ADV[s], BATCH_MASK[s], cfg, BATCH_TOTALS)[0]
@@ -331,3 +332,153 @@ def test_sequence_ratios_give_trl_s_gspo_loss_and_gradient():
     assert ours.item() == pytest.approx(theirs.item(), abs=1e-7)
     assert torch.allclose(grad, trl_grad, atol=1e-7)
     assert (grad * (1 - mask)).abs().sum() == 0  # no gradient reaches padding
+
+# GSPO: one ratio per sequence (ratio_level=sequence)
+
+AGGREGATIONS = ["token_mean", "seq_mean", "seq_sum_norm"]
+
+
+def gspo_reference(lp, old, adv, mask, cfg: LossConfig, totals: BatchTotals, weights=None, ref=None):
+    """GSPO's loss written row by row from the paper's formula: s_i = exp(mean_t (lp - old)) over row i's
+    completion tokens; each of its tokens' term is -min(s_i A_i, clip(s_i) A_i), times its importance weight,
+    plus the KL penalty; then the aggregation."""
+    rows = []
+    for i in range(len(lp)):
+        n = int(mask[i].sum())
+        s = torch.exp(sum(lp[i, t] - old[i, t] for t in range(n)) / n)
+        surrogate = -torch.minimum(s * adv[i], s.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * adv[i])
+        terms = [surrogate * (weights[i, t] if weights is not None else 1.0) for t in range(n)]
+        if cfg.kl_coef > 0:
+            terms = [term + cfg.kl_coef * kl_estimate(lp[i, t], ref[i, t], cfg.kl_estimator)
+                     for t, term in enumerate(terms)]
+        rows.append(terms)
+    if cfg.loss_agg == "token_mean":
+        return sum(sum(r) for r in rows) / totals.num_tokens
+    if cfg.loss_agg == "seq_mean":
+        return sum(sum(r) / len(r) for r in rows) / totals.num_sequences
+    return sum(sum(r) for r in rows) / (cfg.max_new_tokens * totals.num_sequences)
+
+
+def gspo_batch(seed: int, spread: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprobs with grad, old) [4, 3] for BATCH_MASK's rows, `spread` nats apart per token."""
+    gen = torch.Generator().manual_seed(seed)
+    old = -torch.rand(4, 3, generator=gen, dtype=torch.float64) * 3
+    lp = (old + torch.randn(4, 3, generator=gen, dtype=torch.float64) * spread).requires_grad_(True)
+    return lp, old
+
+
+def test_the_sequence_ratio_is_the_exp_of_the_rows_mean_log_ratio_on_each_of_its_tokens():
+    lp, old = logprobs_with_ratios([[1.5, 1.1, 0.9], [0.5, 1.0, 5.0]])  # row 1's last token is padding
+    ratio = importance_ratio(lp - old, MASK, "sequence")
+    row0, row1 = (1.5 * 1.1 * 0.9) ** (1 / 3), 0.5 ** (1 / 2)  # geometric means; the padding's 5.0 left out
+    assert ratio[0].tolist() == pytest.approx([row0] * 3, abs=1e-6)
+    assert ratio[1, :2].tolist() == pytest.approx([row1] * 2, abs=1e-6)
+    assert importance_ratio(lp - old, MASK, "token")[0].tolist() == pytest.approx([1.5, 1.1, 0.9], abs=1e-6)
+    with pytest.raises(ValueError, match="unknown ratio level 'seq'; valid: token, sequence"):
+        importance_ratio(lp - old, MASK, "seq")
+
+
+def test_the_clip_binds_per_row_and_the_clip_measures_count_the_tokens_of_clipped_rows():
+    # Token ratios 1.5 would clip at token level; row 0's s = 1.141 is inside [0.8, 1.2] and passes gradient on
+    # every token. Row 1 (A=-1): s = 0.707 < 0.8 binds for both its tokens, even the one whose own ratio is 1.
+    lp, old = logprobs_with_ratios([[1.5, 1.1, 0.9], [0.5, 1.0, 5.0]])
+    cfg = LossConfig(ratio_level="sequence")
+    loss, m = policy_loss(lp, old, torch.tensor([1.0, -1.0]), MASK, cfg, TOTALS)
+    s0, s1 = (1.5 * 1.1 * 0.9) ** (1 / 3), 0.5 ** 0.5
+    assert loss.item() == pytest.approx((-3 * s0 + 2 * 0.8) / 5, abs=1e-6)  # token_mean
+    assert m[keys.CLIP_FRAC] == pytest.approx(2 / 5) and m[keys.CLIP_LOW_FRAC] == pytest.approx(2 / 5)
+    assert m[keys.CLIP_HIGH_FRAC] == 0.0
+    assert m[keys.RATIO_MEAN] == pytest.approx((3 * s0 + 2 * s1) / 5, abs=1e-6)
+    logs = [math.log(r) for r in (1.5, 1.1, 0.9, 0.5, 1.0)]  # per token, at either level
+    assert m[keys.APPROX_KL_OLD] == pytest.approx(sum(0.5 * x * x for x in logs) / 5, abs=1e-6)
+    (grad,) = torch.autograd.grad(loss, lp)
+    # token_mean: loss = (3 (-s0) + ...) / 5 and ds0/dlp_t = s0 / 3: every token of row 0 gets -s0 / 5
+    torch.testing.assert_close(grad, torch.tensor([[-s0 / 5] * 3, [0.0] * 3]), atol=1e-6, rtol=0)
+    # a clip of 0.1 lets row 0 bind above (s0 > 1.1): then no token of the batch passes gradient
+    loss, m = policy_loss(lp, old, torch.tensor([1.0, -1.0]), MASK, LossConfig(0.1, 0.1, ratio_level="sequence"),
+                          TOTALS)
+    assert m[keys.CLIP_HIGH_FRAC] == pytest.approx(3 / 5) and m[keys.CLIP_FRAC] == pytest.approx(1.0)
+    assert torch.autograd.grad(loss, lp)[0].abs().sum() == 0
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["on-policy", "importance-weights"])
+@pytest.mark.parametrize(("clip_low", "clip_high"), [(3e-4, 4e-4), (0.1, 0.1)], ids=["gspo-clip", "wide-clip"])
+@pytest.mark.parametrize("kl_coef", [0.0, 0.04])
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_the_sequence_level_loss_and_gradient_are_the_hand_written_formula(agg, kl_coef, clip_low, clip_high,
+                                                                           weighted):
+    lp, old = gspo_batch(seed=9)  # row ratios 0.88, 0.96, 1.17, 1.05 for advantages 1, -1, 0.5, 2
+    gen = torch.Generator().manual_seed(4)
+    weights = (0.5 + torch.rand(4, 3, generator=gen, dtype=torch.float64)) if weighted else None
+    ref = old - 0.2
+    cfg = LossConfig(clip_low, clip_high, agg, kl_coef, "k3", 3, "sequence")
+    loss, m = policy_loss(lp, old, BATCH_ADV.double(), BATCH_MASK.double(), cfg, BATCH_TOTALS, ref, weights)
+    expected = gspo_reference(lp, old, BATCH_ADV, BATCH_MASK, cfg, BATCH_TOTALS, weights, ref)
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-12)
+    torch.testing.assert_close(torch.autograd.grad(loss, lp)[0], torch.autograd.grad(expected, lp)[0],
+                               atol=1e-12, rtol=0)
+    assert 0 < m[keys.CLIP_FRAC] < 1  # some rows bind, some pass gradient: both branches are compared
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_the_sequence_level_gradient_passes_a_numerical_check(agg):
+    # Row ratios 1.012, 1.090, 0.919, 1.014 for advantages 1, -1, 0.5, 2: rows 0 and 3 bind above 1.01, rows 1
+    # and 2 keep the unclipped term. gradcheck perturbs each log-prob by 1e-6, and every ratio is at least 1e-3
+    # from the clip's edges 0.95 and 1.01, so neither the min nor the clamp switches inside the difference.
+    lp, old = gspo_batch(seed=5, spread=0.15)
+    cfg = LossConfig(0.05, 0.01, agg, 0.04, "k3", 3, "sequence")
+    ratios = importance_ratio(lp.detach() - old, BATCH_MASK.double(), "sequence")[:, 0]
+    assert all(abs(r - 0.95) > 1e-3 and abs(r - 1.01) > 1e-3 for r in ratios.tolist()), ratios
+    _, m = policy_loss(lp, old, BATCH_ADV.double(), BATCH_MASK.double(), cfg, BATCH_TOTALS, old - 0.2)
+    assert m[keys.CLIP_HIGH_FRAC] == pytest.approx(6 / 9) and m[keys.CLIP_LOW_FRAC] == 0.0
+    assert torch.autograd.gradcheck(lambda x: policy_loss(x, old, BATCH_ADV.double(), BATCH_MASK.double(), cfg,
+                                                          BATCH_TOTALS, old - 0.2)[0], (lp,))
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_at_ratio_one_sequence_and_token_level_give_the_same_loss_and_gradient(agg):
+    """On policy (one update per batch, ratio exactly 1) GSPO's gradient is GRPO's: ds_i/dlp_t = s_i / |y_i| is
+    the token ratio's derivative divided by the length the row's loss multiplies by; it differs once the
+    policy moves (algo.updates_per_batch > 1, rollout.max_staleness > 0)."""
+    lp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -4.0]], requires_grad=True)
+    results = []
+    for level in ("token", "sequence"):
+        loss, _ = policy_loss(lp, lp.detach(), ADV, MASK, LossConfig(loss_agg=agg, max_new_tokens=4,
+                                                                     ratio_level=level), TOTALS)
+        results.append((loss.item(), torch.autograd.grad(loss, lp)[0]))
+    assert results[0][0] == pytest.approx(results[1][0], abs=1e-7)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_at_sequence_level_a_zero_advantage_row_adds_nothing_so_it_need_not_be_computed(agg):
+    """rows_with_gradient leaves a row of advantage 0 out of the update: its term is 0 and so is its gradient,
+    and no other row's ratio reads its tokens."""
+    lp, old = gspo_batch(seed=6)
+    adv = torch.tensor([1.0, 0.0, -0.5, 2.0], dtype=torch.float64)
+    cfg = LossConfig(0.1, 0.1, agg, max_new_tokens=3, ratio_level="sequence")
+    full, _ = policy_loss(lp, old, adv, BATCH_MASK.double(), cfg, BATCH_TOTALS)
+    (full_grad,) = torch.autograd.grad(full, lp)
+    kept = rows_with_gradient(adv, kl_coef=0.0)
+    assert kept == [0, 2, 3]
+    part, _ = policy_loss(lp[kept], old[kept], adv[kept], BATCH_MASK.double()[kept], cfg, BATCH_TOTALS)
+    (part_grad,) = torch.autograd.grad(part, lp)
+    assert part.item() == pytest.approx(full.item(), abs=1e-12)
+    torch.testing.assert_close(part_grad, full_grad, atol=1e-12, rtol=0)
+    assert torch.equal(full_grad[1], torch.zeros(3, dtype=torch.float64))
+
+
+def test_at_sequence_level_under_seq_mean_a_rows_importance_weight_is_the_mean_of_its_tokens_weights():
+    """The decoupled objective's weights stay per token (grpo.algo.offpolicy), as TRL's loss applies its own: a
+    row's surrogate is one value, so seq_mean weighs it by the mean of its tokens' truncated weights."""
+    lp, old = gspo_batch(seed=7)
+    weights = torch.tensor([[0.5, 1.0, 3.0], [2.0, 9.0, 9.0], [1.0, 0.2, 9.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    cfg = LossConfig(loss_agg="seq_mean", ratio_level="sequence")
+    weighted, _ = policy_loss(lp, old, BATCH_ADV.double(), BATCH_MASK.double(), cfg, BATCH_TOTALS,
+                              importance_weights=weights)
+    row_weight = (weights * BATCH_MASK).sum(1) / BATCH_MASK.sum(1)  # 1.5, 2, 0.6, 1 (padding's 9s left out)
+    assert row_weight.tolist() == pytest.approx([1.5, 2.0, 0.6, 1.0])
+    per_row = [policy_loss(lp[i:i + 1], old[i:i + 1], BATCH_ADV.double()[i:i + 1], BATCH_MASK.double()[i:i + 1],
+                           cfg, BATCH_TOTALS)[0] for i in range(4)]
+    assert weighted.item() == pytest.approx(sum(w * r for w, r in zip(row_weight.tolist(), per_row)).item(),
+                                            abs=1e-12)

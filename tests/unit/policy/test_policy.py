@@ -92,3 +92,8 @@ def test_on_policy_prepare_adds_no_importance_weights():
     prepared, metrics = policy.prepare(batch, recompute_old=True)
     assert prepared.importance_weights is None and metrics.offpolicy is None
     assert not any(k.startswith("offpolicy/") for k in metrics.metrics())
+
+
+def test_the_loss_gets_the_configured_ratio_level():
+    assert tiny_policy().loss_cfg.ratio_level == "token"
+    assert tiny_policy("algo.ratio_level=sequence").loss_cfg.ratio_level == "sequence"

@@ -174,7 +174,8 @@ def on_policy(model, tok, batch):
     return replace(batch, old_logprobs=[logprobs[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)])
 
 
-def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_every_row():
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_every_row(level):
     def step(compute_every_row):
         model, tok = tiny()
         batch = on_policy(model, tok, group_batch(tok, ONE_GROUP_AGREED))
@@ -185,7 +186,7 @@ def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_ev
         optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
         gradients, apply = [], optimizer.step
         optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
-        result = update_policy(model, optimizer, batch, LossConfig(), updates=2, micro_batch_size=2,
+        result = update_policy(model, optimizer, batch, LossConfig(ratio_level=level), updates=2, micro_batch_size=2,
                                max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
         return result, gradients, sum(rows_seen)
 
@@ -208,13 +209,14 @@ def without_rows(batch: TrainBatch, rows: set[int]) -> TrainBatch:
                       batch.advantages[kept], list(range(len(kept))), pick(batch.ref_logprobs))
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("micro_batch_size", [1, 4], ids=["accumulated-over-rows", "two-micro-batches"])
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "seq_sum_norm"])
-def test_masked_rows_make_the_steps_of_the_batch_without_them(loss_agg, micro_batch_size):
+def test_masked_rows_make_the_steps_of_the_batch_without_them(loss_agg, micro_batch_size, level):
     """Truncated rows under algo.mask_truncated (1: a middle length, 3: the longest) are out of the gradient and of
     the normaliser: both optimizer steps (the second off policy) are those of the batch that never had them, however
     the rows are split into micro-batches, with a KL term that would otherwise reach every row."""
-    cfg = LossConfig(loss_agg=loss_agg, max_new_tokens=4, kl_coef=0.05)
+    cfg = LossConfig(loss_agg=loss_agg, max_new_tokens=4, kl_coef=0.05, ratio_level=level)
 
     def steps(masking: bool):
         model, tok = tiny()
@@ -240,6 +242,33 @@ def test_masked_rows_make_the_steps_of_the_batch_without_them(loss_agg, micro_ba
     for computed, expected in zip(gradients, reference):
         for name, gradient in expected.items():
             torch.testing.assert_close(computed[name], gradient, atol=2e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
+def test_at_sequence_level_micro_batches_make_the_steps_of_one_batch(loss_agg):
+    """GSPO's ratio is per row, so splitting the rows into micro-batches (each normalised by the whole batch's
+    totals) leaves both optimizer steps as they are: the second, off policy, clipping some rows at 3e-4/4e-4."""
+    cfg = LossConfig(3e-4, 4e-4, loss_agg, ratio_level="sequence")
+
+    def steps(micro_batch_size: int):
+        model, tok = tiny()
+        batch = on_policy(model, tok, group_batch(tok))
+        optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
+        gradients, apply = [], optimizer.step
+        optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
+        result = update_policy(model, optimizer, batch, cfg, updates=2, micro_batch_size=micro_batch_size,
+                               max_grad_norm=0.0, temperature=1.0, pad_id=tok.pad_token_id)
+        return result, gradients
+
+    one, reference = steps(6)
+    assert one.applied and 0 < one.metrics[keys.CLIP_FRAC] < 1  # the second step clips some rows, not all
+    for micro_batch_size in (1, 2):
+        split, gradients = steps(micro_batch_size)
+        assert split.metrics[keys.LOSS] == pytest.approx(one.metrics[keys.LOSS], rel=1e-5, abs=1e-7)
+        assert split.metrics[keys.CLIP_FRAC] == pytest.approx(one.metrics[keys.CLIP_FRAC])
+        for computed, expected in zip(gradients, reference, strict=True):
+            for name, gradient in expected.items():
+                torch.testing.assert_close(computed[name], gradient, atol=2e-6, rtol=1e-4)
 
 
 def test_an_update_whose_every_row_is_masked_is_skipped_and_leaves_the_weights():
