@@ -118,6 +118,7 @@ def model_dir(path: Path, *, kind: str = "causal", tokenizer: bool = True, chat_
 
 def refused_before_any_run_dir(tmp_path: Path, capsys, model: Path, expected: str) -> None:
     run_dir = tmp_path / "r"
+    capsys.readouterr()  # saving the model may print transformers' progress bar: not the run's output
     assert main(["train", *TINY, f"run_dir={run_dir}", f"model.name={model}"]) == 2
     err = capsys.readouterr().err
     assert only_line(err) == expected and "crashed" not in err and "resume" not in err
