@@ -292,14 +292,16 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--out", required=True, help="a new directory to write")
     exp.add_argument("--merged", action="store_true", help="merge a LoRA adapter into its base: a plain model")
 
-    doc = sub.add_parser("doctor", help="explain a run after the fact (grpo, AReaL, verl, TRL): cause, first bad "
+    doc = sub.add_parser("doctor", help="explain a run after the fact (grpo, AReaL, verl, TRL, any framework's "
+                                        "step log; TensorBoard, wandb): cause, first bad "
                                         "step, evidence, last good checkpoint; exit 0 healthy, 1 a problem, 2 unreadable")
     doc.add_argument("run_dir", help="a grpo run directory, an AReaL trainer.log (or its directory), a verl console "
-                                     "log, a TRL output directory / checkpoint-N, a TensorBoard log directory, or a "
+                                     "log, a TRL output directory / checkpoint-N, another framework's console log "
+                                     "that prints steps with their metrics, a TensorBoard log directory, or a "
                                      "wandb run directory (wandb/ for its latest run)")
     doc.add_argument("--json", action="store_true", help="print the diagnosis as one JSON object")
 
-    watch = sub.add_parser("watch", help="guard a live run (grpo, AReaL, verl, TRL) as it grows: at the first "
+    watch = sub.add_parser("watch", help="guard a live run (grpo, AReaL, verl, TRL, others) as it grows: at the first "
                                          "problem print the diagnosis, the last good checkpoint and the resume "
                                          "command, and with --pid stop the trainer; exit 0 ended healthy, 1 a "
                                          "problem, 2 unreadable")
