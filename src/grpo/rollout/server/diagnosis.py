@@ -10,25 +10,27 @@ by what it is, the first kind found winning:
    exit code -9"; SIGKILL, SIGTERM, SIGINT, SIGHUP): nothing else a server logs explains the kill of its child;
    a child's own crash (SIGSEGV, SIGBUS, SIGABRT...) is read after the causes grpo knows, which may explain it
    (a full disk, NCCL), and before any error line (those after it are its consequences);
-2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache
-   too small for one sequence, a full disk, a GPU the build has no kernels for, an attention backend without
-   kernels for the model's head size, a dtype the GPU or the quantization does not support, a quantization the
-   GPU lacks, kernels that failed to compile at start, more GPUs asked than seen (or than Ray grants), a model
-   not found (or the hub offline), a model needing --trust-remote-code, a missing module, an architecture or
-   config format the server (or its transformers) does not know, a tensor parallel size the model's heads do
-   not divide, no GPU seen, an adapter over the server's LoRA rank, a weight file cut short, a checkpoint with
-   weights the model's code lacks, out of memory (capturing CUDA graphs, or else), a context longer than the
-   model's, a bad argument (or a setting's value it does not know), a taken port, a request refused as longer
-   than SGLang's KV cache, the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an
-   illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer
-   rank lost (gloo), a crash in native code (faulthandler's, abseil's or UCX's report, with the crashed
-   frame), Ray not started or not reached, a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers or
-   its wait on them, a NCCL collective torch's watchdog gave up on);
+2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too
+   small for one sequence, a full disk, a GPU the build has no kernels for, an NVIDIA driver that does not fit the
+   build's CUDA, an attention backend without kernels for the model's head size, a dtype the GPU or the
+   quantization does not support, a quantization the GPU lacks, kernels that failed to compile at start, more GPUs
+   asked than seen (or than Ray grants), a model not found (or the hub offline), a model needing
+   --trust-remote-code, a compiled extension that does not match the server's Python or torch, a missing module, an
+   architecture or config format the server (or its transformers) does not know, a tensor parallel size the model's
+   heads do not divide, no GPU seen, an engine (V0, V1) vLLM's CPU backend does not have, an adapter over the
+   server's LoRA rank, a weight file cut short, a checkpoint with weights the model's code lacks, out of memory
+   (capturing CUDA graphs, or else), a context longer than the model's, a bad argument (or a setting's value it
+   does not know), a port variable Kubernetes set, a taken port, a request refused as longer than SGLang's KV
+   cache, the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an illegal memory
+   access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer rank lost (gloo), an
+   instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's or UCX's report, with the
+   crashed frame), Ray not started or not reached, a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers
+   or its wait on them, a NCCL collective torch's watchdog gave up on);
 3. the server's own first error line (a traceback's last line, an exception's name alone included), not a
    wrapper pointing at another one: the errors after it are its consequences;
 4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
    logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines and Ray's, a C++ exception's
-   "what():", the shell's "Segmentation fault" or "Aborted";
+   "what():", the shell's word for a crash ("Segmentation fault", "Aborted", "Illegal instruction");
 5. the shell's "Killed" (its child ended by SIGKILL), read only here: SGLang ends itself so after logging why
    (a failed warmup, a watchdog's timeout);
 6. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
@@ -36,8 +38,8 @@ by what it is, the first kind found winning:
 
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read, but for
 a full disk: what writes first is often told so in a warning, and the server dies of it later without a word.
-What goes before a message (a log collector's timestamp, torch's rank, vLLM's process and level, SGLang's
-time) is no part of it.
+What goes before a message (a log collector's: docker compose's service, a timestamp, a supervisor's Python
+logger; the server's: torch's rank, vLLM's process and level, SGLang's time) is no part of it.
 Real logs of each failure are kept in tests/data/server_logs/ (made here) and its real/ (GPU machines,
 from GitHub threads).
 """
@@ -113,9 +115,18 @@ KNOWN_CAUSES: list[Cause] = [
           "rollout.server.weights_dir names a disk with room", in_warnings=True),
     Cause("unsupported_gpu", re.compile(
         r"no kernel image is available|CUDA capability sm_\d+ is not compatible|FlashAttention v3 Backend requires SM|"
-        r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported"),
+        r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported|only supports sm\d+ and above"),
         "the server's build has no kernels for this GPU: install a vLLM/SGLang (and torch) built for its compute "
-        "capability in the server's environment, or pass another --attention-backend in rollout.server.extra_args"),
+        "capability in the server's environment, or pass another --attention-backend in rollout.server.extra_args; "
+        "a line naming the least compute capability the server supports asks for a newer GPU"),
+    # A CUDA driver API function the driver lacks (cuTensorMapEncodeTiled: CUDA 12), the driver refusing the runtime,
+    # or CUDA not initialised (802: on NVSwitch machines, often the fabric manager not running).
+    Cause("cuda_driver", re.compile(
+        r"undefined symbol: cu[A-Z]\w+|CUDA driver version is insufficient|Error 80[234]: |"
+        r"forward compatibility was attempted on non supported HW"),
+        "the NVIDIA driver does not fit the CUDA the server was built with: upgrade the driver (nvidia-smi names the "
+        "newest CUDA it runs) or use a vLLM/SGLang build or image for that CUDA; \"Error 802: system not yet "
+        "initialized\" on an NVSwitch machine (HGX/DGX) is also nvidia-fabricmanager not running"),
     # The model's shape, not the GPU: an attention kernel library built for some head sizes only (FlashInfer: 64,
     # 128, 256).
     Cause("attention_unsupported", re.compile(r"failed to dispatch head_dim \d+|[Hh]ead size \d+ is not supported|"
@@ -156,6 +167,11 @@ KNOWN_CAUSES: list[Cause] = [
                                           r"must be executed"),
           "the model needs its repository's own code: add --trust-remote-code to rollout.server.extra_args (after "
           "reading that code)"),
+    # Its compiled extension lacks what its Python calls: a build of another version, or torch changed under it.
+    Cause("build_mismatch", re.compile(r"undefined symbol: |'_OpNamespace' '\w+' object has no attribute"),
+          "the server's compiled extension does not match its Python code or its torch (a torch installed over it, or "
+          "a build for another version): reinstall vLLM/SGLang with the torch it pins in the server's environment "
+          "(rollout.server.python), installing nothing over them"),
     Cause("missing_module", re.compile(r"No module named"),
           "point rollout.server.python at the Python of the server's environment (e.g. .venv-vllm/bin/python)"),
     Cause("unsupported_model", re.compile(
@@ -175,6 +191,12 @@ KNOWN_CAUSES: list[Cause] = [
           "the server sees no GPU: check CUDA_VISIBLE_DEVICES in rollout.server.env, that the driver works "
           "(nvidia-smi) and that the server's torch is a CUDA build; vLLM says why with VLLM_LOGGING_LEVEL=DEBUG in "
           "rollout.server.env"),
+    # vLLM's CPU backend has had one engine at a time: V0 until V1 was ported to it, V1 only after (0.10).
+    Cause("cpu_engine", re.compile(r"CPU backend only supports V\d|VLLM_USE_V1=\d is not supported with device "
+                                   r"type=cpu"),
+          "vLLM's CPU backend runs one engine only, the one the line names: set VLLM_USE_V1 (0 for V0, 1 for V1) in "
+          "rollout.server.env, and drop from rollout.server.extra_args the flags that ask for the other engine "
+          "(--otlp-traces-endpoint needed V0 in vLLM 0.10)"),
     Cause("lora_rank", re.compile(r"LoRA rank \d+ is greater than max_lora_rank"),
           "an adapter's rank is above the server's LoRA limit: pass --max-lora-rank (at least the adapter's rank) in "
           "rollout.server.extra_args"),
@@ -201,6 +223,11 @@ KNOWN_CAUSES: list[Cause] = [
                                      r"type"),
           "fix rollout.server.extra_args (or rollout.server.command); if they do not pass the value it rejects, "
           "model.name's config.json does, for a newer server: upgrade vLLM/SGLang and transformers"),
+    # Kubernetes sets <SERVICE>_PORT=tcp://ip:port in every pod for each Service of its namespace: a Service named
+    # vllm or sglang sets the variable the server reads as its own port.
+    Cause("service_port_env", re.compile(r"\b[A-Z_]*PORT\b\W{0,3}tcp://\d|appears to be a URI"),
+          "Kubernetes set the server's port variable (VLLM_PORT, SGLANG_PORT) to a Service's tcp:// address: rename "
+          "the Service called vllm or sglang in this namespace, or set enableServiceLinks: false in the pod spec"),
     # uvicorn's word for a taken port, and SGLang's for each port it waits for (port, nccl_port, metrics_port).
     Cause("port_in_use", re.compile(r"[Aa]ddress already in use|error while attempting to bind on address|"
                                     r"port at \d+ is not available"),
@@ -238,12 +265,19 @@ KNOWN_CAUSES: list[Cause] = [
     # A crash in native code as each signal handler reports it, with the frame that says where: Python's
     # faulthandler (the crashed thread's first frame), abseil's in Ray's workers ("PC: @ ... function()"), UCX's in
     # MPI or NCCL builds (its backtrace's first frame with a source file; the ones before are the handler's).
+    # SIGILL: an instruction this CPU lacks (x86 builds made for AVX-512); the GPU's "an illegal instruction" is a
+    # kernel's fault (gpu_fault).
+    Cause("unsupported_cpu", re.compile(r"\bIllegal instruction\b|\bSIGILL\b"),
+          "the server's build uses CPU instructions this CPU lacks (vLLM's CPU images and IPEX need AVX-512 on x86): "
+          "build the server for this CPU (vLLM's CPU backend from source on it) or run it on a CPU that has them"),
     Cause("native_crash", re.compile(r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Floating point)|"
                                      r"\*\*\* SIG(SEGV|BUS|ABRT|FPE|ILL) received at time=|"
                                      r"Caught signal \d+ \((Segmentation fault|Bus error|Aborted|Floating point)"),
           "it crashed in native code (the frame quoted says where): often a vLLM/SGLang build that does not match "
-          "torch, CUDA or the driver (reinstall them together in the server's environment); in NCCL, add "
-          "NCCL_DEBUG=INFO to rollout.server.env to see why",
+          "torch, CUDA or the driver (reinstall them together in the server's environment); in an attention kernel "
+          "(flashinfer), pass another attention backend (SGLang: --attention-backend in rollout.server.extra_args; "
+          "vLLM: VLLM_ATTENTION_BACKEND in rollout.server.env); in NCCL, add NCCL_DEBUG=INFO to rollout.server.env to "
+          "see why",
           (Detail(re.compile(r"^Current thread .*\n\s*File \"(?:[^\"]*/)?([^/\"]+)\", line (\d+) in (\S+)",
                              re.MULTILINE), r"in \3 (\1:\2)"),
            Detail(re.compile(r"^(?:\S+:\d+: )?PC: @\s+0x[0-9a-f]+\s+\S+\s+(\w+)\(\)", re.MULTILINE), r"in \1"),
@@ -294,17 +328,22 @@ ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_
 # An error said without a traceback (read on the line as logged, its level still there): a logger's level
 # (vLLM's "ERROR 11-27 ...", Python's "ERROR:root:", uvicorn's "ERROR:    "), glog's E and F lines
 # ("[rank0]:[E1127 12:00:00.1 ProcessGroupNCCL.cpp:...]"), Ray's C++ ones ("[2026-11-27 12:00:00,1 E 123 123]"),
-# C++'s "what():  ...", a shell's "Aborted (core dumped)".
+# C++'s "what():  ...", a shell's word for its child's crash ("Aborted (core dumped)", "Illegal instruction").
 LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRITICAL|FATAL)[:\s]|"
                           r"(^|\]:?)\[?[EF]\d{4} \d\d:\d\d:\d\d|^\s*what\(\):\s+\S|"
                           r"^(\([^)]*\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\]|"
-                          r"^(.*: line \d+: +\d+ +)?(Segmentation fault|Aborted|Bus error)\b")
+                          r"^(.*: line \d+: +\d+ +)?(Segmentation fault|Aborted|Bus error|Illegal instruction|"
+                          r"Floating point exception)\b")
 # Errors that only say another line holds the cause.
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")
-# What goes before a server's message: a log collector's timestamp (docker --timestamps, Kubernetes:
-# "2026-11-27T12:00:00.123456789Z"), torch's rank ("[rank0]: "), vLLM's process (after a container's name, where a
-# log collector adds one: "kserve-container (EngineCore_0 pid=58)") and level, SGLang's time and rank.
-PREFIX = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+)?(\[rank\d+\]:\s*)?"
+# What a log collector puts before the server's line: docker compose's service ("vllm  | "), a timestamp (docker
+# --timestamps, Kubernetes: "2026-11-27T12:00:00.123456789Z"), a supervisor's Python logger (logging's
+# "%(asctime)s - %(name)s - %(levelname)s - ": its level, not the server's).
+COLLECTOR = re.compile(r"^([\w.-]+\s+\|\s)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+)?"
+                       r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [\w.]+ - [A-Z]+ - )?")
+# What the server puts before its message: torch's rank ("[rank0]: "), vLLM's process (after a container's name, where
+# a log collector adds one: "kserve-container (EngineCore_0 pid=58)") and level, SGLang's time and rank.
+PREFIX = re.compile(r"^(\[rank\d+\]:\s*)?"
                     r"(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)?"
                     r"((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
                     r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)?")
@@ -346,14 +385,15 @@ class Reading:
 
 def read_log(lines: list[str]) -> Reading:
     """The line of the server's log that says why it failed, read as the module's docstring says."""
-    said = [PREFIX.sub("", FRAME.sub("", line.strip())) for line in lines]
+    logged = [COLLECTOR.sub("", FRAME.sub("", line.strip())) for line in lines]
+    said = [PREFIX.sub("", line) for line in logged]
     crashes = [(line, found) for line in said if (found := crash(line))]
     signalled = [(line, -code) for line, (_, code) in crashes
                  if code is not None and code < 0 and not SHELL_KILLED.match(line)]
     killed = [line for line, number in signalled if number in OUTSIDE_SIGNALS]
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
-    own = [(i, line) for i, (raw, line) in enumerate(zip(lines, said)) if not HARMLESS.search(raw)]
+    own = [(i, line) for i, (raw, line) in enumerate(zip(logged, said)) if not HARMLESS.search(raw)]
     for cause in KNOWN_CAUSES:
         matching = [i for i, line in (enumerate(said) if cause.in_warnings else own) if cause.pattern.search(line)]
         if matching:  # the last (SGLang logs a refusal twice, the second time without the request's id) that is
@@ -370,10 +410,10 @@ def read_log(lines: list[str]) -> Reading:
         return Reading(one_line(errors[0], 400), None, None)
     # An error logged after a child's death is its consequence (the engine found dead), one before it its why.
     first_death = next((i for i, line in enumerate(said) if crash(line)), len(said))
-    logged = [line for i, line in own if i < first_death
-              and LOGGED_ERROR.search(FRAME.sub("", lines[i].strip())) and not WRAPPERS.search(line)]
-    if logged:
-        return Reading(one_line(logged[0], 400), None, None)
+    untraced = [line for i, line in own if i < first_death
+                and LOGGED_ERROR.search(logged[i]) and not WRAPPERS.search(line)]
+    if untraced:
+        return Reading(one_line(untraced[0], 400), None, None)
     shell = [line for line, _ in crashes if SHELL_KILLED.match(line)]
     if shell:
         return Reading(one_line(shell[0], 400), "killed", None)

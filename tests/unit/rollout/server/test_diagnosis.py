@@ -212,6 +212,8 @@ def test_the_shells_killed_is_read_only_where_nothing_before_it_says_why():
     ("  what():  std::bad_alloc", "what(): std::bad_alloc"),
     ("./serve.sh: line 3: 4567 Segmentation fault      (core dumped) python -m sglang.launch_server",
      "./serve.sh: line 3: 4567 Segmentation fault (core dumped) python -m sglang.launch_server"),
+    ("./serve.sh: line 3: 4567 Floating point exception (core dumped) python -m sglang.launch_server",
+     "./serve.sh: line 3: 4567 Floating point exception (core dumped) python -m sglang.launch_server"),
 ])
 def test_an_error_logged_without_a_traceback_is_read_before_the_death_it_explains(logged, said):
     assert read_log(["INFO starting", logged, "INFO shutting down"]) == Reading(said, None, None)
@@ -260,8 +262,14 @@ def test_a_symptom_is_read_after_the_causes_that_explain_it():
     # a full disk, told only in a warning, explains a weight file cut short and NCCL's failure on a full /dev/shm
     for after in ("vllm_safetensors_incomplete", "vllm_nccl_dev_shm"):
         assert read_log(real("sglang_disk_full_sigbus") + real(after)).cause == "disk_full"
-    # a warning no cause may be told in stays harmless
+    # a warning no cause may be told in stays harmless: vLLM survives its extension failing to load
+    # (vllm-project/vllm#5501)
     assert read_log(["UserWarning: CUDA error: an illegal memory access was encountered"]).cause is None
+    assert read_log(["WARNING 06-13 11:42:20 _custom_ops.py:11] Failed to import from vllm._C with ImportError('/usr/"
+                     "local/lib/python3.8/dist-packages/vllm/_C.abi3.so: undefined symbol: _ZN5torch7LibraryC1ENS0_4"
+                     "KindESsSt8optionalIN3c1011DispatchKeyEEPKcj')"]).cause is None
+    # the GPU's illegal instruction is a kernel's fault, the CPU's (SIGILL, capitalised by the shell) a missing ISA
+    assert read_log(["RuntimeError: CUDA error: an illegal instruction was encountered"]).cause == "gpu_fault"
 
 
 def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_qualified_name():
@@ -273,6 +281,11 @@ def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_
     # a log collector's timestamp and torch's rank are no part of what the server said
     assert server_error(["2026-11-27T12:00:00.123456789Z [rank0]: OSError: [Errno 5] Input/output error"]) == (
         "OSError: [Errno 5] Input/output error", None)
+    # nor docker compose's service, nor a supervisor's Python logger, whose level is its own, not the server's
+    assert server_error(["vllm_server  | ERROR 04-15 02:01:15 [core.py:387] KeyError: 'rope_scaling'"]) == (
+        "KeyError: 'rope_scaling'", None)
+    assert server_error(["2025-08-13 04:39:39,839 - __main__ - WARNING - ERROR 08-13 04:39:39 engine.py:400] "
+                         "KeyError: 'rope_scaling'"]) == ("KeyError: 'rope_scaling'", None)
     assert read_log(real("worker_vllm_llama31_rope_scaling")).line.startswith("ValueError: `rope_scaling` must be")
     # an error raised without a message is its name alone; an interrupt is no error
     assert server_error(["    raise StopEngineError", "StopEngineError"]) == ("StopEngineError", None)
