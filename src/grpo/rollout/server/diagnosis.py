@@ -226,8 +226,9 @@ KNOWN_CAUSES: list[Cause] = [
     # Kubernetes sets <SERVICE>_PORT=tcp://ip:port in every pod for each Service of its namespace: a Service named
     # vllm or sglang sets the variable the server reads as its own port.
     Cause("service_port_env", re.compile(r"\b[A-Z_]*PORT\b\W{0,3}tcp://\d|appears to be a URI"),
-          "Kubernetes set the server's port variable (VLLM_PORT, SGLANG_PORT) to a Service's tcp:// address: rename "
-          "the Service called vllm or sglang in this namespace, or set enableServiceLinks: false in the pod spec"),
+          "Kubernetes set the server's port variable (VLLM_PORT, SGLANG_PORT) to a Service's tcp:// address (grpo "
+          "leaves those two out of a server it starts, unless rollout.server.env sets them): rename the Service "
+          "called vllm or sglang in this namespace, or set enableServiceLinks: false in the pod spec"),
     # uvicorn's word for a taken port, and SGLang's for each port it waits for (port, nccl_port, metrics_port).
     Cause("port_in_use", re.compile(r"[Aa]ddress already in use|error while attempting to bind on address|"
                                     r"port at \d+ is not available"),

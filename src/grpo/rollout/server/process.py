@@ -41,6 +41,21 @@ class Activity:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+# Kubernetes gives every pod <SERVICE>_PORT=tcp://IP:PORT for each Service of its namespace: a Service named
+# vllm or sglang sets the variable the server reads as its own port number, and it fails to start
+# (vllm-project/vllm#34199). grpo picks the server's port itself, so such an address is left out.
+SERVICE_LINK_PORTS = ("VLLM_PORT", "SGLANG_PORT")
+
+
+def server_environment(inherited: dict[str, str], asked: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The server's environment: the trainer's, less a Service link's address in a variable the server reads
+    as a port, then what rollout.server.env asks (kept whatever it says) -> (it, the variables left out)."""
+    dropped = [name for name in SERVICE_LINK_PORTS
+               if name not in asked and inherited.get(name, "").startswith("tcp://")]
+    env = {name: value for name, value in inherited.items() if name not in dropped}
+    return {**env, **asked}, dropped
+
+
 class ServerProcess:
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path,
                  on_exit: Callable[["ServerProcess"], None], remove_when_orphaned: Path | None = None) -> None:
@@ -61,15 +76,19 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env, dropped = server_environment(dict(os.environ), self.env)
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
+            for name in dropped:
+                log.write(f"grpo: {name}={os.environ[name]} left out of the server's environment: a Kubernetes "
+                          "Service's address, not a port\n".encode())
             log.flush()
             self.log_offset = log.tell()
             reaper = [sys.executable, "-I", str(REAPER), "--trainer", str(os.getpid())]
             if self.remove_when_orphaned is not None:
                 reaper += ["--remove-when-orphaned", str(self.remove_when_orphaned)]
             self.proc = subprocess.Popen([*reaper, "--", *self.argv], stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env={**os.environ, **self.env},
+                                         stdin=subprocess.DEVNULL, env=env,
                                          start_new_session=True)
         self.started_at = time.time()
         threading.Thread(target=self._watch, name=f"watch-{self.proc.pid}", daemon=True).start()

@@ -13,7 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from grpo.rollout.server.process import ServerProcess, oom_kills
+from grpo.rollout.server.process import ServerProcess, oom_kills, server_environment
 from tests.processes import env_with_src, session
 from tests.waiting import wait_until
 
@@ -129,3 +129,20 @@ def test_a_reaper_removes_the_temporary_directories_of_reapers_killed_outright(t
         process.kill()
         shutil.rmtree(alive, ignore_errors=True)
         shutil.rmtree(orphaned, ignore_errors=True)
+
+
+def test_a_kubernetes_service_links_address_in_the_servers_port_variable_is_left_out(tmp_path, monkeypatch):
+    # a Service named vllm in the pod's namespace (vllm-project/vllm#34199); SGLANG_PORT a plain number is kept
+    monkeypatch.setenv("VLLM_PORT", "tcp://10.96.12.7:8000")
+    monkeypatch.setenv("SGLANG_PORT", "30000")
+    printing = "import os; print('seen', os.environ.get('VLLM_PORT'), os.environ.get('SGLANG_PORT'), flush=True)"
+    process = ServerProcess([sys.executable, "-c", printing], {}, tmp_path / "s.log", lambda p: None)
+    process.start()
+    assert process.exited.wait(10)
+    log = (tmp_path / "s.log").read_text()
+    assert "seen None 30000" in log
+    assert ("grpo: VLLM_PORT=tcp://10.96.12.7:8000 left out of the server's environment: a Kubernetes Service's "
+            "address, not a port") in log
+    # what rollout.server.env asks is the user's word, kept as it is
+    env, dropped = server_environment({"VLLM_PORT": "tcp://10.96.12.7:8000"}, {"VLLM_PORT": "tcp://10.96.12.7:8000"})
+    assert env["VLLM_PORT"] == "tcp://10.96.12.7:8000" and dropped == []
