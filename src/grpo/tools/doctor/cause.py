@@ -23,7 +23,7 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
                          no signal
     policy_collapse      the reward fell with the infrastructure healthy
     kl_drift             KL to the reference exploded while the reward stayed where it was
-    out_of_memory, disk_full, gpu_failure, worker_failure, server_failure, reward_broken, crashed
+    out_of_memory, disk_full, nonfinite, gpu_failure, worker_failure, server_failure, reward_broken, crashed
                          the run ended in a crash after its last step (or before its first), classified
                          by what its traceback or fatal line says (`crashes`)
     stalled              the steps stopped: a trainer killed without a word, or no step at all (with
@@ -54,6 +54,7 @@ from grpo.tools.doctor.record import (
     ZERO_VARIANCE,
     Anomaly,
     Checkpoint,
+    Crash,
     Evidence,
     RunRecord,
 )
@@ -69,7 +70,8 @@ MODEL_SIDE = {"zero_reward", "reward_collapse", "zero_variance", "zero_loss", "f
 COLLAPSE_SIGNS = {"entropy_collapse": "entropy collapsing", "truncated_responses": "responses running to the length "
                   "limit", "grad_norm_spike": "gradient spikes", "kl_explosion": "KL exploding"}
 CRASH_TEXT = {
-    "out_of_memory": "ran out of memory", "disk_full": "the disk refused a write", "gpu_failure": "a CUDA or NCCL error",
+    "out_of_memory": "ran out of memory", "disk_full": "the disk refused a write",
+    "nonfinite": "the policy's numbers went NaN or infinite", "gpu_failure": "a CUDA or NCCL error",
     "reward_broken": "the reward function raised", "server_failure": "the inference engine died",
     "worker_failure": "a worker process died or could not start", "crashed": "an exception",
 }
@@ -77,6 +79,8 @@ CRASH_ADVICE = {
     "out_of_memory": "lower the batch, the sequence lengths or the inference server's memory share (gpu memory "
                      "utilization / mem_fraction_static), or offload",
     "disk_full": "free space (old checkpoints), then run the same command again",
+    "nonfinite": "resume from a checkpoint before it with a lower learning rate or a clipped gradient (and a KL or "
+                 "ratio clamp); the steps before it, if logged, show where the NaN began (often the KL first)",
     "gpu_failure": "check the GPUs (nvidia-smi, Xid errors in dmesg) and the NCCL setup (NCCL_DEBUG=INFO); a "
                    "library built for another CUDA or GPU architecture fails the same way",
     "reward_broken": "fix the reward function for these inputs (its traceback names the line)",
@@ -120,6 +124,9 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         # The trainer printed its completion line after its last step: the launcher's "Killed" or
         # JobException as it stops the processes afterwards wraps no failure of the run's own.
         crash = None
+    if crash is not None and not record.steps() and record.progress:
+        # no step's metrics, but the progress bar's count: the crash came in the step after it
+        crash = Crash(record.progress + 1, crash.kind, crash.text, crash.evidence)
     interrupted = crash is not None and crash.kind == "interrupted"
     if interrupted:
         crash = None  # stopped on purpose: judged by its steps
@@ -215,6 +222,14 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if signal and min(a.step for a in signal) == onset and not (collapse and collapse.step < onset):
         step = min(a.step for a in signal)
         backing = signal + [first[k] for k in ("reward_zero",) if k in first]
+        spread = _groups_differ(record, step) if "zero_variance" not in first else None
+        if spread is not None:
+            return "no_learning_signal", step, (
+                f"from step {step} the loss and the gradient are exactly 0 although the groups' rewards differ "
+                f"({spread}): the advantages are not 0, yet no gradient reaches the weights, so nothing is learned"
+                f"{late_note}. Not the task: check that the trained parameters require grad and reach the "
+                "optimizer (adapters attached, nothing frozen or offloaded away) and the distributed setup "
+                "(DeepSpeed's version and ZeRO stage: the same script on one node is the test)"), backing
         seen = ("every group's rewards are identical, so every advantage, the loss and the gradient are 0"
                 if record.finite_series(REWARD) else "the loss and the gradient are exactly 0 (the log holds no "
                 "reward; every advantage 0 is what makes them so)")
@@ -319,6 +334,16 @@ def _never_updated(record: RunRecord) -> bool:
     steps = record.steps()
     return len(steps) >= 2 and all(record.metrics[s].get(LOSS) == 0.0 and record.metrics[s].get(GRAD_NORM) == 0.0
                                    for s in steps)
+
+
+def _groups_differ(record: RunRecord, step: int) -> str | None:
+    """What shows the groups' rewards differing at `step` (their spread, or groups not all alike), or None."""
+    values = record.metrics.get(step, {})
+    if values.get(ZERO_VARIANCE, 1.0) < 1.0:
+        return f"{1 - values[ZERO_VARIANCE]:.0%} of the groups not all alike"
+    if values.get(REWARD_STD, 0.0) > 0.0:
+        return f"reward_std {values[REWARD_STD]:.3g}"
+    return None
 
 
 def _only_the_reward(record: RunRecord, step: int) -> bool:

@@ -7,6 +7,9 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
 
     out_of_memory    CUDA or host memory ran out (OutOfMemoryError, the OOM killer, Ray's monitor)
     disk_full        a write refused: no space, quota, read-only file system
+    nonfinite        the policy's numbers went NaN or infinite: sampling from probabilities that hold NaN or inf
+                     (torch's multinomial, on the GPU a device-side assertion that the CUDA error after it
+                     only repeats), a backward pass that returned NaN
     gpu_failure      a CUDA error or an NCCL error or timeout (illegal access, device-side assert), or no GPU
                      the process could use
     reward_broken    raised inside the reward function (its frames, or a reward's own message)
@@ -29,6 +32,8 @@ CLASSES = {
         r"RayOutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|memory usage .* exceeds|Cannot allocate memory|"
         r"std::bad_alloc|not enough memory|insufficient memory|KV cache .*(?:too small|not enough)", re.I),
     "disk_full": re.compile(r"No space left on device|Disk quota exceeded|Read-only file system", re.I),
+    "nonfinite": re.compile(r"probability tensor contains either\W+inf\W+nan\W+or element < 0|"
+                            r"returned nan values in its \d+\w* output", re.I),
     "gpu_failure": re.compile(
         r"CUDA error|CUDA kernel errors|NCCL error|nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error|"
         r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:timeout|timed out|abort)|"
@@ -50,8 +55,8 @@ CLASSES = {
         r"failed to import on the worker|register_center|worker group|got signal: 1\b|SIGHUP", re.I),
     "interrupted": re.compile(r"^KeyboardInterrupt|SIGTERM received|Received SIGTERM|Terminated$", re.I),
 }
-ORDER = ("out_of_memory", "disk_full", "gpu_failure", "reward_broken", "server_failure", "worker_failure",
-         "interrupted", "crashed")
+ORDER = ("out_of_memory", "disk_full", "nonfinite", "gpu_failure", "reward_broken", "server_failure",
+         "worker_failure", "interrupted", "crashed")
 # An exception raised inside the inference engine's own code: the engine failed, whatever the exception.
 ENGINE_FRAMES = re.compile(r"/(?:sglang|vllm)/")
 # Crashes that only say another one happened (a launcher's or torchrun's wrapper, the shell's "Killed"):
@@ -61,12 +66,18 @@ WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing j
 # Fatal on their own, without a traceback (the process was killed, or aborted from C++).
 # Words a FATAL line holds, one at least: a line without any is not matched against FATAL (most lines).
 _FATAL_HINTS = ("Watchdog", "Killed", "Segmentation", "Fatal Python", "terminate called", "ChildFailedError",
-                "RayOutOfMemoryError", "*** SIG", "CUDA error", "CUDA Error", "NCCL", "Error executing job")
+                "RayOutOfMemoryError", "*** SIG", "CUDA error", "CUDA Error", "NCCL", "Error executing job",
+                "Assertion")
 FATAL = re.compile(
     r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
     r"Segmentation fault|Fatal Python error|terminate called after throwing|"
     r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError|RayOutOfMemoryError|"
-    r"^\*\*\* SIG(?:SEGV|ABRT|BUS)|CUDA error: |RuntimeError: NCCL|Error executing job with overrides", re.I)
+    r"^\*\*\* SIG(?:SEGV|ABRT|BUS)|CUDA error: |RuntimeError: NCCL|Error executing job with overrides|"
+    # a C or CUDA kernel's assert (a device-side assertion prints this before Python's traceback, which a
+    # pasted log may not keep whole)
+    r"\bAssertion `.*` failed", re.I)
+# A progress bar the message was printed after, on the same line (a bar redrawn without a newline): not the message.
+_BAR_BEFORE = re.compile(r"^.*\d{1,3}%\|[^|]*\|[^\]\n]*\]")
 TRACEBACK = "Traceback (most recent call last)"
 # Ray prints a remote task's traceback under its own header, without Python's: `ray::Actor.method() (pid=N,
 # ...)` (alone, or after "Unhandled error (suppress with ...): " when nothing awaited the task), then the frames.
@@ -173,7 +184,7 @@ class CrashScanner:
             return
         if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped) \
                 and not self._repeats(line_no, stripped):
-            self._add(line_no, stripped, step, [])
+            self._add(line_no, _BAR_BEFORE.sub("", stripped), step, [])
 
     def _repeats(self, line_no: int, text: str) -> bool:
         """A fatal line that says again what the traceback just read said, right after it (other actors'
@@ -190,7 +201,7 @@ class CrashScanner:
         self.crashes.append(crash)
 
 
-SPECIFIC = ("out_of_memory", "disk_full", "gpu_failure", "reward_broken", "server_failure")
+SPECIFIC = ("out_of_memory", "disk_full", "nonfinite", "gpu_failure", "reward_broken", "server_failure")
 
 
 def final(crashes: list[Crash], after_step: int, after_line: int | None = None) -> Crash | None:

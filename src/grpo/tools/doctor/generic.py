@@ -5,13 +5,15 @@ slime, nanoGPT-style loops, a user's own script), whatever the shape of its line
     [step 12] loss 0.31, reward 0.52             {"global_step": 12, "rollout/score": 0.5, "kl": 0.01}
 
 A line is a step's when it names a step (`step 12`, `step: 12`, `Step 12/500` with the run's total,
-`[step 12]`, `global_step=12`, `iter 12`, `Iteration 12`, a dict's step key) and at least two metrics the
-doctor knows: `name: number`, `name=number`, a cell `name number` of a `|`- or comma-separated list, or
-a table's name cell and the number cell after it. Two shapes spread a step over lines: a step line
-without metrics followed at once by its metrics (a key/value table, a pretty-printed dict), and a table
-whose header names a step column and metric columns, one row a step. Names are known by their words,
-whatever their case, separators or role prefix (`train/`, `actor/`, `critic/`, `rollout/`, `policy/`):
-`avg_reward`, `Train/Reward` and `critic/score/mean` are the reward.
+`[step 12]`, `global_step=12`, `iter 12`, `Iteration 12`, slime's `rollout 12:`, a dict's step key, ms-swift's
+`"global_step/max_steps": "12/500"`) and at least two metrics the doctor knows: `name: number`, `name=number`,
+a cell `name number` of a `|`- or comma-separated list, or a table's name cell and the number cell after it.
+Two shapes spread a step over lines: a step line without metrics followed at once by its metrics (a key/value
+table, a pretty-printed dict), and a table whose header names a step column and metric columns, one row a step.
+Names are known by their words, whatever their case, separators or role prefix (`train/`, `actor/`, `critic/`,
+`rollout/`, `policy/`): `avg_reward`, `Train/Reward`, `Total rewards mean` and `critic/score/mean` are the
+reward, and the task's raw score ranks over a shaped reward on one line (slime's `rollout/raw_reward` over its
+normalised `rollout/rewards`).
 
 Conservative on purpose, since a wrong step misleads more than a missing one: the learning rate, times,
 throughput and epochs are never metrics, a `*_std`, `*_min` or `*_max` is not the mean, an evaluation's
@@ -45,13 +47,17 @@ MIN_METRICS = 2  # known metrics a step needs: one number beside a step is too o
 BLOCK_GAP = 3  # lines (a caption, a table's top border) that may come between a step line and its metrics
 
 # The step, however a loop prints it; a dict's global step (or wandb's `_step`) is the run's own count.
+# slime's `rollout N: {...}` is its step too (the rollout's id), only in that shape: "rollout 3/8" is progress.
 _STEP = re.compile(
-    r"(?<![\w./-])(?:(?:train|trainer)/)?(global[_ ]step|_step|step|iteration|iter)(?:/max_steps)?['\"]?"
+    r"(?<![\w./-])(?:(?:train|trainer)/)?(global[_ ]step|_step|step|iteration|iter|rollout(?=\s+\d{1,12}:))"
+    r"(?:/max_steps)?['\"]?"
     r"(?:\s*[:=#]\s*|\s+|\s*\[\s*)['\"]?(\d{1,12})(?:\s*/\s*(\d{1,12}))?(?![\d%]|\.\d|[eE][-+]?\d)", re.I)
 _STEP_COLUMNS = frozenset({"step", "steps", "global_step", "iteration", "iter"})
 # A tqdm bar (`Training Progress:  45%|####  | 9/20 [00:03<00:04, 2.1it/s]`): progress, not a step's metrics.
 _BAR = re.compile(r"\d{1,3}%\|[^|]*\|\s*(\d{1,12})/(?:\d{1,12}|\?)(?:\s*\[[^\]]*\])?")
 _TRAINING_BAR = re.compile(r"train|episode|step|iteration", re.I)
+# A bar of the data's preparation (HF datasets' `Generating train split`, `Map`, `Filter`) or of an epoch: not steps.
+_PREPARING_BAR = re.compile(r"\bsplit\b|\bmap\b|\bfilter\b|generating|loading|tokeniz|download|epoch", re.I)
 # The run's own word that training ended (a wrapper's `Killed` after it is the launcher stopping its processes).
 _FINISHED = re.compile(r"\btrain(?:ing)? (?:is |has )?(?:complete[ds]?|finished|done)\b|\bfinished training\b", re.I)
 _CELLS = re.compile(r"\s*(?:\||│|┃| - |[,;\t])\s*")
@@ -83,8 +89,12 @@ _EVAL = frozenset({"eval", "evaluation", "val", "valid", "validation", "test"})
 # A name's words (roles and `mean` dropped, joined by `_`) -> (canonical name, rank): of two names for one
 # measure on a line, the lower rank wins (verl's old `entropy_loss` is the entropy only without `entropy`).
 _NAMES = {
-    **dict.fromkeys(("reward", "rewards", "score", "scores", "task_reward", "raw_reward", "raw_rewards",
-                     "episode_reward", "reward_score"), (REWARD, 0)),
+    # The task's own score before any shaping ranks first: slime's `rollout/rewards` beside `rollout/raw_reward`
+    # is the group-normalised reward (about 0 by construction), verl's `critic/rewards` the score less the KL.
+    **dict.fromkeys(("score", "scores", "task_reward", "raw_reward", "raw_rewards", "episode_reward", "reward_score"),
+                    (REWARD, 0)),
+    **dict.fromkeys(("reward", "rewards", "total_reward", "total_rewards", "grouped_reward", "grouped_rewards"),
+                    (REWARD, 1)),
     **dict.fromkeys(("acc", "accuracy", "correct", "correctness", "correct_ratio", "pass@1", "pass_at_1",
                      "pass_rate", "solve_rate", "success_rate"), (ACCURACY, 0)),
     **dict.fromkeys(("loss", "pg_loss", "surrogate_loss"), (LOSS, 0)),
@@ -108,6 +118,7 @@ class StepLine:
     step: int
     total: int | None  # the run's steps, where the line says `Step N/M`
     metrics: dict[str, float]  # canonical name -> value
+    counter: str = "step"  # the word that counts it (`step`, `iter`, `rollout`): a log may keep two counts
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,7 @@ class _Block:
     step: int
     total: int | None
     metrics: dict[str, tuple[float, int]]
+    counter: str
     gap: int = 0  # lines without a pair since the step line, before the metrics began
     started: bool = False
 
@@ -172,7 +184,7 @@ class StepReader:
         block, self._block = self._block, None
         if block is None or len(block.metrics) < MIN_METRICS:
             return []
-        return [Found(block.line, block.text, StepLine(block.step, block.total, _values(block.metrics)))]
+        return [Found(block.line, block.text, StepLine(block.step, block.total, _values(block.metrics), block.counter))]
 
     def _past_bars(self, piece: str) -> str:
         """The piece after its progress bars (what a process printed right after a bar's redraw), each
@@ -181,7 +193,8 @@ class StepReader:
             return piece
         start = 0
         for bar in _BAR.finditer(piece):
-            if _TRAINING_BAR.search(piece[start:bar.start()]) and "epoch" not in piece[start:bar.start()].lower():
+            label = piece[start:bar.start()]
+            if _TRAINING_BAR.search(label) and not _PREPARING_BAR.search(label):
                 self.progress = max(self.progress, int(bar.group(1)))
             start = bar.end()
         return piece[start:]
@@ -203,8 +216,9 @@ class StepReader:
             pairs = _ranked(_pairs(line))
             found = self.flush()
             if len(pairs) >= MIN_METRICS:
-                return found + [Found(number, line.strip()[:300], StepLine(named[0], named[1], _values(pairs)))]
-            self._block = _Block(number, line.strip()[:300], named[0], named[1], pairs)
+                return found + [Found(number, line.strip()[:300], StepLine(named.step, named.total, _values(pairs),
+                                                                            named.counter))]
+            self._block = _Block(number, line.strip()[:300], named.step, named.total, pairs, named.counter)
             return found
         return self._in_block(line)
 
@@ -241,10 +255,17 @@ class StepReader:
         return None if step is None else StepLine(step, None, _values(values))
 
 
-def _step_of(line: str) -> tuple[int, int | None] | None:
-    """(the step a line names, the run's total where it says one)."""
+@dataclass(frozen=True)
+class _Count:
+    step: int
+    total: int | None  # the run's steps, where the line says one
+    counter: str  # `step` (a global step, `_step`), `iter` (`iteration`) or `rollout`
+
+
+def _step_of(line: str) -> _Count | None:
+    """The step a line names, the run's total where it says one, and the word that counts it."""
     lower = line.lower()
-    if "step" not in lower and "iter" not in lower:
+    if "step" not in lower and "iter" not in lower and "rollout" not in lower:
         return None
     steps = list(_STEP.finditer(line))
     if not steps:
@@ -257,7 +278,9 @@ def _step_of(line: str) -> tuple[int, int | None] | None:
     step = as_step(int(chosen.group(2)))
     if step is None:
         return None
-    return step, (as_step(int(chosen.group(3))) or None) if chosen.group(3) else None
+    word = chosen.group(1).lower()
+    counter = "rollout" if word == "rollout" else "iter" if word.startswith("iter") else "step"
+    return _Count(step, (as_step(int(chosen.group(3))) or None) if chosen.group(3) else None, counter)
 
 
 def _header(line: str) -> _Columns | None:

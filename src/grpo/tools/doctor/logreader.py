@@ -82,12 +82,15 @@ class LogReader:
 class ConsoleReader(LogReader):
     """A log of a framework without a reader of its own, under the framework its launch lines name
     (`source`, else "log"): read for what ended it, and for its steps where its lines show them in a
-    shape `generic` knows. A step number that goes back starts a new attempt (a resume)."""
+    shape `generic` knows. A step number that goes back starts a new attempt (a resume); a log that keeps two
+    counts (slime's `rollout N` and `step N`, which part when a rollout feeds several updates) is compared
+    count by count."""
 
     def __init__(self, path: Path, source: str = "log") -> None:
         self.source = source
         super().__init__(path)
         self.steps = generic.StepReader()
+        self.counts: dict[str, int] = {}  # each count's last step (`step`, `iter`, `rollout`)
 
     def line(self, number: int, line: str) -> None:
         for found in self.steps.feed(number, line):
@@ -98,9 +101,13 @@ class ConsoleReader(LogReader):
     def _step(self, found: generic.Found) -> None:
         record, read = self.record, found.step
         evidence = Evidence(str(self.path), found.line, found.text)
-        if read.step < self.current:
-            record.restart(Mark(read.step, "restart", f"the step count went back from {self.current} to "
-                                                     f"{read.step}", evidence))
+        last = self.counts.get(read.counter, 0)
+        if read.step < last:
+            record.restart(Mark(read.step, "restart", f"the step count went back from {last} to {read.step}",
+                                evidence))
+            # the earlier attempt's counts are over: its other count going back too is the same restart
+            self.counts = {counter: min(step, read.step) for counter, step in self.counts.items()}
+        self.counts[read.counter] = read.step
         for name, value in read.metrics.items():
             record.put(read.step, name, value)
         record.evidence_by_step.setdefault(read.step, evidence)

@@ -51,8 +51,7 @@ def anomalies(record: RunRecord) -> list[Anomaly]:
     found += _zero_reward(record, interval)
     found += _reward_collapse(record, interval)
     found += _zero_variance(record, interval)
-    found += _streak_on(record, _loss_without_gradient(record), lambda v: v == 0.0, "zero_loss", "loss exactly 0",
-                        interval)
+    found += _zero_loss(record, interval)
     found += _first(record, LOST, lambda v: v >= CHECKS["failed_rollouts"].threshold, "failed_rollouts",
                     "half or more of the groups lost to failed generations, after retries")
     found += _nonfinite(record)
@@ -123,25 +122,27 @@ def _runs(series: list[tuple[int, float]], bad) -> list[tuple[int, int, int]]:
 
 
 def _long_enough(record: RunRecord, start: int, last: int, length: int, patience: int, interval: int,
-                 end: int | None) -> bool:
+                 end: int | None, least_at_end: int | None = None) -> bool:
     """A streak trips at `patience` steps (entries x the logging interval) and at least min(patience, 3)
     entries (one entry logged every 10 steps is one noisy sample, not 10 bad steps). After the fact, a
     streak that reaches the end of the run needs no more steps than came: min(patience, 3) entries, or
-    two when the run ended without finishing (it died inside the streak)."""
-    if last == end and length >= (2 if not record.finished else min(patience, 3)):
+    two when the run ended without finishing (it died inside the streak), or `least_at_end` where the
+    caller knows more."""
+    least = least_at_end or (2 if not record.finished else min(patience, 3))
+    if last == end and length >= least:
         return True
     return last - start + interval >= patience and length >= min(patience, 3)
 
 
 def _streak_on(record: RunRecord, series: list[tuple[int, float]], bad, kind: str, what: str,
-               interval: int = 1) -> list[Anomaly]:
+               interval: int = 1, least_at_end: int | None = None) -> list[Anomaly]:
     """The first streak of `kind`'s patience (see _long_enough)."""
     if not series:
         return []
     end = None if record.running else series[-1][0]
     patience = CHECKS[kind].patience
     for start, last, length in _runs(series, bad):
-        if _long_enough(record, start, last, length, patience, interval, end):
+        if _long_enough(record, start, last, length, patience, interval, end, least_at_end):
             return [Anomaly(start, kind, f"{what} for {length} logged step(s) from step {start}"
                             + (" to the end" if last == end else f" to {last}"), _evidence(record, start))]
     return []
@@ -163,10 +164,28 @@ def _first(record: RunRecord, name: str, bad, kind: str, what: str) -> list[Anom
 
 
 def _zero_reward(record: RunRecord, interval: int) -> list[Anomaly]:
-    """Mean reward exactly 0 (the guard's zero_reward), from the first step or after real rewards."""
+    """Mean reward exactly 0 (the guard's zero_reward), from the first step or after real rewards. A log
+    whose every entry scores exactly 0 scored nothing in what it logged, however few its entries (with
+    fewer than all, a sparse reward's bad luck is not ruled out)."""
     threshold = CHECKS["zero_reward"].threshold
-    return _streak_on(record, record.finite_series(REWARD), lambda v: v <= threshold and v >= 0, "zero_reward",
-                      "mean reward exactly 0", interval)
+
+    def zero(value: float) -> bool:
+        return 0 <= value <= threshold
+
+    series = record.finite_series(REWARD)
+    whole = 1 if series and all(zero(v) for _, v in series) else None
+    return _streak_on(record, series, zero, "zero_reward", "mean reward exactly 0", interval, whole)
+
+
+def _zero_loss(record: RunRecord, interval: int) -> list[Anomaly]:
+    """The loss exactly 0 with no gradient (the guard's zero_loss). A log whose every entry is so, with the KL
+    to the reference exactly 0 at a step past the first (the updates before it moved nothing), learned
+    nothing in what it logged, however few its entries."""
+    series = _loss_without_gradient(record)
+    unmoved = series and all(v == 0.0 for _, v in series) and any(
+        s > 1 and record.metrics[s].get(KL) == 0.0 for s, _ in series)
+    return _streak_on(record, series, lambda v: v == 0.0, "zero_loss", "loss exactly 0", interval,
+                      1 if unmoved else None)
 
 
 def _zero_variance(record: RunRecord, interval: int) -> list[Anomaly]:

@@ -194,3 +194,31 @@ def test_a_loss_and_gradient_exactly_0_at_every_step_are_no_signal_without_a_rew
     assert decide(update([0.0], [0.0]))[0] == "unknown"
     assert decide(update([0.0, 0.0], [0.0, 0.2]))[0] == "unknown"
     assert decide(update([0.0, 0.0]))[0] == "unknown"
+
+
+def test_a_log_whose_every_entry_scores_exactly_0_never_scored_however_short():
+    """slime#1527: the one rollout logged scores exactly 0 (raw reward 0 over the batch): the reward scored nothing
+    in what the log holds. A live run's first zero is not enough (more steps may come), nor a log with any score."""
+    assert decide(record([0.0])) == ("reward_not_wired", 1)
+    live = record([0.0])
+    live.running = True
+    assert decide(live)[0] != "reward_not_wired"
+    assert decide(record([0.0, 0.3]))[0] != "reward_not_wired"
+
+
+def test_no_gradient_and_no_kl_past_the_first_step_while_the_groups_differ_is_no_learning_signal():
+    """ms-swift#5571: at step 5 the loss, the gradient norm and the KL are exactly 0 while every group's rewards
+    differ: the updates before it moved nothing and this one moves nothing, however short the log; named as a
+    gradient that never reaches the weights, not as a task without signal. At step 1 a KL of 0 proves nothing
+    (the policy is the reference), and a KL that moved means the weights did."""
+    def step(at: int, kl: float) -> RunRecord:
+        run = RunRecord("log", "train.log", console=True)
+        for name, value in (("reward", 0.34), ("reward_std", 0.44), ("zero_std_frac", 0.0), ("loss", 0.0),
+                            ("grad_norm", 0.0), ("kl", kl)):
+            run.put(at, name, value)
+        return run
+
+    what, first_bad, explanation, _ = cause.decide(step(5, 0.0), timeline.anomalies(step(5, 0.0)))
+    assert (what, first_bad) == ("no_learning_signal", 5) and "although the groups' rewards differ" in explanation
+    assert decide(step(1, 0.0))[0] != "no_learning_signal"
+    assert decide(step(5, 0.002))[0] != "no_learning_signal"

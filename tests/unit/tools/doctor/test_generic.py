@@ -66,6 +66,16 @@ def one(line: str) -> generic.StepLine:
      None, {LOSS: 0.31, ENTROPY: 0.9, GRAD_NORM: 0.41}),
     ("step 12 | acc: 45.2% | loss: nan | reward_mean: 0.4", 12, None,
      {ACCURACY: 0.452, LOSS: float("nan"), REWARD: 0.4}),
+    # slime's rollout line: the raw reward, not the group-normalised `rollout/rewards` beside it
+    ("rollout 12: {'rollout/response_lengths': 812.5, 'rollout/rewards': 1.2e-09, 'rollout/truncated': 0.05, "
+     "'rollout/raw_reward': 0.41, 'rollout/advantages': 0.0}", 12, None,
+     {LENGTH: 812.5, REWARD: 0.41, TRUNCATED: 0.05}),
+    ("Iter 12: Train loss 0.031, Total rewards mean 0.520, Total rewards std 0.250, Grouped rewards mean 0.520, "
+     "Grouped rewards std 0.250, KL 0.001, Learning Rate 1.000e-05, It/sec 0.035, Peak mem 32.470 GB", 12, None,
+     {LOSS: 0.031, REWARD: 0.52, REWARD_STD: 0.25, KL: 0.001}),
+    ('{"loss": -0.0, "grad_norm": 0.0, "reward": 0.71, "reward_std": 0.13, "kl": NaN, '
+     '"global_step/max_steps": "12/547", "elapsed_time": "5m 18s"}', 12, 547,
+     {LOSS: 0.0, GRAD_NORM: 0.0, REWARD: 0.71, REWARD_STD: 0.13, KL: float("nan")}),
 ])
 def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
     found = one(line)
@@ -89,6 +99,7 @@ def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
     "step 12 reward 0.5 loss 0.3",  # bare numbers outside a list of cells: too easily something else
     "Saving checkpoint at step 100 to /ckpt/global_step_100 (reward: 0.5)",
     "step 12.5 | loss: 0.3 | reward: 0.5",  # not a step count
+    "rollout 3/8 done | loss: 0.3 | reward: 0.5",  # a rollout's progress, not slime's `rollout N:` line
 ])
 def test_lines_that_are_not_a_steps_metrics_are_not_read(line):
     assert steps(line) == []
@@ -105,7 +116,8 @@ def test_lines_that_are_not_a_steps_metrics_are_not_read(line):
     ("gen_len", LENGTH), ("output_len", LENGTH), ("mean_length", LENGTH), ("completions/mean_length", LENGTH),
     ("reward_std", REWARD_STD), ("critic/score/std", REWARD_STD), ("frac_reward_zero_std", ZERO_VARIANCE),
     ("zero_std_ratio", ZERO_VARIANCE), ("completions/clipped_ratio", TRUNCATED), ("critic/vf_loss", CRITIC_LOSS),
-    ("critic_loss", CRITIC_LOSS), ("critic/grad_norm", CRITIC_GRAD_NORM),
+    ("critic_loss", CRITIC_LOSS), ("critic/grad_norm", CRITIC_GRAD_NORM), ("Total rewards mean", REWARD),
+    ("grouped_rewards_mean", REWARD), ("Grouped rewards std", REWARD_STD),
     ("lr", None), ("learning_rate", None), ("time", None), ("step_time", None), ("throughput", None),
     ("epoch", None), ("reward_min", None), ("reward_max", None), ("loss_std", None), ("max_grad_norm", None),
     ("kl_coef", None), ("Mismatch KL", None), ("eval_reward", None), ("val-core/gsm8k/reward/mean@1", None),
@@ -158,6 +170,21 @@ def test_a_training_bars_count_is_progress_and_text_after_a_bar_is_read():
     assert reader.progress == 61 and found.step.step == 61
 
 
+def test_a_bar_of_the_datas_preparation_is_no_training_progress():
+    reader = generic.StepReader()
+    for number, line in enumerate([
+            "Generating train split: 100%|██████████| 7473/7473 [00:00<00:00, 9682.99 examples/s]",
+            "Map: 100%|██████████| 7473/7473 [00:00<00:00, 4680.63 examples/s]",
+            "Train:   7%|▋         | 82/1218 [18:06:05<227:39:40, 721.46s/it]"], 1):
+        reader.feed(number, line)
+    assert reader.progress == 82
+
+
+def test_the_raw_reward_ranks_over_a_shaped_one_on_the_same_line():
+    assert one("step 3 | rewards: 0.0000 | raw_reward: 0.52 | loss: 0.1").metrics[REWARD] == 0.52
+    assert one("step:3 - critic/score/mean:0.41 - critic/rewards/mean:0.39 - actor/pg_loss:0.1").metrics[REWARD] == 0.41
+
+
 @pytest.mark.parametrize("line, said", [
     ("20251126-15:19:50.681 StatsLogger INFO: Training completes! Total time elapsed 383.23.", True),
     ("Training finished.", True), ("INFO: finished training in 3h", True), ("Training started", False),
@@ -206,6 +233,20 @@ def test_a_step_count_that_goes_back_is_a_new_attempt(tmp_path):
     _, record = examine(_log(tmp_path, _run(1, 8) + _run(5, 10)))
     assert record.steps() == list(range(1, 11)) and [m.step for m in record.marks if m.kind == "restart"] == [5]
     assert record.earlier and sorted(record.earlier[0][1]) == [5, 6, 7, 8]
+
+
+def test_a_log_of_two_counts_is_no_restart_where_one_runs_ahead(tmp_path):
+    """slime counts rollouts and updates apart (`rollout N`, `step M`): with two updates a rollout the update count
+    runs ahead, which is no attempt starting over; both going back is one restart."""
+    lines = []
+    for rollout in range(4):
+        lines.append(f"rollout {rollout}: {{'rollout/raw_reward': 0.{rollout + 3}, 'rollout/response_lengths': 800.0}}")
+        lines += [f"step {2 * rollout + k}: {{'train/loss': 0.01, 'train/grad_norm': 0.2, 'train/kl_loss': 0.001}}"
+                  for k in range(2)]
+    _, record = examine(_log(tmp_path, lines))
+    assert not [m for m in record.marks if m.kind == "restart"]
+    _, record = examine(_log(tmp_path, lines + lines[:3]))
+    assert [m.step for m in record.marks if m.kind == "restart"] == [0]
 
 
 def test_a_log_without_a_step_the_doctor_can_read_is_still_refused(tmp_path):

@@ -298,6 +298,20 @@ CRASHES = {
          "    metrics = self.actor.update_policy(data=data)",
          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.12 GiB."],
         "out_of_memory", "torch.OutOfMemoryError"),
+    # ms-swift#8378: sampling the next rollout from NaN probabilities (a policy gone non-finite), on the GPU a
+    # device-side assertion printed after the progress bar's redraw, then the CUDA error that only repeats it.
+    "nan-probabilities-device-assert": (
+        ["Train:   7%|▋         | 82/1218 [18:06:05<227:39:40, 721.46s/it]/pytorch/aten/src/ATen/native/cuda/"
+         "TensorCompare.cu:112: _assert_async_cuda_kernel: block: [0,0,0], thread: [0,0,0] Assertion `probability "
+         "tensor contains either `inf`, `nan` or element < 0` failed.",
+         "[rank5]: " + TB, '[rank5]:   File "/env/ms-swift/swift/llm/train/sft.py", line 258, in train',
+         "[rank5]: RuntimeError: CUDA error: device-side assert triggered"],
+        "nonfinite", "/pytorch/aten/src/ATen/native/cuda/TensorCompare.cu:112"),
+    "nan-probabilities-on-the-cpu": (
+        [TB, '  File "/usr/lib/python3.11/site-packages/transformers/generation/utils.py", line 2982, in _sample',
+         "    next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)",
+         "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0"],
+        "nonfinite", "RuntimeError: probability tensor"),
     "rank0-prefixed": (["[rank0]: " + line for line in
                         [TB, '  File "/workspace/train.py", line 88, in <module>', "    loss.backward()",
                          "RuntimeError: CUDA error: an illegal memory access was encountered",
