@@ -9,23 +9,25 @@ by what it is, the first kind found winning:
 1. a child process killed by a signal from outside (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with
    exit code -9"; SIGKILL, SIGTERM, SIGINT, SIGHUP): nothing else a server logs explains the kill of its child;
    a child's own crash (SIGSEGV, SIGBUS, SIGABRT...) is read after the causes grpo knows, which may explain it
-   (a full disk, NCCL), and before any error line (those after it are its consequences);
+   (a full disk, NCCL), and before any error line (those after it are its consequences); a child ended by SIGQUIT,
+   SGLang's own signal to end its processes once one failed, is neither: the error before it says why;
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too
    small for one sequence, a full disk, a GPU the build has no kernels for, an NVIDIA driver that does not fit the
-   build's CUDA, an attention backend without kernels for the model's head size, a dtype the GPU or the
-   quantization does not support, a quantization the GPU lacks, kernels that failed to compile at start, more GPUs
-   asked than seen (or than Ray grants), a model not found (or the hub offline), a model needing
+   build's CUDA, an attention backend without kernels for the model's head size, a dtype the GPU or the quantization
+   does not support, a quantization the GPU lacks, kernels that failed to compile (at start or at the first request),
+   more GPUs asked than seen (or than Ray grants), a model not found (or the hub offline), a model needing
    --trust-remote-code, a compiled extension that does not match the server's Python or torch, a missing module, an
    architecture or config format the server (or its transformers) does not know, a tensor parallel size the model's
    heads do not divide, no GPU seen, an engine (V0, V1) vLLM's CPU backend does not have, an adapter over the
-   server's LoRA rank, a weight file cut short, a checkpoint with weights the model's code lacks, out of memory
-   (capturing CUDA graphs, or else), a context longer than the model's, a bad argument (or a setting's value it
-   does not know), a port variable Kubernetes set, a taken port, a request refused as longer than SGLang's KV
-   cache, the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an illegal memory
-   access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer rank lost (gloo), an
-   instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's or UCX's report, with the
-   crashed frame), Ray not started or not reached, a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers
-   or its wait on them, a NCCL collective torch's watchdog gave up on);
+   server's LoRA rank or not where it was told, a weight file cut short, a checkpoint with weights the model's code
+   lacks, out of memory (capturing CUDA graphs; SGLang's KV cache or request table full while serving; an attention
+   backend's workspace too small for a batch; or else), a context longer than the model's, a bad argument (or a
+   setting's value it does not know), a port variable Kubernetes set, a taken port, a request refused as longer than
+   SGLang's KV cache, the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an illegal
+   memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer rank lost (gloo),
+   an instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's or UCX's report, with the
+   crashed frame), Ray not started or not reached, a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers or
+   its wait on them, a NCCL collective torch's watchdog gave up on);
 3. the server's own first error line (a traceback's last line, an exception's name alone included), not a
    wrapper pointing at another one: the errors after it are its consequences;
 4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
@@ -115,10 +117,14 @@ KNOWN_CAUSES: list[Cause] = [
           "rollout.server.weights_dir names a disk with room", in_warnings=True),
     Cause("unsupported_gpu", re.compile(
         r"no kernel image is available|CUDA capability sm_\d+ is not compatible|FlashAttention v3 Backend requires SM|"
-        r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported|only supports sm\d+ and above"),
+        r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported|only supports sm\d+ and above|"
+        # HIP's (and CUDA's) word for a kernel not built for this GPU's architecture
+        r"(HIP|CUDA) error: invalid device function|hipErrorNoBinaryForGpu"),
         "the server's build has no kernels for this GPU: install a vLLM/SGLang (and torch) built for its compute "
-        "capability in the server's environment, or pass another --attention-backend in rollout.server.extra_args; "
-        "a line naming the least compute capability the server supports asks for a newer GPU"),
+        "capability (AMD: its gfx architecture) in the server's environment, or pass another --attention-backend in "
+        "rollout.server.extra_args; a line naming the least compute capability the server supports asks for a newer "
+        "GPU; an AMD GPU close to a supported one may run as it with HSA_OVERRIDE_GFX_VERSION (e.g. 11.0.0) in "
+        "rollout.server.env"),
     # A CUDA driver API function the driver lacks (cuTensorMapEncodeTiled: CUDA 12), the driver refusing the runtime,
     # or CUDA not initialised (802: on NVSwitch machines, often the fabric manager not running).
     Cause("cuda_driver", re.compile(
@@ -144,9 +150,13 @@ KNOWN_CAUSES: list[Cause] = [
           "a checkpoint in another quantization or none (model.name), or run on a GPU that has it"),
     Cause("jit_build_failed", re.compile(
         r"Error building extension|Ninja build failed|No such file or directory: 'ninja'|"
-        r"CalledProcessError: Command '\['ninja'|nvcc: not found"),
-        "the server compiles kernels at start (FlashInfer, torch extensions) and the build failed: install ninja "
-        "and a CUDA toolkit matching torch (nvcc, headers) in the server's environment, or avoid the build (SGLang: "
+        r"CalledProcessError: Command '\['ninja'|nvcc: not found|ninja exited with status \d+|"
+        r"ninja: build stopped: subcommand failed"),
+        "the server compiles kernels at start or at its first request (FlashInfer, torch extensions, SGLang's JIT "
+        "kernels) and the build failed: install ninja and a CUDA toolkit matching torch (nvcc, headers) in the "
+        "server's environment; a standard header not found (<version>) is a host compiler older than the build needs "
+        "(GCC 10 or newer for C++20): give nvcc a newer one with NVCC_PREPEND_FLAGS='-ccbin /path/to/g++' in "
+        "rollout.server.env; or avoid the build (SGLang: "
         "--attention-backend triton in rollout.server.extra_args; vLLM: VLLM_USE_FLASHINFER_SAMPLER=0 in "
         "rollout.server.env)",
         (Detail(re.compile(r"^.*?((fatal error|nvcc fatal)\s*:.*|\S+: not found)$", re.MULTILINE), r"\1"),)),
@@ -200,6 +210,11 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("lora_rank", re.compile(r"LoRA rank \d+ is greater than max_lora_rank"),
           "an adapter's rank is above the server's LoRA limit: pass --max-lora-rank (at least the adapter's rank) in "
           "rollout.server.extra_args"),
+    # vLLM's word, and peft's, for an adapter path with no adapter in it (a full checkpoint's directory, a typo).
+    Cause("lora_not_found", re.compile(r"No adapter found for|Can't find 'adapter_config\.json'"),
+          "a LoRA adapter the server was asked to load is not where it was told (--lora-modules for vLLM, --lora-paths "
+          "for SGLang, in rollout.server.extra_args): point it at a directory holding adapter_config.json and the "
+          "adapter's weights, on the server's machine, or a hub adapter that exists"),
     Cause("corrupt_weights", re.compile(r"Error while deserializing header|PytorchStreamReader failed reading"),
           "a weight file of model.name is cut short or corrupt (an interrupted download, save or upload): delete it "
           "(from the hub cache, or the checkpoint directory) so that it is fetched or written again"),
@@ -211,6 +226,20 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("graph_capture_oom", re.compile(r"capture cuda graph failed.*out of memory", re.IGNORECASE),
           "capturing CUDA graphs needs memory beside the KV cache: lower rollout.server.memory_fraction, or pass "
           "--cuda-graph-max-bs 8 (SGLang) or --enforce-eager (vLLM) in rollout.server.extra_args"),
+    # SGLang's allocators of KV cache slots and request slots, full while serving: GPU memory was not refused, the
+    # requests in flight outgrew the cache (lowering the memory fraction would shrink it further).
+    Cause("kv_pool_exhausted", re.compile(r"(Prefill|Decode) out of memory\. Try to lower your batch size|"
+                                          r"alloc_req_slots runs out of memory"),
+          "the server's KV cache (or its table of requests) ran out of room for the requests in flight: lower "
+          "rollout.server.max_concurrent_requests (the server's --max-running-requests), or give the KV cache more "
+          "room: raise rollout.server.memory_fraction or kv_cache_gib, or lower rollout.max_new_tokens"),
+    # FlashInfer plans each batch in a workspace of fixed size, allocated at start: a batch of a model with many
+    # heads can need more, whatever memory is free.
+    Cause("attention_workspace", re.compile(r"in AlignedAllo\w*tor|Increase the workspace buffer size"),
+          "the attention backend's (FlashInfer's) workspace is smaller than a batch of this model needs: raise it in "
+          "rollout.server.env (vLLM: VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, SGLang: SGLANG_FLASHINFER_WORKSPACE_SIZE, "
+          "in bytes, e.g. 1073741824), or pass a smaller --max-num-batched-tokens (vLLM) or --chunked-prefill-size "
+          "(SGLang), or another attention backend, in rollout.server.extra_args"),
     Cause("out_of_memory", re.compile(r"out of memory|OutOfMemoryError|Cannot allocate memory|\bMemoryError\b",
                                       re.IGNORECASE),
           MEMORY_KNOBS.replace("set rollout.server.kv_cache_gib (e.g. 2)", "lower rollout.server.kv_cache_gib")
@@ -317,6 +346,9 @@ CRASHES = [
 # Any other (SIGSEGV, SIGBUS, SIGABRT) is the process's own crash, which a cause it logged may explain (a full
 # disk under a mapped file, NCCL, a native frame).
 OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+# The signal SGLang ends its own processes with once one failed ("SIGQUIT received ... one child failed"): a child
+# dead of it is a consequence, never its own crash; the failure is the error logged before.
+CLEANUP_SIGNALS = frozenset({signal.SIGQUIT})
 # bash's word for a child of it that SIGKILL ended (a script's bash adds where: "run.sh: line 3: 4567 Killed").
 SHELL_KILLED = re.compile(r"^(.*: line \d+: +\d+ +)?Killed(\s|$)")
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
@@ -390,7 +422,7 @@ def read_log(lines: list[str]) -> Reading:
     said = [PREFIX.sub("", line) for line in logged]
     crashes = [(line, found) for line in said if (found := crash(line))]
     signalled = [(line, -code) for line, (_, code) in crashes
-                 if code is not None and code < 0 and not SHELL_KILLED.match(line)]
+                 if code is not None and code < 0 and -code not in CLEANUP_SIGNALS and not SHELL_KILLED.match(line)]
     killed = [line for line, number in signalled if number in OUTSIDE_SIGNALS]
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
