@@ -27,7 +27,9 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
                          the run ended in a crash after its last step (or before its first), classified
                          by what its traceback or fatal line says (`crashes`)
     stalled              the steps stopped: a trainer killed without a word, or no step at all (with
-                         the failed samples of the step that never logged, when it recorded any)
+                         the failed samples of the step that never logged, when it recorded any); only a
+                         grpo run's own record can tell: a console log with no step and no error is
+                         `unknown` (copied before its first step, killed without a word, or no training log)
 
 A run that finished is healthy when nothing but events marred it: the failures it recovered from and
 its rollbacks (each with the learning-rate change it made) are named. Healthy needs evidence: a run
@@ -270,6 +272,8 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if not record.steps() and interrupted:
         return "unknown", None, ("the run was stopped on purpose (an interrupt) before its first logged step: "
                                  "nothing went wrong in what it logged, and nothing was logged to judge"), []
+    if not record.steps() and not record.running and record.console:
+        return "unknown", None, _no_step_text(record) + failed_text, []
     if not record.steps() and not record.running:
         return "stalled", 1, "no step was logged: the run never got through its first step" + failed_text, (
             failing[-2:] + [a for a in timeline if a.kind in ("restart", "server_restart")])[:3]
@@ -439,6 +443,20 @@ def _ended_without_a_word(record: RunRecord) -> bool:
     ended_on_purpose = any(m.kind in ("stop", "interrupted") for m in record.marks)
     return (record.source == "grpo" and not record.finished and bool(record.metrics) and record.total_steps is not None
             and max(record.metrics) < record.total_steps and not ended_on_purpose and not record.running)
+
+
+def _no_step_text(record: RunRecord) -> str:
+    """Why a console log with no step and no error is not called stalled: a log copied before its first logged
+    step, a process killed without a word before it, and a log that is not of training (an evaluation, a data
+    preparation) read the same from the file alone; only a grpo run's own record knows its trainer is gone."""
+    if record.finished:
+        return ("the trainer printed its final line, but the log holds no step's metrics (a logging interval longer "
+                "than the run, or a logger that wrote them elsewhere): nothing to judge the run by. Give the doctor "
+                "its trainer_state.json, wandb or TensorBoard directory, or log more often")
+    return ("the log holds no training step and no error: it was copied before the first step was logged, or the "
+            "process was killed without a word before it (the OOM killer or another SIGKILL, a scheduler's time "
+            "limit), or it is not a training log (an evaluation, a data preparation). Check whether the process is "
+            "alive; if not, read the kernel log (dmesg) and the scheduler's record for it")
 
 
 def _stops_short(record: RunRecord) -> str | None:

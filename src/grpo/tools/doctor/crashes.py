@@ -1,5 +1,5 @@
 """Crashes read from a console log: Python tracebacks and the fatal lines that end runs without one
-(NCCL's watchdog, the kernel's OOM killer, a segfault), each classified by what it says.
+(NCCL's watchdog, torch's LOG(FATAL), the kernel's or Ray's OOM killer, a segfault), each classified by what it says.
 
 A crash is a cause only when the run ended with it: one followed by more steps was recovered from
 (`cause` decides that). Classes, most telling first, since a crash says several things at once (a
@@ -30,6 +30,7 @@ CLASSES = {
     "out_of_memory": re.compile(
         r"out of memory|OutOfMemoryError|OOM[- ]?kill|oom_kill|Killed process \d+|killed by the memory monitor|"
         r"RayOutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|memory usage .* exceeds|Cannot allocate memory|"
+        r"running low on memory|killed due to memory pressure|"
         r"std::bad_alloc|not enough memory|insufficient memory|KV cache .*(?:too small|not enough)", re.I),
     "disk_full": re.compile(r"No space left on device|Disk quota exceeded|Read-only file system", re.I),
     "nonfinite": re.compile(r"probability tensor contains either\W+inf\W+nan\W+or element < 0|"
@@ -38,6 +39,7 @@ CLASSES = {
         r"CUDA error|CUDA kernel errors|NCCL error|nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error|"
         r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:timeout|timed out|abort)|"
         r"illegal memory access|device-side assert|cudaError|CUBLAS_STATUS_|CUDNN_STATUS_|NCCL communicator|"
+        r"Process group watchdog|ProcessGroupNCCL\.cpp|"
         r"HIP error|hipError|Xid \d+|uncorrectable ECC|GPU is lost|no CUDA-capable device|No CUDA GPUs are available|"
         r"DistBackendError|CUDA driver", re.I),
     "reward_broken": re.compile(
@@ -67,7 +69,7 @@ WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing j
 # Words a FATAL line holds, one at least: a line without any is not matched against FATAL (most lines).
 _FATAL_HINTS = ("Watchdog", "Killed", "Segmentation", "Fatal Python", "terminate called", "ChildFailedError",
                 "RayOutOfMemoryError", "*** SIG", "CUDA error", "CUDA Error", "NCCL", "Error executing job",
-                "Assertion")
+                "Assertion", "low on memory", "memory pressure", "watchdog", "[F")
 FATAL = re.compile(
     r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
     r"Segmentation fault|Fatal Python error|terminate called after throwing|"
@@ -75,7 +77,14 @@ FATAL = re.compile(
     r"^\*\*\* SIG(?:SEGV|ABRT|BUS)|CUDA error: |RuntimeError: NCCL|Error executing job with overrides|"
     # a C or CUDA kernel's assert (a device-side assertion prints this before Python's traceback, which a
     # pasted log may not keep whole)
-    r"\bAssertion `.*` failed", re.I)
+    r"\bAssertion `.*` failed|"
+    # Ray's memory monitor killing a task or worker as the host runs out of memory: the kernel's OOM killer's
+    # word, in Ray's own (the run dies of it, or the retried task goes on and the steps after show it)
+    r"Task was killed due to the node running low on memory|Workers \(tasks / actors\) killed due to memory pressure|"
+    # torch c10d taking the process down: its NCCL watchdog's exception (the timeout's own line may be hard-wrapped
+    # in a pasted log, this one starts it), and any glog FATAL record ([F<mmdd> <time> file.cpp:N], LOG(FATAL)
+    # aborts), such as the heartbeat monitor ending a process whose watchdog got stuck
+    r"Process group watchdog thread terminated with exception|^\[F\d{3,4} \d\d:\d\d:\d\d", re.I)
 # A progress bar the message was printed after, on the same line (a bar redrawn without a newline): not the message.
 _BAR_BEFORE = re.compile(r"^.*\d{1,3}%\|[^|]*\|[^\]\n]*\]")
 TRACEBACK = "Traceback (most recent call last)"

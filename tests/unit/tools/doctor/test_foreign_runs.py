@@ -170,3 +170,50 @@ def test_a_traceback_inside_a_log_record_was_caught_and_logged_not_what_ended_th
     assert doctor(log, capsys)[1]["status"] == "healthy"
     log.write_text(SIX_HEALTHY_STEPS + logged.replace("ERROR:2026-03-26 22:35:46,212:Traceback", "Traceback"))
     assert doctor(log, capsys)[1]["cause"] == "crashed"
+
+
+def test_a_console_log_with_no_step_and_no_error_is_unknown_not_stalled(tmp_path, capsys):
+    """From the file alone, a log copied before its first logged step, one killed without a word before it and one
+    that is no training log at all (an evaluation of a checkpoint, as areal_eval_checkpoint_stall_no_train) read the
+    same: nothing to judge. A trainer's final line without any step's metrics (trl_hotpotqa_grpo_test_6_steps)
+    is said so."""
+    log = tmp_path / "train.log"
+    log.write_text("loading GRPOTrainer\nStarting GRPO training...\n  0%|          | 0/6 [00:00<?, ?it/s]\n")
+    code, result = doctor(log, capsys)
+    assert (code, result["status"], result["first_bad_step"]) == (1, "unknown", None)
+    assert "no training step and no error" in result["explanation"]
+    log.write_text("loading GRPOTrainer\n{'train_runtime': 943.6, 'train_loss': 4.9e-05, 'reward': 0.74, "
+                   "'epoch': 1.6}\n")
+    code, result = doctor(log, capsys)
+    assert result["status"] == "unknown" and "printed its final line" in result["explanation"]
+
+
+def test_rays_memory_monitor_killing_a_task_is_out_of_memory_wherever_on_its_line(tmp_path, capsys):
+    """Ray's own word for the host running out of memory ends the run like the kernel's OOM killer: pasted after
+    other text (prime_issue59_ray_oom_step1), or raylet's report after a progress bar."""
+    log = tmp_path / "train.log"
+    log.write_text(SIX_HEALTHY_STEPS + "Error ....ray.exceptions.OutOfMemoryError: Task was killed due to the node "
+                                       "running low on memory. \n")
+    code, result = doctor(log, capsys)
+    assert code == 1 and (result["cause"], result["first_bad_step"]) == ("out_of_memory", 7)
+    log.write_text(SIX_HEALTHY_STEPS + "(raylet) node_manager.cc:3099: 1 Workers (tasks / actors) killed due to memory "
+                                       "pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 87d7)\n")
+    assert doctor(log, capsys)[1]["cause"] == "out_of_memory"
+
+
+def test_torch_taking_the_process_down_over_nccl_is_a_gpu_failure_and_its_warnings_are_not(tmp_path, capsys):
+    """A glog FATAL record of ProcessGroupNCCL (the heartbeat monitor ending a stuck watchdog, as in
+    vlmr1_issue257_nccl_watchdog_stuck) and the watchdog's exception whose timeout is hard-wrapped in a paste
+    (openr1_issue620_nccl_watchdog_wrapped) end the run; torch's W record at a clean exit does not."""
+    log = tmp_path / "train.log"
+    log.write_text(SIX_HEALTHY_STEPS + "[rank6]:[F429 14:03:49.385461578 ProcessGroupNCCL.cpp:1554] [PG ID 0 PG GUID "
+                                       "0(default_pg) Rank 6] Terminating the process after attempting to dump debug "
+                                       "info\n")
+    code, result = doctor(log, capsys)
+    assert code == 1 and (result["cause"], result["first_bad_step"]) == ("gpu_failure", 7)
+    log.write_text("[PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: "
+                   "[Rank 1] Watchdog caught collective opera\ntion timeout: WorkNCCL(SeqNum=4, OpType=BROADCAST)\n")
+    assert doctor(log, capsys)[1]["cause"] == "gpu_failure"
+    log.write_text(SIX_HEALTHY_STEPS + "[rank0]:[W608 08:57:55.412114110 ProcessGroupNCCL.cpp:1250] Warning: WARNING: "
+                                       "process group has NOT been destroyed before we destruct ProcessGroupNCCL.\n")
+    assert doctor(log, capsys)[1]["status"] == "healthy"
