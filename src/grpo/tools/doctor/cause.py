@@ -241,7 +241,11 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                             "rewards at that step confirm it (all right, or all wrong)"), backing
     if crash is not None and (onset is None or crash.step <= onset):
         return _crash_cause(crash)
-    if collapse or "zero_reward" in first:
+    # A reward exactly 0 is a collapse only when it fell there: after a reward above 0 (from negative rewards,
+    # a penalty the model learned to avoid, 0 is a rise; from the first step, it never scored).
+    zero = first.get("zero_reward")
+    fell = zero is not None and any(v > 0 for s, v in record.finite_series(REWARD) if s < zero.step)
+    if collapse or fell:
         a = collapse or first["zero_reward"]
         signs = [first[k] for k in COLLAPSE_SIGNS if k in first]
         said = ", ".join(COLLAPSE_SIGNS[s.kind] + f" (step {s.step})" for s in signs) or "no other sign"

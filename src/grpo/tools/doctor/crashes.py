@@ -6,7 +6,8 @@ A crash is a cause only when the run ended with it: one followed by more steps w
 Ray actor that died *because* CUDA ran out of memory is out of memory):
 
     out_of_memory    CUDA or host memory ran out (OutOfMemoryError, the OOM killer, Ray's monitor)
-    disk_full        a write refused: no space, quota, read-only file system
+    disk_full        a write refused: no space, quota, read-only file system, or torch.save's zip writer told a
+                     write came short (`PytorchStreamWriter failed writing file ...: file write failed`)
     nonfinite        the policy's numbers went NaN or infinite: sampling from probabilities that hold NaN or inf
                      (torch's multinomial, on the GPU a device-side assertion that the CUDA error after it
                      only repeats), a backward pass that returned NaN
@@ -32,7 +33,8 @@ CLASSES = {
         r"RayOutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|memory usage .* exceeds|Cannot allocate memory|"
         r"running low on memory|killed due to memory pressure|"
         r"std::bad_alloc|not enough memory|insufficient memory|KV cache .*(?:too small|not enough)", re.I),
-    "disk_full": re.compile(r"No space left on device|Disk quota exceeded|Read-only file system", re.I),
+    "disk_full": re.compile(r"No space left on device|Disk quota exceeded|Read-only file system|"
+                            r"PytorchStreamWriter failed writing file|: file write failed", re.I),
     "nonfinite": re.compile(r"probability tensor contains either\W+inf\W+nan\W+or element < 0|"
                             r"returned nan values in its \d+\w* output", re.I),
     "gpu_failure": re.compile(

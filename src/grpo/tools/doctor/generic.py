@@ -15,6 +15,9 @@ Names are known by their words, whatever their case, separators or role prefix (
 reward, and the task's raw score ranks over a shaped reward on one line (slime's `rollout/raw_reward` over its
 normalised `rollout/rewards`).
 
+A line that says it saved a checkpoint whose folder names the step (`.../global_step_350`, `.../checkpoint-500`)
+is that step's checkpoint, the one to resume from when a later step goes wrong.
+
 Conservative on purpose, since a wrong step misleads more than a missing one: the learning rate, times,
 throughput and epochs are never metrics, a `*_std`, `*_min` or `*_max` is not the mean, an evaluation's
 numbers are not training's, and a progress bar's counter is not a step (a training bar's is the run's
@@ -128,6 +131,23 @@ class Found:
     line: int
     text: str
     step: StepLine
+
+
+# A checkpoint saved: a line that says it saves (or names the step's folder, verl's `local_global_step_folder:`) a
+# path whose last part names the step (`.../global_step_350`, `.../checkpoint-500`, `.../ckpt_40`); a load is not.
+_SAVED_STEP = re.compile(r"(?<=/)(?:global_step|checkpoint|ckpt)[_-]?(\d{1,12})(?![\w.])")
+
+
+def saved_checkpoint(line: str) -> tuple[int, str] | None:
+    """(step, path) of the checkpoint a line says was saved, or None."""
+    lower = line.lower()
+    if ("sav" not in lower and "step_folder" not in lower) or "load" in lower or "resum" in lower:
+        return None
+    found = _SAVED_STEP.search(line)
+    if found is None:
+        return None
+    start = max(line.rfind(" ", 0, found.start()), line.rfind(":", 0, found.start())) + 1
+    return int(found.group(1)), line[start:found.end()].strip("'\",")
 
 
 def says_finished(line: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from grpo.tools.doctor import generic
 from grpo.tools.doctor.crashes import FATAL, FRAME, TRACEBACK, UNCAUGHT, CrashScanner
-from grpo.tools.doctor.record import Evidence, Mark, RunRecord
+from grpo.tools.doctor.record import Checkpoint, Evidence, Mark, RunRecord
 from grpo.tools.doctor.textlog import clean, iter_lines, read_ends
 
 # What a framework prints at launch (its modules in a traceback, its config dump, its actors): enough
@@ -97,6 +97,9 @@ class ConsoleReader(LogReader):
             self._step(found)
         if generic.says_finished(line):
             self.record.finished = True
+        saved = generic.saved_checkpoint(line) if "/" in line else None
+        if saved and all(c.step != saved[0] for c in self.record.checkpoints):
+            self.record.checkpoints.append(Checkpoint(*saved))
 
     def _step(self, found: generic.Found) -> None:
         record, read = self.record, found.step

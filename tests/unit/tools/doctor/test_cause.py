@@ -79,6 +79,15 @@ def test_a_reward_that_slid_to_zero_is_a_collapse_not_a_death():
     assert decide(run)[0] == "policy_collapse"
 
 
+def test_a_reward_that_rose_to_exactly_zero_from_penalties_did_not_collapse():
+    """A reward whose failures score below 0 (a format penalty): reaching 0 is the model learning to avoid the
+    penalty, a rise. Stuck there with every group alike it is no signal; without the groups' spread, a note."""
+    penalties = [-0.5, -0.4, -0.3, -0.25, -0.1]
+    assert decide(record(penalties + [0.0] * 12, zero_std_frac=[0.5] * 5 + [1.0] * 12)) == ("no_learning_signal", 6)
+    what, _, explanation, _ = cause.decide(run := record(penalties + [0.0] * 12), timeline.anomalies(run))
+    assert what == "healthy" and "worth a look: zero reward" in explanation
+
+
 def test_zero_on_average_while_the_groups_still_differ_is_not_a_dead_source():
     """Rewards in [-1, 1] averaging exactly 0: the groups still differ, the reward source answers."""
     run = record(HEALTHY + [0.0] * 6, zero_std_frac=[0.25] * 14, grad_norm=[0.3] * 14)

@@ -215,6 +215,22 @@ def test_a_crash_in_a_log_of_a_framework_without_a_reader_comes_after_its_steps(
     assert (diagnosis.cause, diagnosis.first_bad_step) == ("out_of_memory", 13)
 
 
+def test_a_checkpoint_a_log_says_it_saved_is_the_one_to_resume_from(tmp_path):
+    """A save line naming the step's folder (verl's `local_global_step_folder:`, `Saving ... checkpoint-N`); a
+    save that the crash interrupted is not a checkpoint before the first bad step, and a load is no save."""
+    log = _log(tmp_path, [*_run(1, 10), "local_global_step_folder: /ckpt/run_1/global_step_10", *_run(11, 19),
+                          "Loading checkpoint from /ckpt/run_0/checkpoint-15",
+                          "Saving model checkpoint to /ckpt/run_1/checkpoint-20", "Traceback (most recent call last):",
+                          '  File "/usr/lib/python3/dist-packages/torch/serialization.py", line 943, in save',
+                          ("RuntimeError: [enforce fail at inline_container.cc:815] . PytorchStreamWriter failed "
+                           "writing file data/7: file write failed")])
+    diagnosis, record = examine(log)
+    assert [(c.step, c.path) for c in record.checkpoints] == [(10, "/ckpt/run_1/global_step_10"),
+                                                               (20, "/ckpt/run_1/checkpoint-20")]
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("disk_full", 20)
+    assert diagnosis.last_good_checkpoint == "/ckpt/run_1/global_step_10"
+
+
 def test_a_log_of_an_unknown_loop_is_judged_on_its_steps(tmp_path):
     lines = _run(1, 6) + ["[2026-03-02 10:07:00] step 7/40 | policy_loss: nan | grad_norm: nan | reward: 0.41"]
     diagnosis, record = examine(_log(tmp_path, lines))

@@ -254,6 +254,11 @@ CRASHES = {
     "disk-full": ([TB, '  File "/workspace/verl/verl/utils/checkpoint/fsdp_checkpoint_manager.py", line 201, in '
                    "save_checkpoint", "    torch.save(model_state_dict, model_path)",
                    "OSError: [Errno 28] No space left on device"], "disk_full", "OSError: [Errno 28]"),
+    # torch.save's zip writer when the write comes short (no errno in its message): uqcxu9's verl run, step 700.
+    "torch-save-short-write": ([TB, ('  File "/venv/lib/python3.12/site-packages/torch/serialization.py", line 1216, '
+                                     "in _save"), "    zip_file.write_record(name, storage, num_bytes)",
+                                ("RuntimeError: [enforce fail at inline_container.cc:815] . PytorchStreamWriter failed "
+                                 "writing file data/721: file write failed")], "disk_full", "RuntimeError: [enforce"),
     "config-error-under-torchrun": (
         [TB, '  File "/workspace/train.py", line 33, in main', "    run(config)",
          "omegaconf.errors.ConfigKeyError: Key 'rollout_n' is not in struct", "    full_key: trainer.rollout_n",
