@@ -174,6 +174,13 @@ def on_policy(model, tok, batch):
     return replace(batch, old_logprobs=[logprobs[i, : len(c)].tolist() for i, c in enumerate(batch.completion_ids)])
 
 
+def recording_gradients(model, optimizer) -> list[dict[str, torch.Tensor]]:
+    """The list every optimizer step appends the model's gradients to, as it takes them."""
+    gradients, apply = [], optimizer.step
+    optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
+    return gradients
+
+
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_every_row(level):
     def step(compute_every_row):
@@ -184,8 +191,7 @@ def test_rows_of_zero_advantage_are_not_computed_and_the_step_is_the_one_over_ev
         if compute_every_row:
             batch = replace(batch, gradient_rows=list(range(len(batch))))
         optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
-        gradients, apply = [], optimizer.step
-        optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
+        gradients = recording_gradients(model, optimizer)
         result = update_policy(model, optimizer, batch, LossConfig(ratio_level=level), updates=2, micro_batch_size=2,
                                max_grad_norm=1.0, temperature=1.0, pad_id=tok.pad_token_id)
         return result, gradients, sum(rows_seen)
@@ -228,8 +234,7 @@ def test_masked_rows_make_the_steps_of_the_batch_without_them(loss_agg, micro_ba
         else:
             batch = without_rows(batch, masked)
         optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
-        gradients, apply = [], optimizer.step
-        optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
+        gradients = recording_gradients(model, optimizer)
         result = update_policy(model, optimizer, batch, cfg, updates=2, micro_batch_size=micro_batch_size,
                                max_grad_norm=0.0, temperature=1.0, pad_id=tok.pad_token_id)
         return result, gradients
@@ -254,8 +259,7 @@ def test_at_sequence_level_micro_batches_make_the_steps_of_one_batch(loss_agg):
         model, tok = tiny()
         batch = on_policy(model, tok, group_batch(tok))
         optimizer = MasterWeightAdamW(model, ActorConfig(lr=1e-2))
-        gradients, apply = [], optimizer.step
-        optimizer.step = lambda: (gradients.append({n: p.grad.clone() for n, p in model.named_parameters()}), apply())
+        gradients = recording_gradients(model, optimizer)
         result = update_policy(model, optimizer, batch, cfg, updates=2, micro_batch_size=micro_batch_size,
                                max_grad_norm=0.0, temperature=1.0, pad_id=tok.pad_token_id)
         return result, gradients
