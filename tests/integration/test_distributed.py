@@ -31,10 +31,16 @@ TOLERANCE = 2e-5  # any parameter
 ROUNDING = 1e-6  # ... and at most 1 in 1,000 of them past this
 
 
+def elastic_logs(run_dir: Path) -> Path:
+    """Where torchrun keeps its per-rank files: beside the run, in the test's folder (by default a
+    torchelastic_* folder in /tmp that nothing removes)."""
+    return run_dir.parent / f"{run_dir.name}.torchelastic"
+
+
 def torchrun(run_dir: Path, *overrides: str, nproc: int = 2, max_restarts: int = 0) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
-         "--standalone", "-m", "grpo", "train", "--config", "tiny",
+         "--standalone", f"--log-dir={elastic_logs(run_dir)}", "-m", "grpo", "train", "--config", "tiny",
          f"run_dir={run_dir}", *overrides],
         capture_output=True, text=True, timeout=600,
     )

@@ -27,7 +27,7 @@ from tests.processes import env_with_src
 from tests.waiting import wait_until
 
 from .helpers import deterministic, metric_lines
-from .test_distributed import STEPS, assert_same_weights, one_process, torchrun, weights
+from .test_distributed import STEPS, assert_same_weights, elastic_logs, one_process, torchrun, weights
 from .test_server_engine import SGLANG, of_kind
 
 pytestmark = [pytest.mark.distributed, pytest.mark.netns,
@@ -42,6 +42,7 @@ def two_node_torchrun_command(node: Node, head: Node, run_dir: Path, *overrides:
             "--rdzv-backend=c10d", f"--rdzv-endpoint={head.address}:{RDZV_PORT}", "--rdzv-id=grpo-two-nodes",
             # the rendezvous store's host: torchrun guesses it from the hostname, which names neither namespace
             f"--rdzv-conf=is_host={int(node == head)},join_timeout=120", f"--local-addr={node.address}",
+            f"--log-dir={elastic_logs(run_dir)}/{node.netns}",
             "-m", "grpo", "train", "--config", "tiny", f"run_dir={run_dir}", *overrides]
 
 
