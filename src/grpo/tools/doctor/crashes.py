@@ -71,7 +71,7 @@ WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing j
 # Words a FATAL line holds, one at least: a line without any is not matched against FATAL (most lines).
 _FATAL_HINTS = ("Watchdog", "Killed", "Segmentation", "Fatal Python", "terminate called", "ChildFailedError",
                 "RayOutOfMemoryError", "*** SIG", "CUDA error", "CUDA Error", "NCCL", "Error executing job",
-                "Assertion", "low on memory", "memory pressure", "watchdog", "[F")
+                "Assertion", "low on memory", "memory pressure", "watchdog", "[F", "HYDRA_FULL_ERROR")
 FATAL = re.compile(
     r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
     r"Segmentation fault|Fatal Python error|terminate called after throwing|"
@@ -86,7 +86,10 @@ FATAL = re.compile(
     # torch c10d taking the process down: its NCCL watchdog's exception (the timeout's own line may be hard-wrapped
     # in a pasted log, this one starts it), and any glog FATAL record ([F<mmdd> <time> file.cpp:N], LOG(FATAL)
     # aborts), such as the heartbeat monitor ending a process whose watchdog got stuck
-    r"Process group watchdog thread terminated with exception|^\[F\d{3,4} \d\d:\d\d:\d\d", re.I)
+    r"Process group watchdog thread terminated with exception|^\[F\d{3,4} \d\d:\d\d:\d\d|"
+    # Hydra's closing line for an error it caught (a config that would not compose, a job that raised) instead of
+    # Python's traceback: the program exits on it, whatever came before
+    r"^Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace", re.I)
 # A progress bar the message was printed after, on the same line (a bar redrawn without a newline): not the message.
 _BAR_BEFORE = re.compile(r"^.*\d{1,3}%\|[^|]*\|[^\]\n]*\]")
 TRACEBACK = "Traceback (most recent call last)"
