@@ -215,6 +215,12 @@ KNOWN_CAUSES: list[Cause] = [
           "a LoRA adapter the server was asked to load is not where it was told (--lora-modules for vLLM, --lora-paths "
           "for SGLang, in rollout.server.extra_args): point it at a directory holding adapter_config.json and the "
           "adapter's weights, on the server's machine, or a hub adapter that exists"),
+    # Weights of an adapter the server's LoRA has no slot for: a whole layer saved beside it (peft's
+    # modules_to_save: lm_head, embed_tokens) or modules the model's LoRA layers are not (another trainer's names).
+    Cause("lora_unsupported", re.compile(r"is unsupported LoRA weight|expected target modules in .* but received"),
+          "the adapter holds weights the server's LoRA cannot load (a full layer saved by peft's modules_to_save, such "
+          "as lm_head or embed_tokens, or modules the model does not have): keep model.lora.target_modules to the "
+          "model's linear layers, or merge the adapter into the model and serve that as model.name"),
     Cause("corrupt_weights", re.compile(r"Error while deserializing header|PytorchStreamReader failed reading"),
           "a weight file of model.name is cut short or corrupt (an interrupted download, save or upload): delete it "
           "(from the hub cache, or the checkpoint directory) so that it is fetched or written again"),
@@ -265,15 +271,22 @@ KNOWN_CAUSES: list[Cause] = [
           "rollout.server.port=0 (a free port)"),
     # A kernel's fault is reported by whatever CUDA call came next, often in another rank that then fails in NCCL.
     Cause("gpu_fault", re.compile(r"CUDA error: (an illegal memory access|an illegal instruction|unspecified launch "
-                                  r"failure|misaligned address|device-side assert triggered)"),
+                                  r"failure|misaligned address|device-side assert triggered)|"
+                                  # CUDA's names for them, which torch's message repeats on a line of its own
+                                  r"`cudaError(IllegalAddress|IllegalInstruction|LaunchFailure|MisalignedAddress|"
+                                  r"Assert)'"),
           "a GPU kernel faulted (often a bug in the server's kernels for this model, attention backend or CUDA "
           "graphs): grpo restarts it; if it recurs, upgrade vLLM/SGLang, or pass --enforce-eager (vLLM) or "
           "--disable-cuda-graph (SGLang) in rollout.server.extra_args, or another attention backend (SGLang: "
           "--attention-backend; vLLM: VLLM_ATTENTION_BACKEND in rollout.server.env)"),
-    # A request SGLang refused (HTTP 400; vLLM logs no reason for one, only "Exception caught").
-    Cause("request_too_long", re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length"),
-          "raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
-          "the prompts or rollout.max_new_tokens"),
+    # A request refused (HTTP 400) as longer than the server allows: SGLang's input over its KV cache, vLLM's prompt
+    # and max tokens together over its context.
+    Cause("request_too_long", re.compile(r"Input length \(\d+ tokens\) exceeds the maximum allowed length|"
+                                         r"maximum context length is \d+ tokens\. However, you requested"),
+          "a prompt with its answer budget is longer than the server allows: lower rollout.max_new_tokens, or cut "
+          "prompts with task.truncate_prompts=left (task.max_prompt_tokens); vLLM allows its --max-model-len "
+          "(rollout.server.extra_args), SGLang no input longer than its KV cache holds "
+          "(raise rollout.server.kv_cache_gib)"),
     # SGLang asks its own HTTP server to warm up; a 403/407/5xx to a request to itself came from somewhere else.
     Cause("http_proxy", re.compile(r"res=<Response \[(403|407|502|503|504)\]>"),
           "the server's request to itself went through an HTTP proxy (http_proxy/https_proxy in its environment): "
@@ -361,10 +374,13 @@ ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_
 # An error said without a traceback (read on the line as logged, its level still there): a logger's level
 # (vLLM's "ERROR 11-27 ...", Python's "ERROR:root:", uvicorn's "ERROR:    "), glog's E and F lines
 # ("[rank0]:[E1127 12:00:00.1 ProcessGroupNCCL.cpp:...]"), Ray's C++ ones ("[2026-11-27 12:00:00,1 E 123 123]"),
-# C++'s "what():  ...", a shell's word for its child's crash ("Aborted (core dumped)", "Illegal instruction").
+# C++'s "what():  ...", a shell's word for its child's crash ("Aborted (core dumped)", "Illegal instruction"), and
+# SGLang's word for a failed weight update, which its log format prints with no level ("[2026-11-27 12:00:00 TP0]
+# Failed to update parameter online: ...").
 LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRITICAL|FATAL)[:\s]|"
                           r"(^|\]:?)\[?[EF]\d{4} \d\d:\d\d:\d\d|^\s*what\(\):\s+\S|"
                           r"^(\([^)]*\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\]|"
+                          r"^(\([^)]*\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*Failed to update\b|"
                           r"^(.*: line \d+: +\d+ +)?(Segmentation fault|Aborted|Bus error|Illegal instruction|"
                           r"Floating point exception)\b")
 # Errors that only say another line holds the cause.

@@ -26,8 +26,10 @@ BAD_ARG_KNOB = ("fix rollout.server.extra_args (or rollout.server.command); if t
                 "model.name's config.json does, for a newer server: upgrade vLLM/SGLang and transformers")
 REFUSED = ("[http_server] Error: Input length (200 tokens) exceeds the maximum allowed length (35 tokens). Use a "
            "shorter input or enable --allow-auto-truncate.")
-KV_KNOB = ("raise rollout.server.kv_cache_gib (SGLang allows no input longer than its KV cache holds), or shorten "
-           "the prompts or rollout.max_new_tokens")
+KV_KNOB = ("a prompt with its answer budget is longer than the server allows: lower rollout.max_new_tokens, or cut "
+           "prompts with task.truncate_prompts=left (task.max_prompt_tokens); vLLM allows its --max-model-len "
+           "(rollout.server.extra_args), SGLang no input longer than its KV cache holds (raise "
+           "rollout.server.kv_cache_gib)")
 ENGINE_CORE = "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup"
 WORKER = "Worker proc VllmWorker-0 died unexpectedly (exit code: None), shutting down executor."
 DIED = "died and its log does not say why (not the kernel's OOM killer: no OOM kill in the kernel log since it started)"
