@@ -24,6 +24,7 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
 from __future__ import annotations
 
 import re
+from collections import deque
 
 from grpo.tools.doctor.record import Crash, Evidence
 
@@ -72,6 +73,9 @@ WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing j
 _FATAL_HINTS = ("Watchdog", "Killed", "Segmentation", "Fatal Python", "terminate called", "ChildFailedError",
                 "RayOutOfMemoryError", "*** SIG", "CUDA error", "CUDA Error", "NCCL", "Error executing job",
                 "Assertion", "low on memory", "memory pressure", "watchdog", "[F", "HYDRA_FULL_ERROR")
+HYDRA_CLOSING = "^Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace"
+# What Hydra prints between its error's message and its closing line: where it looked for the config.
+_HYDRA_TRAILER = re.compile(r"^(Config search path:|provider=)")
 FATAL = re.compile(
     r"Watchdog caught collective operation timeout|Out of memory: Killed process|^Killed$|"
     r"Segmentation fault|Fatal Python error|terminate called after throwing|"
@@ -89,7 +93,7 @@ FATAL = re.compile(
     r"Process group watchdog thread terminated with exception|^\[F\d{3,4} \d\d:\d\d:\d\d|"
     # Hydra's closing line for an error it caught (a config that would not compose, a job that raised) instead of
     # Python's traceback: the program exits on it, whatever came before
-    r"^Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace", re.I)
+    rf"{HYDRA_CLOSING}", re.I)
 # A progress bar the message was printed after, on the same line (a bar redrawn without a newline): not the message.
 _BAR_BEFORE = re.compile(r"^.*\d{1,3}%\|[^|]*\|[^\]\n]*\]")
 TRACEBACK = "Traceback (most recent call last)"
@@ -152,6 +156,7 @@ class CrashScanner:
         self._last: Crash | None = None  # the log's last line so far, when it is an exception's own line
         self._ignored = False  # the traceback being read follows an IGNORED line
         self._chained: Crash | None = None  # a RAY_CHAINED line in the traceback being read, not yet closed
+        self._recent: deque[str] = deque(maxlen=8)  # the last lines with text, stripped: what a closing line closes
 
     def found(self) -> list[Crash]:
         """The crashes read so far, with the exception line the log ends on when no traceback held it, or
@@ -159,8 +164,9 @@ class CrashScanner:
         return self.crashes + [c for c in (self._last, self._chained) if c is not None]
 
     def feed(self, line_no: int, line: str, step: int) -> None:
-        if self._last is not None and line.strip():
+        if line.strip():
             self._last = None  # the log went on after it: not what ended the run
+            self._recent.append(line.strip())
         if self._frames is None and "Traceback" not in line and "ray::" not in line and 'File "' not in line \
                 and "Error" not in line and "Exception" not in line and not any(hint in line for hint in _FATAL_HINTS):
             return  # most lines: neither a traceback nor a fatal line
@@ -198,7 +204,15 @@ class CrashScanner:
             return
         if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped) \
                 and not self._repeats(line_no, stripped):
-            self._add(line_no, _BAR_BEFORE.sub("", stripped), step, [])
+            self._add(line_no, self._hydra_message(stripped) or _BAR_BEFORE.sub("", stripped), step, [])
+
+    def _hydra_message(self, closing: str) -> str | None:
+        """For Hydra's closing line, its error's message before it (the config search path it printed between
+        left out), with the closing line: that says what to fix."""
+        if not re.match(HYDRA_CLOSING, closing, re.I):
+            return None
+        before = [line for line in list(self._recent)[:-1] if not _HYDRA_TRAILER.match(line)]
+        return f"{before[-1]} ({closing})" if before else None
 
     def _repeats(self, line_no: int, text: str) -> bool:
         """A fatal line that says again what the traceback just read said, right after it (other actors'

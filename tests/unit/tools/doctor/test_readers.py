@@ -430,3 +430,15 @@ def test_ray_workers_that_never_started_for_want_of_a_gpu_are_a_gpu_failure_not_
     assert (diagnosis.cause, diagnosis.first_bad_step) == ("gpu_failure", 1)
     assert not [m for m in record.marks if m.kind == "server_failure" and "creation task" in m.detail]
     assert "nvidia-smi" in diagnosis.explanation and "NCCL_DEBUG=INFO" in diagnosis.explanation
+
+
+def test_hydras_closing_line_is_quoted_with_the_message_it_closes(tmp_path):
+    # Hydra's shape for a config that would not compose: the message, where it searched, then its closing line
+    log = tmp_path / "train.log"
+    log.write_text("In 'grpo_small': Could not find 'algorithm/rollout_correction'\n\nConfig search path:\n"
+                   "\tprovider=hydra, path=pkg://hydra.conf\n\tprovider=schema, path=structured://\n\n"
+                   "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
+    diagnosis, _ = examine(log)
+    assert diagnosis.cause == "crashed" and diagnosis.first_bad_step == 1
+    assert "Could not find 'algorithm/rollout_correction' (Set the environment variable HYDRA_FULL_ERROR=1" \
+        in diagnosis.explanation
