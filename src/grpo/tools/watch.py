@@ -259,6 +259,10 @@ def _entries(folder: Path) -> list[Path]:
         raise UnreadableRun(f"{folder} cannot be listed ({exc.strerror or exc}): check its permissions") from None
 
 
+TRL_DIRECTORY = ("a TRL output directory (judged at each checkpoint it saves, and at each step its runs/ event "
+                 "files log)")
+
+
 def identify(path: Path) -> Follower | None:
     """The follower for PATH, or None while it does not exist or shows nothing the doctor knows yet."""
     if wandb_run.find_run(path) is not None:
@@ -276,8 +280,7 @@ def identify(path: Path) -> Follower | None:
         if log is not None:
             return LogFollower(f"a TRL console log ({log.name})", log, trl.TrlLogReader(log))
         if trl.find_root(path) is not None:
-            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves, and at each step its "
-                                     "runs/ event files log)", path, _trl_files)
+            return DirectoryFollower(TRL_DIRECTORY, path, _trl_files)
         if tensorboard.find_event_files(path):
             return DirectoryFollower("TensorBoard event files (read again as they grow)", path,
                                      tensorboard.find_event_files)
@@ -285,8 +288,7 @@ def identify(path: Path) -> Follower | None:
         return _console(*found) if found is not None else None
     if path.is_file() or (path.exists() and not path.is_dir()):
         if path.name == trl.STATE:
-            return DirectoryFollower("a TRL output directory (judged at each checkpoint it saves, and at each step "
-                                     "its runs/ event files log)", path.parent, _trl_files)
+            return DirectoryFollower(TRL_DIRECTORY, path.parent, _trl_files)
         if tensorboard.is_event_file(path):
             return DirectoryFollower("a TensorBoard event file (read again as it grows)", path, lambda file: [file])
         if areal.find_trainer_log(path) is not None:
