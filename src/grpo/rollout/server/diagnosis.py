@@ -12,24 +12,26 @@ by what it is, the first kind found winning:
    (a full disk, NCCL), and before any error line (those after it are its consequences); a child ended by SIGQUIT,
    SGLang's own signal to end its processes once one failed, is neither: the error before it says why;
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too
-   small for one sequence, a full disk, a GPU the build has no kernels for, an NVIDIA driver that does not fit the
-   build's CUDA, an attention backend without kernels for the model's head size, a dtype the GPU or the quantization
-   does not support, a quantization the GPU lacks, kernels that failed to compile (at start or at the first request),
-   more GPUs asked than seen (or than Ray grants), a model not found (or the hub offline), a model needing
-   --trust-remote-code, a compiled extension that does not match the server's Python or torch, a missing module, an
-   architecture or config format the server (or its transformers) does not know, a tensor parallel size the model's
-   heads do not divide, no GPU seen, an engine (V0, V1) vLLM's CPU backend does not have, an adapter over the
-   server's LoRA rank or not where it was told, a weight file cut short, a checkpoint with weights the model's code
-   lacks, out of memory (capturing CUDA graphs; SGLang's KV cache or request table full while serving; an attention
-   backend's workspace too small for a batch; or else), a context longer than the model's, a bad argument (or a
+   small for one sequence, a full disk, a /dev/shm too small, a GPU the build has no kernels for, an NVIDIA driver
+   that does not fit the build's CUDA (or Triton's kernels), an attention backend without kernels for the model's
+   head size, a dtype the GPU or the quantization does not support, a quantization the GPU lacks, kernels that failed
+   to compile (at start or at the first request), more GPUs asked than seen (or than Ray grants), a model not found
+   (or the hub offline), a model needing --trust-remote-code, a tokenizer it cannot load, a compiled extension that
+   does not match the server's Python or torch, a missing module, an architecture or config format the server (or its
+   transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU seen, an engine (V0,
+   V1) vLLM's CPU backend does not have, an adapter over the server's LoRA rank or not where it was told, a weight
+   file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing CUDA graphs; SGLang's
+   KV cache or request table full while serving; an attention backend's workspace too small for a batch; or else), a
+   GPU kernel asking more shared memory than the GPU has, a context longer than the model's, a bad argument (or a
    setting's value it does not know), a port variable Kubernetes set, a taken port, a request refused as longer than
    SGLang's KV cache, the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an illegal
    memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer rank lost (gloo),
    an instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's or UCX's report, with the
-   crashed frame), Ray not started or not reached, a timeout (a hang: SGLang's watchdog, vLLM's RPC to its workers or
-   its wait on them, a NCCL collective torch's watchdog gave up on);
-3. the server's own first error line (a traceback's last line, an exception's name alone included), not a
-   wrapper pointing at another one: the errors after it are its consequences;
+   crashed frame), Ray not started, not reached or giving the server's node no GPU, CUDA graphs failing to capture
+   (for another reason than memory), the engine not ready within the server's own wait, a timeout (a hang: SGLang's
+   watchdog, vLLM's RPC to its workers or its wait on them, a NCCL collective torch's watchdog gave up on);
+3. the server's own first error line (a traceback's last line, an exception's name alone or its repr included),
+   not a wrapper pointing at another one (torch.compile's "... raised:"): the errors after it are its consequences;
 4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
    logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines and Ray's, a C++ exception's
    "what():", the shell's word for a crash ("Segmentation fault", "Aborted", "Illegal instruction");
@@ -115,6 +117,13 @@ KNOWN_CAUSES: list[Cause] = [
           "a disk it writes to is full: free space in the hub cache (HF_HOME), /tmp and the compile caches "
           "(~/.cache: vllm, triton, flashinfer), and in /dev/shm, where grpo writes the weights of each sync unless "
           "rollout.server.weights_dir names a disk with room", in_warnings=True),
+    # A container's /dev/shm (docker's default: 64 MB) smaller than what the server's processes share there: Ray's
+    # object store says so in a warning before its raylet dies, torch's workers after a bus error.
+    Cause("shm_too_small", re.compile(r"exceeds memory available in /dev/shm|insufficient shared memory \(shm\)"),
+          "the server's /dev/shm is too small for what its processes share there (Ray's object store, NCCL, torch's "
+          "workers): give the container a larger one (docker --shm-size=16g or --ipc=host; Kubernetes: an emptyDir "
+          "of medium Memory mounted on /dev/shm) and free stale files there; grpo writes the weights of each sync "
+          "there too unless rollout.server.weights_dir names a disk", in_warnings=True),
     Cause("unsupported_gpu", re.compile(
         r"no kernel image is available|CUDA capability sm_\d+ is not compatible|FlashAttention v3 Backend requires SM|"
         r"FlashAttention only supports|Only SM [\d.x]+ (and [\d.x]+ )?are supported|only supports sm\d+ and above|"
@@ -129,9 +138,15 @@ KNOWN_CAUSES: list[Cause] = [
     # or CUDA not initialised (802: on NVSwitch machines, often the fabric manager not running).
     Cause("cuda_driver", re.compile(
         r"undefined symbol: cu[A-Z]\w+|CUDA driver version is insufficient|Error 80[234]: |"
-        r"forward compatibility was attempted on non supported HW"),
+        r"forward compatibility was attempted on non supported HW|"
+        # kernels compiled by a newer CUDA than the driver loads: often Triton's, which it compiles at start with
+        # the ptxas of the CUDA it ships, not the machine's
+        r"device kernel image is invalid"),
         "the NVIDIA driver does not fit the CUDA the server was built with: upgrade the driver (nvidia-smi names the "
-        "newest CUDA it runs) or use a vLLM/SGLang build or image for that CUDA; \"Error 802: system not yet "
+        "newest CUDA it runs) or use a vLLM/SGLang build or image for that CUDA; a \"device kernel image is "
+        "invalid\" from Triton (torch.compile, its kernels) is Triton's own ptxas newer than the driver: "
+        "TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (the machine's CUDA) in rollout.server.env, or --enforce-eager "
+        "(vLLM) in rollout.server.extra_args; \"Error 802: system not yet "
         "initialized\" on an NVSwitch machine (HGX/DGX) is also nvidia-fabricmanager not running"),
     # The model's shape, not the GPU: an attention kernel library built for some head sizes only (FlashInfer: 64,
     # 128, 256).
@@ -145,7 +160,9 @@ KNOWN_CAUSES: list[Cause] = [
         "the server is started in model.dtype, which this GPU (bfloat16 needs compute capability 8.0) or the "
         "model's quantization does not support: set model.dtype=float16"),
     # The checkpoint's quantization (its config's quantization_config), not model.dtype: no dtype helps.
-    Cause("quantization_unsupported", re.compile(r"quantization method \S+ is not supported for the current GPU"),
+    # Triton's fp8e4nv (e4m3) needs compute capability 8.9: an FP8 checkpoint on Ampere or older.
+    Cause("quantization_unsupported", re.compile(r"quantization method \S+ is not supported for the current GPU|"
+                                                 r"fp8e4nv not supported in this architecture"),
           "the model's quantization needs a newer GPU than this one (the line names the compute capability): serve "
           "a checkpoint in another quantization or none (model.name), or run on a GPU that has it"),
     Cause("jit_build_failed", re.compile(
@@ -177,6 +194,16 @@ KNOWN_CAUSES: list[Cause] = [
                                           r"must be executed"),
           "the model needs its repository's own code: add --trust-remote-code to rollout.server.extra_args (after "
           "reading that code)"),
+    # The model found, its tokenizer not loadable: a class newer than the server's transformers (TokenizersBackend
+    # is what transformers 5 saves), no tokenizer files where the server looked, or a tokenizer of another kind.
+    Cause("tokenizer", re.compile(r"Tokenizer class \S+ does not exist or is not currently imported|"
+                                  r"No tokenizer file found in directory|Can't load tokenizer for|"
+                                  r"Failed to load the tokenizer|does not contain a valid tokenizer file"),
+          "the server could not load model.name's tokenizer: a tokenizer class it does not know (TokenizersBackend is "
+          "transformers 5's) needs a newer transformers in the server's environment; a directory without tokenizer "
+          "files (tokenizer.json, tokenizer_config.json) needs them copied from the base model, or --tokenizer naming "
+          "where they are; a model that is not Mistral's read with vLLM's Mistral tokenizer needs --tokenizer-mode "
+          "auto (both in rollout.server.extra_args)"),
     # Its compiled extension lacks what its Python calls: a build of another version, or torch changed under it.
     Cause("build_mismatch", re.compile(r"undefined symbol: |'_OpNamespace' '\w+' object has no attribute"),
           "the server's compiled extension does not match its Python code or its torch (a torch installed over it, or "
@@ -250,6 +277,13 @@ KNOWN_CAUSES: list[Cause] = [
                                       re.IGNORECASE),
           MEMORY_KNOBS.replace("set rollout.server.kv_cache_gib (e.g. 2)", "lower rollout.server.kv_cache_gib")
           + ", or lower rollout.server.max_concurrent_requests"),
+    # A GPU kernel (Triton's: vLLM's fused MoE, an attention kernel) tuned for more shared memory per block than
+    # this GPU has: no memory setting changes it.
+    Cause("kernel_shared_memory", re.compile(r"out of resource: shared memory"),
+          "a GPU kernel of the server (Triton's: a fused MoE or attention kernel) asks more shared memory than this "
+          "GPU has, whatever memory is free: upgrade vLLM/SGLang (kernel configurations for more GPUs), or pass "
+          "another kernel backend in rollout.server.extra_args (vLLM: --moe-backend, or VLLM_ATTENTION_BACKEND in "
+          "rollout.server.env; SGLang: --attention-backend), or serve on a GPU with more shared memory"),
     Cause("context_too_long", re.compile(r"is greater than the derived max_model_len"),
           "the context asked is longer than the model's max_position_embeddings: pass a smaller --max-model-len "
           "(vLLM) or --context-length (SGLang) in rollout.server.extra_args, or none"),
@@ -326,16 +360,34 @@ KNOWN_CAUSES: list[Cause] = [
            Detail(re.compile(r"^(?:\S+:\d+: )?PC: @\s+0x[0-9a-f]+\s+\S+\s+(\w+)\(\)", re.MULTILINE), r"in \1"),
            Detail(re.compile(r"^\s*\d+\s+0x[0-9a-f]+ (\w+)\(\)\s+(?:\S*/)?([^/\s?]+:\d+)$", re.MULTILINE),
                   r"in \1 (\2)"))),
-    # Ray's own processes (its raylet, its GCS) not started or not reached: whatever waits on Ray fails after.
+    # Ray's own processes (its raylet, its GCS) not started or not reached: whatever waits on Ray fails after; or
+    # Ray's placement leaving no GPU on the node the server runs on (vLLM's driver must hold one).
     Cause("ray_failed", re.compile(r"Failed to register worker .* to Raylet|Unable to register worker with raylet|"
-                                   r"Failed to (connect to|start) GCS|Failed to get cluster ID from GCS"),
+                                   r"Failed to (connect to|start) GCS|Failed to get cluster ID from GCS|"
+                                   r"Ray does not allocate any GPUs on the driver node|"
+                                   r"Current node has no GPU available"),
           "Ray, which the server uses across machines (vLLM: --distributed-executor-backend ray, or more GPUs than one "
-          "machine has), failed to start or to reach its cluster: on one machine pass --distributed-executor-backend "
-          "mp in rollout.server.extra_args; across machines check the cluster (ray status) and RAY_ADDRESS in "
-          "rollout.server.env"),
+          "machine has), failed to start, to reach its cluster or to give the server's own node a GPU: on one machine "
+          "pass --distributed-executor-backend mp in rollout.server.extra_args; across machines check the cluster "
+          "(ray status) and RAY_ADDRESS in rollout.server.env, and start the server on a GPU node of the cluster with "
+          "VLLM_HOST_IP set to that node's address"),
     # Ray waiting for GPUs it may yet get: a start that failed otherwise after such a wait failed for that reason.
     Cause("too_many_gpus", re.compile(r"Waiting for creating a placement group|No available node types can fulfill "
                                       r"resource request"), TOO_MANY_GPUS),
+    # CUDA graphs captured at start, failing for another reason than memory (graph_capture_oom) once the causes
+    # above (a lost peer, NCCL, a kernel's fault) had their say: an op that may not run while a graph is captured,
+    # often with torch.compile's kernels.
+    Cause("graph_capture_failed", re.compile(r"Capture cuda graph failed|operation not permitted when stream is "
+                                             r"capturing|during CUDA graph capture", re.IGNORECASE),
+          "capturing CUDA graphs at start failed (an op that may not run inside a graph, often with torch.compile): "
+          "drop --enable-torch-compile (SGLang) or pass --disable-cuda-graph (SGLang) or --enforce-eager (vLLM) in "
+          "rollout.server.extra_args, or upgrade vLLM/SGLang"),
+    # vLLM's API server waits VLLM_ENGINE_READY_TIMEOUT_S for its engine, which may still be loading weights or
+    # compiling kernels: a start too slow, not a hang.
+    Cause("startup_timeout", re.compile(r"Timed out waiting for engines? (core processes )?to (send|start)"),
+          "the server gave up waiting for its engine while it still loaded weights or compiled kernels (a large model, "
+          "a slow disk, a cold compile cache): raise VLLM_ENGINE_READY_TIMEOUT_S (seconds; vLLM's default 600) in "
+          "rollout.server.env, and rollout.server.startup_timeout_s with it"),
     # A bare TimeoutError is a wait that ran out (vLLM's engine on its workers' shared-memory queue), never a
     # message's error; torch's NCCL watchdog gives up on a collective after the process group's timeout.
     Cause("hang", re.compile(r"Watchdog timeout \(self\.watchdog_timeout=|RPC call to \w+ timed out|^TimeoutError$|"
@@ -368,9 +420,10 @@ SHELL_KILLED = re.compile(r"^(.*: line \d+: +\d+ +)?Killed(\s|$)")
 HARMLESS = re.compile(r"\bWARNING\b|\w+Warning: |warnings\.warn\(|Ignore import error|"
                       r"init failed \(ModuleNotFoundError")
 # A traceback's last line, as logged: an exception's name (qualified, it need not end in Error:
-# huggingface_hub.utils._http.OfflineModeIsEnabled), then its message; or an ...Error raised without one.
+# huggingface_hub.utils._http.OfflineModeIsEnabled), then its message; or an ...Error raised without one; or its
+# repr, where a wrapper's message quoting it ran onto a line of its own (vLLM's "Worker failed with error '...'").
 ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)|Exception|([A-Za-z_]\w*\.)+[A-Z]\w*): \S|"
-                        r"^[A-Za-z_][\w.]*(Error|Exception)$")
+                        r"^[A-Za-z_][\w.]*(Error|Exception)$|^[A-Za-z_][\w.]*(Error|Exception)\([\"']")
 # An error said without a traceback (read on the line as logged, its level still there): a logger's level
 # (vLLM's "ERROR 11-27 ...", Python's "ERROR:root:", uvicorn's "ERROR:    "), glog's E and F lines
 # ("[rank0]:[E1127 12:00:00.1 ProcessGroupNCCL.cpp:...]"), Ray's C++ ones ("[2026-11-27 12:00:00,1 E 123 123]"),
@@ -383,8 +436,10 @@ LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRIT
                           r"^(\([^)]*\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*Failed to update\b|"
                           r"^(.*: line \d+: +\d+ +)?(Segmentation fault|Aborted|Bus error|Illegal instruction|"
                           r"Floating point exception)\b")
-# Errors that only say another line holds the cause.
-WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)")
+# Errors that only say another line holds the cause (torch.compile's "BackendCompilerFailed: backend=... raised:"
+# is followed by the error its backend raised).
+WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)|"
+                      r"\braised:$")
 # What a log collector puts before the server's line: docker compose's service ("vllm  | "), a timestamp (docker
 # --timestamps, Kubernetes: "2026-11-27T12:00:00.123456789Z"), a supervisor's Python logger (logging's
 # "%(asctime)s - %(name)s - %(levelname)s - ": its level, not the server's).

@@ -143,6 +143,14 @@ def test_an_unknown_error_is_quoted_without_a_knob_and_a_wrapper_is_not_the_erro
     assert server_error(["KeyError: 'rope_scaling'", "RuntimeError: Engine process failed to start"]) == (
         "KeyError: 'rope_scaling'", None)
     assert server_error(["RuntimeError: Engine core initialization failed. See root cause above."]) == (None, None)
+    # torch.compile's wrapper names the backend, the line after it what the backend raised
+    assert server_error(["torch._dynamo.exc.BackendCompilerFailed: backend='<VllmBackend>' raised:",
+                         "KeyError: 'rope_scaling'"]) == ("KeyError: 'rope_scaling'", None)
+    # an exception's repr is the error where a wrapper's quote of it ran onto a line of its own
+    assert server_error(["RuntimeError: Worker failed with error 'at 1:0:", "ValueError('no rope_scaling')', please "
+                         "check the stack trace above for the root cause"])[0].startswith("RuntimeError: Worker")
+    assert server_error(["ValueError('no rope_scaling')', please check the stack trace above"]) == (
+        "ValueError('no rope_scaling')', please check the stack trace above", None)
     assert server_error(["INFO serving", "INFO done"]) == (None, None)
 
 
@@ -264,6 +272,12 @@ def test_a_symptom_is_read_after_the_causes_that_explain_it():
     # a full disk, told only in a warning, explains a weight file cut short and NCCL's failure on a full /dev/shm
     for after in ("vllm_safetensors_incomplete", "vllm_nccl_dev_shm"):
         assert read_log(real("sglang_disk_full_sigbus") + real(after)).cause == "disk_full"
+    # so does a /dev/shm too small, told by Ray in a warning, and a NCCL failure or a capture that fails after it
+    assert read_log(real("gpustack_ray_dev_shm") + real("vllm_nccl_dev_shm")).cause == "shm_too_small"
+    # CUDA graphs failing to capture are read after what failed inside the capture: a lost peer, memory
+    assert read_log(real("sglang_torch_compile_graph_capture") + real("sglang_graph_capture_gloo")).cause == "peer_lost"
+    assert read_log(real("sglang_graph_capture_current_seed") + real("sglang_cuda_graph_oom")).cause == (
+        "graph_capture_oom")
     # a warning no cause may be told in stays harmless: vLLM survives its extension failing to load
     # (vllm-project/vllm#5501)
     assert read_log(["UserWarning: CUDA error: an illegal memory access was encountered"]).cause is None
