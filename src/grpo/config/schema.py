@@ -97,15 +97,19 @@ class TaskConfig:
     path: str | None = knob(None, "gsm8k, dataset: a directory with the split files (train.jsonl, test.parquet, "
                             "data/train-*.parquet, ...), relative to the working directory, or hub:ORG/NAME[:CONFIG] "
                             "(gsm8k: `hub`). gsm8k, null: searched for.")
-    train_files: list[str] = knob(factory=list, help="dataset: training files or globs, instead of path's")
+    train_files: list[str] = knob(factory=list, help="dataset: training files or globs (.jsonl, .json, .parquet, "
+                                  ".csv), instead of path's")
     test_files: list[str] = knob(factory=list, help="dataset: held-out files or globs, instead of path's")
     train_split: str = knob("train", "dataset: the training split: file name stem under path, or hub split")
     test_split: str = knob("test", "dataset: the held-out split, likewise")
-    prompt_column: str = knob("prompt", "dataset: the prompt's column: text (a user message, instruction appended) or "
-                              "[{role, content}, ...] as given")
-    answer_column: str | None = knob("answer", "dataset: the gold answer's column; null: none (gold is \"\")")
+    prompt_column: str = knob("prompt", "dataset: the prompt's column, or a dotted path to a field inside one: text (a "
+                              "user message, instruction appended) or [{role, content}, ...] (or ShareGPT's [{from, "
+                              "value}, ...]) as given")
+    answer_column: str | None = knob("answer", "dataset: the gold answer's column, or a dotted path to a field inside "
+                                     "one (reward_model.ground_truth); null: none (gold is \"\")")
     gold_pattern: str | None = knob(None, "dataset: a regex; the gold is its first group (or whole match) at the "
-                                    "answer's last match; null: all of it")
+                                    "answer's last match; null: after GSM8K's ####, else in the last \\boxed{}, else "
+                                    "all of it")
     max_train_problems: int | None = knob(None, "use only the first N training problems; null: all",
                                           check=at_least(1, " (or null for all)"))
     system_prompt: str | None = knob(None, "a system message before each text prompt")

@@ -55,6 +55,12 @@ def _boxed_contents(text: str) -> list[str]:
     return found
 
 
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{}`` in `text` (braces balanced), or None if it has none."""
+    boxed = _boxed_contents(text)
+    return boxed[-1] if boxed else None
+
+
 def _clean_phrase_answer(raw: str) -> str:
     raw = raw.strip().strip("*").strip()
     end = _SENTENCE_END.search(raw)

@@ -1,5 +1,5 @@
-"""The dataset task: problems from the rows of any JSONL, Parquet or CSV files or hub dataset, through a
-column mapping (which column is the prompt, which the answer, how the gold is read from the answer)."""
+"""The dataset task: problems from the rows of any JSONL, JSON, Parquet or CSV files or hub dataset, through a
+column mapping (which column or nested field is the prompt, which the answer, how the gold is read from the answer)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,25 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from grpo.config import TaskConfig
 from grpo.errors import ConfigError
 from grpo.tasks.base import RESERVED_COLUMNS, ListTask, Problem
+from grpo.tasks.fields import describe, found, lookup, name_a_field, short
 from grpo.tasks.files import Table, expand_files, read_files, read_hub, read_memory, split_files
+from grpo.tasks.gold import GoldReader
+from grpo.tasks.messages import SHAREGPT_NOTE, chat_messages
 
 log = logging.getLogger(__name__)
-
-GSM8K_MARK = "####"  # read by default when task.gold_pattern is null
 
 
 @dataclass(frozen=True)
 class Columns:
     """Which columns hold the prompt and the answer, and how the gold is read from the answer."""
 
-    prompt: str
-    answer: str | None  # None: the data has no gold answer
-    gold_pattern: re.Pattern[str] | None  # None: the whole answer is the gold
+    prompt: str  # a column, or a dotted path to a field inside one (grpo.tasks.fields)
+    answer: str | None  # likewise; None: the data has no gold answer
+    gold_pattern: re.Pattern[str] | None  # None: the formats grpo.tasks.gold knows, else the whole answer
     keys: tuple[str, str]  # where the prompt and answer columns were set, for error messages
     pattern_key: str = "task.gold_pattern"  # where the gold pattern was set, likewise
     # The answer column is task.answer_column's default, which data made for TRL lacks (TRL has no gold column):
@@ -51,37 +51,8 @@ class Columns:
             return dataclasses.replace(self, answer=None)
         return self
 
-    def gold(self, value: Any, where: str) -> str:
-        if value is None:
-            return ""
-        if isinstance(value, (dict, list, tuple)):
-            raise ConfigError(f"{where}: column {self.answer!r} must hold the answer as text or a number, "
-                              f"got {type(value).__name__}")
-        text = str(value)
-        if self.gold_pattern is None:
-            # GSM8K's answers are a worked solution ending in `#### N`: the gold is N, not the prose.
-            return text.rpartition(GSM8K_MARK)[2].strip() if GSM8K_MARK in text else text.strip()
-        matches = list(self.gold_pattern.finditer(text))
-        if not matches:
-            return ""  # the math reward cannot score an empty gold: such samples are unscorable, never 0
-        gold = matches[-1].group(1 if self.gold_pattern.groups else 0)
-        return (gold or "").strip()  # an optional group that did not take part is None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def chat_messages(value: list | tuple, where: str, column: str) -> tuple[dict[str, Any], ...]:
-    if not value:
-        raise ConfigError(f"{where}: column {column!r} holds an empty list of chat messages")
-    for i, message in enumerate(value):
-        if not (isinstance(message, dict) and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)):
-            raise ConfigError(f"{where}: column {column!r} holds chat messages, but message {i} is {_short(message)}; "
-                              'each must be {"role": "...", "content": "..."} with text values')
-    return tuple(dict(message) for message in value)
+    def gold_reader(self) -> GoldReader | None:
+        return GoldReader(self.answer, self.gold_pattern, self.keys[1]) if self.answer is not None else None
 
 
 # TRL has no answer column: rewards written for it read their own columns (solution, ground_truth, ...).
@@ -91,10 +62,11 @@ _NO_ANSWER = ("set task.answer_column to the column holding the gold answer, or 
 
 def _check_columns(table: Table, columns: Columns) -> None:
     for column, key in ((columns.prompt, columns.keys[0]), (columns.answer, columns.keys[1])):
-        if column is not None and column not in table.columns:
+        if column is not None and not found(table.rows, column):
             fix = f"; {_NO_ANSWER}" if key == "task.answer_column" else ""
-            raise ConfigError(f"{table.source} has no column {column!r} ({key}); its columns: "
-                              f"{', '.join(table.columns)}{fix}")
+            read = f" ({'; '.join(table.notes)})" if table.notes else ""
+            raise ConfigError(f"{table.source} has no column {column!r} ({key}); its columns{read}: "
+                              f"{describe(table.columns, table.rows)}{fix}")
     for name in RESERVED_COLUMNS:
         if name in table.columns and not (name == "gold" and columns.answer == "gold"):
             fix = " or set task.answer_column=gold" if name == "gold" else ""
@@ -102,19 +74,30 @@ def _check_columns(table: Table, columns: Columns) -> None:
                               f"are given; rename the column{fix}")
 
 
-def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: str | None) -> list[Problem]:
+@dataclass
+class Split:
+    """A split's problems, and what the load says of how they were read."""
+
+    problems: list[Problem]
+    notes: list[str]
+
+
+def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: str | None) -> Split:
     if not table.rows:
         raise ConfigError(f"{table.source} has no problems: it has no rows")
     columns = columns.for_table(table)
     _check_columns(table, columns)
+    golds = columns.gold_reader()
     problems = []
+    sharegpt = False
     for i, (row, where) in enumerate(zip(table.rows, table.where)):
-        value = row[columns.prompt]
+        value = lookup(row, columns.prompt)
         messages = None
         if isinstance(value, str) and value.strip():
             question = value
         elif isinstance(value, (list, tuple)):
-            messages = chat_messages(value, where, columns.prompt)
+            messages, from_sharegpt = chat_messages(value, where, columns.prompt)
+            sharegpt = sharegpt or from_sharegpt
             if system_prompt:
                 raise ConfigError(f"{where}: task.system_prompt applies to text prompts, but column "
                                   f"{columns.prompt!r} holds chat messages, used as given: put the system message "
@@ -123,40 +106,43 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
             question = users[-1] if users else messages[-1]["content"]
         elif value is None or isinstance(value, str):
             raise ConfigError(f"{where}: no prompt (column {columns.prompt!r} is empty)")
+        elif isinstance(value, dict):
+            raise ConfigError(name_a_field(where, columns.prompt, value, columns.keys[0], "the prompt"))
         else:
             raise ConfigError(f"{where}: column {columns.prompt!r} must hold the prompt as text or a list of "
                               f"{{role, content}} messages, got {type(value).__name__}")
-        gold = columns.gold(row[columns.answer], where) if columns.answer is not None else ""
-        # TRL gives reward functions every column but `prompt` (passed as `prompts`) and `completion`.
+        gold = golds.read(lookup(row, columns.answer), where) if golds is not None else ""
+        # TRL gives reward functions every column but `prompt` (passed as `prompts`) and `completion`; a prompt
+        # read from a field inside a column leaves that column whole.
         kept = {name: v for name, v in row.items() if name not in (columns.prompt, "completion")}
         problems.append(Problem(f"{id_prefix}-{i}", question, gold, messages, kept))
-    return problems
+    notes = [*table.notes, *([SHAREGPT_NOTE] if sharegpt else []), *(golds.notes() if golds is not None else [])]
+    return Split(problems, notes)
 
 
-def _without_gold(problems: list[Problem], table: Table, columns: Columns) -> str:
-    """The load-time report's note on rows without a gold answer; a gold pattern that matches no row is refused
-    (every answer would be unscorable, found only steps into a run)."""
+def _load_notes(problems: list[Problem], table: Table, columns: Columns, notes: list[str]) -> str:
+    """The load-time report's note on how the rows were read and on rows without a gold answer; a gold pattern that
+    matches no row is refused (every answer would be unscorable, found only steps into a run)."""
+    notes = list(notes)
     if columns.answer is None and columns.answer_optional:
-        return (f" (no column {TaskConfig().answer_column!r}, so no gold answers, as in TRL: the reward functions read "
-                "their own columns; task.answer_column=COLUMN names the gold's column)")
-    if columns.answer is None:
-        return " (no answer column: every gold is empty)"
-    missing = [i for i, p in enumerate(problems) if not p.gold]
-    if columns.gold_pattern is not None and len(missing) == len(problems):
-        answered = next((i for i in missing if table.rows[i][columns.answer] not in (None, "")), missing[0])
-        fix = ("Fix the pattern (its first group is the gold), or set task.gold_pattern=null to use the whole answer"
-               if columns.pattern_key == "task.gold_pattern" else "For data in another format use task.name=dataset")
-        raise ConfigError(f"{columns.pattern_key} '{columns.gold_pattern.pattern}' matches no answer in "
-                          f"{table.source} (column {columns.answer!r}); e.g. {table.where[answered]}: "
-                          f"{_short(table.rows[answered][columns.answer])}. {fix}")
-    notes = []
-    if columns.gold_pattern is None and columns.answer is not None:
-        marked = sum(GSM8K_MARK in str(row[columns.answer]) for row in table.rows if row[columns.answer] is not None)
-        if marked:
-            notes.append(f"{marked} golds read after '{GSM8K_MARK}' (GSM8K's format)")
-    if missing:
-        notes.append(f"{len(missing)} without a gold answer, e.g. {table.where[missing[0]]}: unscorable (None, "
-                     "never 0) for rewards that compare with the gold")
+        notes.append(f"no column {TaskConfig().answer_column!r}, so no gold answers, as in TRL: the reward functions "
+                     "read their own columns; task.answer_column=COLUMN names the gold's column")
+    elif columns.answer is None:
+        notes.append("no answer column: every gold is empty")
+    else:
+        missing = [i for i, p in enumerate(problems) if not p.gold]
+        if columns.gold_pattern is not None and len(missing) == len(problems):
+            answer = [lookup(row, columns.answer) for row in table.rows]
+            answered = next((i for i in missing if answer[i] not in (None, "")), missing[0])
+            fix = ("Fix the pattern (its first group is the gold), or set task.gold_pattern=null to use the whole "
+                   "answer" if columns.pattern_key == "task.gold_pattern"
+                   else "For data in another format use task.name=dataset")
+            raise ConfigError(f"{columns.pattern_key} '{columns.gold_pattern.pattern}' matches no answer in "
+                              f"{table.source} (column {columns.answer!r}); e.g. {table.where[answered]}: "
+                              f"{short(answer[answered])}. {fix}")
+        if missing:
+            notes.append(f"{len(missing)} without a gold answer, e.g. {table.where[missing[0]]}: unscorable (None, "
+                         "never 0) for rewards that compare with the gold")
     return f" ({'; '.join(notes)})" if notes else ""
 
 
@@ -192,11 +178,12 @@ class DatasetTask(ListTask):
             if which not in splits:
                 continue
             table = read_split(source, split, files, key)
-            problems = to_problems(table, columns, f"{self.name}-{split}", cfg.system_prompt)
+            read = to_problems(table, columns, f"{self.name}-{split}", cfg.system_prompt)
+            problems = read.problems
             if which == "train" and cfg.max_train_problems:
                 problems = problems[: cfg.max_train_problems]
             report.append(f"{len(problems)} {'training' if which == 'train' else 'held-out'} problems from "
-                          f"{table.source}{_without_gold(problems, table, columns.for_table(table))}")
+                          f"{table.source}{_load_notes(problems, table, columns.for_table(table), read.notes)}")
             loaded[which] = problems
         super().__init__(train=loaded["train"], test=loaded["test"])
         # Logged once every split loaded, so a data error stays the only line a failed start prints.

@@ -1,4 +1,4 @@
-"""Reading a split's rows from JSONL, Parquet or CSV files, or from a `datasets` dataset on the hub.
+"""Reading a split's rows from JSONL, JSON, Parquet or CSV files, or from a `datasets` dataset on the hub.
 
 Every row keeps where it came from (`FILE:LINE`, `FILE row N`), so a bad value is reported at its place.
 """
@@ -14,7 +14,9 @@ from typing import Any
 
 from grpo.errors import ConfigError
 
-FORMATS = (".jsonl", ".parquet", ".csv")
+FORMATS = (".jsonl", ".json", ".parquet", ".csv")
+# Open-Reasoner-Zero's rows are arrays ([{"from": "human", ...}, {"from": "assistant", ...}]); pandas reads them so.
+ARRAY_ROWS = "rows that are JSON arrays read item i as column i"
 
 
 @dataclass
@@ -22,7 +24,8 @@ class Table:
     source: str  # what was read: a file, files joined by ", ", or hub:NAME[:CONFIG] with its split
     columns: list[str] = field(default_factory=list)  # every column, in first-seen order
     rows: list[dict[str, Any]] = field(default_factory=list)  # each row has every column (None where absent)
-    where: list[str] = field(default_factory=list)  # per row: FILE:LINE (JSONL, CSV) or FILE row N (Parquet)
+    where: list[str] = field(default_factory=list)  # per row: FILE:LINE (JSONL, CSV) or FILE row N (JSON, Parquet)
+    notes: list[str] = field(default_factory=list)  # how rows were read where it is not plain, said once at load
 
     def add(self, row: dict[str, Any], where: str) -> None:
         for key in row:
@@ -38,6 +41,17 @@ class Table:
                 row.setdefault(key, None)
 
 
+def _add_json_row(row: Any, where: str, table: Table) -> None:
+    if isinstance(row, list):
+        row = {str(i): item for i, item in enumerate(row)}
+        if ARRAY_ROWS not in table.notes:
+            table.notes.append(ARRAY_ROWS)
+    elif not isinstance(row, dict):
+        raise ConfigError(f"{where}: each row must be a JSON object of columns (or an array, read as columns 0, 1, "
+                          f"...), got {type(row).__name__}")
+    table.add(row, where)
+
+
 def _read_jsonl(path: Path, table: Table) -> None:
     with path.open(encoding="utf-8") as f:
         try:
@@ -48,12 +62,30 @@ def _read_jsonl(path: Path, table: Table) -> None:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise ConfigError(f"{path}:{line_no}: not valid JSON ({exc})") from exc
-                if not isinstance(row, dict):
-                    raise ConfigError(f"{path}:{line_no}: each line must be a JSON object of columns, "
-                                      f"got {type(row).__name__}")
-                table.add(row, f"{path}:{line_no}")
+                _add_json_row(row, f"{path}:{line_no}", table)
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
+
+
+def _read_json_file(path: Path, table: Table) -> None:
+    """One JSON array of rows (Open-Reasoner-Zero's, json.dump's), or JSON Lines: what `datasets`' to_json writes
+    under a .json name."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
+    if not text.lstrip().startswith("["):
+        _read_jsonl(path, table)
+        return
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # a complete array, then more: JSON Lines whose rows are arrays
+            _read_jsonl(path, table)
+            return
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+    for i, row in enumerate(rows, 1):
+        _add_json_row(row, f"{path} row {i}", table)
 
 
 def _read_csv(path: Path, table: Table) -> None:
@@ -111,7 +143,8 @@ def _read_arrow(path: Path, table: Table) -> None:
         table.add(row, f"{path} row {i}")
 
 
-_READERS = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet, ".arrow": _read_arrow}
+_READERS = {".jsonl": _read_jsonl, ".json": _read_json_file, ".csv": _read_csv, ".parquet": _read_parquet,
+            ".arrow": _read_arrow}
 DATASET_DICT = "dataset_dict.json"  # what datasets' DatasetDict.save_to_disk writes beside its split folders
 DATASET_STATE = "state.json"  # what Dataset.save_to_disk writes beside its Arrow shards
 
@@ -159,8 +192,8 @@ def split_files(directory: Path, split: str, key: str) -> list[Path]:
                        and (p.stem == split or p.name.startswith(f"{split}-")))
         if found:
             return found
-    raise ConfigError(f"no {split} split in {directory.resolve()}: expected {split}.jsonl, {split}.parquet, {split}.csv "
-                      f"or shards {split}-*.parquet there or in data/ (or set {key})")
+    raise ConfigError(f"no {split} split in {directory.resolve()}: expected {split}.jsonl, {split}.json, "
+                      f"{split}.parquet, {split}.csv or shards {split}-*.parquet there or in data/ (or set {key})")
 
 
 def _saved_dataset_files(directory: Path, split: str, key: str) -> list[Path] | None:

@@ -58,6 +58,26 @@ def test_gold_pattern_takes_the_last_match_and_its_first_group(tmp_path):
     assert [p.gold for p in whole.eval_problems(None)] == ["2", ""]
 
 
+def test_nested_fields_sharegpt_prompts_and_boxed_golds_load_and_the_load_says_how(tmp_path, caplog):
+    """Other frameworks' rows: ShareGPT's {from, value} messages, the gold in a dict column's field, and a MATH
+    solution whose last \\boxed{} is the answer; each way of reading is said once at load."""
+    solution = r"So $x=\boxed{\frac{1}{4}}$."
+    rows = [{"conversations": [{"from": "human", "value": "x?"}], "reward_model": {"solution": solution}}]
+    with caplog.at_level("INFO", logger="grpo.tasks.dataset"):
+        task = dataset(tmp_path, rows, prompt_column="conversations", answer_column="reward_model.solution")
+    [problem] = task.eval_problems(None)
+    assert problem.messages == ({"role": "user", "content": "x?"},) and problem.gold == r"\frac{1}{4}"
+    assert reward_columns([problem])["reward_model"] == [{"solution": solution}]  # the column reaches rewards whole
+    assert "chat messages given as ShareGPT's {from, value} read as {role, content}" in caplog.text
+    assert r"1 golds read from the answer's last \boxed{} (MATH's format" in caplog.text
+
+
+def test_a_prompt_read_from_a_field_leaves_its_column_to_the_rewards(tmp_path):
+    rows = [{"0": {"from": "human", "value": "q"}, "1": {"ground_truth": {"value": "7"}}}]
+    [problem] = dataset(tmp_path, rows, prompt_column="0.value", answer_column="1.ground_truth.value").eval_problems(1)
+    assert (problem.question, problem.gold, sorted(problem.columns)) == ("q", "7", ["0", "1"])
+
+
 def test_without_an_answer_column_the_gold_is_empty(tmp_path):
     task = dataset(tmp_path, [{"prompt": "p", "target": "a"}], answer_column=None)
     assert task.train_problem(0, 0).gold == ""
@@ -112,6 +132,10 @@ def one_line_error(tmp_path, train, match, test=None, **keys):
 def test_an_unknown_column_names_the_columns_that_exist(tmp_path):
     one_line_error(tmp_path, [{"question": "q", "answer": "1"}],
                    r"train.jsonl has no column 'prompt' \(task.prompt_column\); its columns: question, answer$")
+    one_line_error(tmp_path, [{"prompt": "q", "reward_model": {"ground_truth": "1", "style": "rule"}}],
+                   r"has no column 'reward_model.answer' \(task.answer_column\); its columns: prompt, reward_model "
+                   r"\(reward_model.ground_truth, reward_model.style\); set task.answer_column",
+                   answer_column="reward_model.answer")
     one_line_error(tmp_path, [{"prompt": "q", "solution": "1"}],
                    r"has no column 'gold_text' \(task.answer_column\); its columns: prompt, solution; set "
                    r"task.answer_column to the column holding the gold answer, or task.answer_column=null if your "
@@ -147,9 +171,21 @@ def test_a_row_without_a_usable_prompt_names_its_line(tmp_path, prompt, message)
     one_line_error(tmp_path, [good], message, test=[good, {"prompt": prompt, "answer": "1"}])
 
 
-def test_an_answer_that_is_not_text_or_a_number_names_its_line(tmp_path):
-    one_line_error(tmp_path, [{"prompt": "q", "answer": ["1", "2"]}],
-                   r"train.jsonl:1: column 'answer' must hold the answer as text or a number, got list")
+@pytest.mark.parametrize("answer,message", [
+    (["1", "2"], (r"train.jsonl:1: column 'answer' holds 2 answers \(\['1', '2'\]\), and a gold is one answer: set "
+                  r"task.answer_column to a column holding one, or task.answer_column=null and compare with the list "
+                  r"in your reward function \(it gets the column as `answer`\)$")),
+    ({"ground_truth": "1", "style": "rule"}, (r"train.jsonl:1: column 'answer' holds a dict, not the answer: name one "
+                                              r"of its fields, task.answer_column=answer.ground_truth or answer.style$")),
+])
+def test_an_answer_that_is_not_one_answer_names_its_line_and_what_to_set(tmp_path, answer, message):
+    one_line_error(tmp_path, [{"prompt": "q", "answer": answer}], message)
+
+
+def test_a_prompt_that_is_a_dict_names_its_fields(tmp_path):
+    one_line_error(tmp_path, [{"0": {"from": "human", "value": "q"}, "answer": "1"}],
+                   r"train.jsonl:1: column '0' holds a dict, not the prompt: name one of its fields, "
+                   r"task.prompt_column=0.from or 0.value$", prompt_column="0")
 
 
 def test_a_system_prompt_with_chat_prompts_is_refused_not_ignored(tmp_path):

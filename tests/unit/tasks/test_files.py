@@ -1,4 +1,4 @@
-"""Reading rows from JSONL, Parquet and CSV files, finding a split's files, and the errors for bad files."""
+"""Reading rows from JSONL, JSON, Parquet and CSV files, finding a split's files, and the errors for bad files."""
 
 import csv
 import json
@@ -23,6 +23,8 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".jsonl":
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(rows))
     elif path.suffix == ".csv":
         with path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -33,7 +35,7 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])
 def test_every_format_reads_the_same_rows_and_columns(tmp_path, suffix):
     table = read_files([write_rows(tmp_path / f"train{suffix}", ROWS)])
     assert table.rows == ROWS
@@ -61,6 +63,29 @@ def test_files_of_a_split_are_joined_and_a_column_one_lacks_is_none(tmp_path):
     assert table.source == f"{a}, {b}"
 
 
+def test_a_json_file_is_one_array_of_rows_or_json_lines(tmp_path):
+    """json.dump writes an array (Open-Reasoner-Zero's data); `datasets`' to_json writes JSON Lines under .json."""
+    array = tmp_path / "a.json"
+    array.write_text(json.dumps(ROWS, indent=2))
+    lines = tmp_path / "b.json"
+    lines.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    assert read_files([array]).rows == ROWS and read_files([lines]).rows == ROWS
+    assert read_files([array]).where == [f"{array} row 1", f"{array} row 2"]
+    assert read_files([lines]).where == [f"{lines}:1", f"{lines}:2"]
+    write_rows(tmp_path / "dir" / "train.json", ROWS)
+    assert split_files(tmp_path / "dir", "train", "task.train_files") == [tmp_path / "dir" / "train.json"]
+
+
+@pytest.mark.parametrize("name", ["orz.json", "orz.jsonl"])
+def test_rows_that_are_arrays_read_as_numbered_columns_and_say_so(tmp_path, name):
+    row = [{"from": "human", "value": "q"}, {"from": "assistant", "ground_truth": {"value": "1"}}]
+    path = tmp_path / name
+    path.write_text(json.dumps([row, row]) if name.endswith(".json") else json.dumps(row) + "\n")
+    table = read_files([path])
+    assert table.columns == ["0", "1"] and table.rows[0] == {"0": row[0], "1": row[1]}
+    assert table.notes == ["rows that are JSON arrays read item i as column i"]
+
+
 def test_parquet_keeps_chat_messages_as_lists_of_dicts(tmp_path):
     rows = [{"chat": [{"role": "user", "content": "hi"}], "n": 3}]
     assert read_files([write_rows(tmp_path / "x.parquet", rows)]).rows == rows
@@ -68,7 +93,11 @@ def test_parquet_keeps_chat_messages_as_lists_of_dicts(tmp_path):
 
 @pytest.mark.parametrize("name,text,message", [
     ("x.jsonl", '{"prompt": "a"}\n{"prompt": \n', r"x.jsonl:2: not valid JSON"),
-    ("x.jsonl", '{"prompt": "a"}\n["a", "b"]\n', r"x.jsonl:2: each line must be a JSON object of columns, got list"),
+    ("x.jsonl", '{"prompt": "a"}\n3\n', (r"x.jsonl:2: each row must be a JSON object of columns \(or an array, "
+                                        r"read as columns 0, 1, ...\), got int")),
+    ("x.json", '[{"prompt": "a"}, "b"]', r"x.json row 2: each row must be a JSON object of columns .*, got str"),
+    ("x.json", '[{"prompt": "a"},\n', r"x.json: not valid JSON"),
+    ("x.json", '{"prompt": "a"}\n{"prompt": \n', r"x.json:2: not valid JSON"),
     ("x.jsonl", b'{"prompt": "\xff"}\n', r"x.jsonl: not UTF-8 text"),
     ("x.csv", "prompt,answer\na,1\nb,2,3\n", r"x.csv:3: 3 fields but the header names 2"),
     ("x.csv", "prompt,prompt\na,1\n", r"x.csv:1: the header names 'prompt' more than once"),
@@ -103,10 +132,10 @@ def test_explicit_files_and_globs(tmp_path, monkeypatch):
 @pytest.mark.parametrize("patterns,message", [
     (["missing.jsonl"], r"task.train_files: no file .*missing.jsonl"),
     (["nothing-*.jsonl"], r"task.train_files: .*nothing-\*.jsonl matches no file"),
-    (["data.json"], r"task.train_files: data.json is not a supported file; use .jsonl, .parquet, .csv"),
+    (["data.txt"], r"task.train_files: data.txt is not a supported file; use .jsonl, .json, .parquet, .csv"),
 ])
 def test_files_that_cannot_be_read_are_named(tmp_path, monkeypatch, patterns, message):
-    (tmp_path / "data.json").write_text("[]")
+    (tmp_path / "data.txt").write_text("[]")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=message):
         expand_files(patterns, "task.train_files")
@@ -125,7 +154,7 @@ def test_a_split_is_found_by_name_or_as_hub_style_shards(tmp_path):
 def test_a_missing_split_says_what_was_expected(tmp_path):
     write_rows(tmp_path / "train.jsonl", ROWS)
     with pytest.raises(ConfigError, match=f"no validation split in {tmp_path}: expected validation.jsonl, "
-                                          r"validation.parquet, validation.csv or shards validation-\*.parquet "
+                                          r"validation.json, validation.parquet, validation.csv or shards validation-\*.parquet "
                                           r"there or in data/ \(or set task.test_files\)"):
         split_files(tmp_path, "validation", "task.test_files")
     with pytest.raises(ConfigError, match="task.path: no directory .*nope"):

@@ -1,0 +1,56 @@
+"""Real datasets in other RL frameworks' formats (tests/data/user_datasets): each command a user would write after
+reading docs/own-data.md reads every row as the case's truth says (the prompt the model sees, and a gold that a
+completion boxing the true answer scores 1 against under grpo's `math` reward), or is refused in one line that
+names the command that works, which then does."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpo.config import TaskConfig
+from grpo.errors import ConfigError
+from grpo.rewards import math_reward
+from grpo.tasks import build_task
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "user_datasets"
+# (case, command) refused, and what the one-line refusal must name for the user to write instead.
+REFUSED = {
+    ("orz_math_sharegpt_array", "defaults"): ["0.value", "1.ground_truth.value", "read item i as column i"],
+    ("verl_reward_model", "task.prompt_column=prompt task.answer_column=reward_model"):
+        ["task.answer_column=reward_model.ground_truth"],
+}
+
+
+def commands():
+    for folder in sorted(p for p in DATA.iterdir() if p.is_dir()):
+        case = json.loads((folder / "case.json").read_text())
+        for command in case["commands"] + case.get("follow_up", []):
+            yield pytest.param(folder, case, command, id=f"{folder.name}: {command['name']}")
+
+
+def test_every_case_has_its_source_and_rows():
+    folders = [p for p in DATA.iterdir() if p.is_dir()]
+    assert len(folders) >= 10
+    for folder in folders:
+        case = json.loads((folder / "case.json").read_text())
+        assert (folder / "SOURCE").read_text().startswith("url: ") and (folder / case["files"]).is_file()
+
+
+@pytest.mark.parametrize("folder,case,command", commands())
+def test_a_users_command_reads_each_row_right_or_says_what_to_write(folder, case, command):
+    data = str(folder / case["files"])
+    cfg = TaskConfig(name="dataset", train_files=[data], test_files=[data], **command["keys"])
+    named = REFUSED.get((folder.name, command["name"]))
+    if named is not None:
+        with pytest.raises(ConfigError) as info:
+            build_task(cfg)
+        assert "\n" not in str(info.value) and all(text in str(info.value) for text in named), str(info.value)
+        return
+    problems = build_task(cfg).eval_problems(None)
+    assert len(problems) == len(case["truth"])
+    for problem, truth in zip(problems, case["truth"]):
+        assert problem.question.startswith(truth["prompt_starts"])
+        if truth["chat"] is not None:
+            assert (problem.messages is not None) == truth["chat"]
+        assert math_reward("\\boxed{" + truth["gold"] + "}", problem.gold) == 1.0, (problem.gold, truth["gold"])
