@@ -470,8 +470,10 @@ def _stops_short(record: RunRecord) -> str | None:
     steps = record.steps()
     if not (record.console and steps and record.total_steps and not record.finished and not record.running):
         return None
-    last, gaps = steps[-1], [b - a for a, b in zip(steps[-4:], steps[-3:])]
-    if last + max(gaps, default=1) >= record.total_steps:
+    last, gaps = steps[-1], sorted(b - a for a, b in zip(steps[-4:], steps[-3:]))
+    # the logging interval is the usual gap between the last steps, not the largest: a stretch the log left
+    # out (a resume, a pasted log's "...") is not an interval
+    if last + (gaps[(len(gaps) - 1) // 2] if gaps else 1) >= record.total_steps:
         return None  # its last logged step is the last there was to log
     return (f"the log stops at step {last} of {record.total_steps} with no final line (no train_runtime, no "
             "'training completes', no final save) and no error: the run was still going when the log was "

@@ -15,7 +15,8 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
                      the process could use
     reward_broken    raised inside the reward function (its frames, or a reward's own message)
     server_failure   the inference engine died (vLLM's EngineDeadError, SGLang's scheduler), or ran out of
-                     memory in its own frames (its KV cache, its wake-up from sleep)
+                     memory in its own frames (its KV cache, its wake-up from sleep) or in a Ray task of its
+                     actor (`ray::LLMActor.backload_to_gpu()`)
     worker_failure   a Ray actor or worker process died or could not start, a segfault
     interrupted      stopped on purpose (KeyboardInterrupt, SIGTERM)
     crashed          any other exception
@@ -64,6 +65,18 @@ ORDER = ("out_of_memory", "disk_full", "nonfinite", "gpu_failure", "reward_broke
          "worker_failure", "interrupted", "crashed")
 # An exception raised inside the inference engine's own code: the engine failed, whatever the exception.
 ENGINE_FRAMES = re.compile(r"/(?:sglang|vllm)/")
+# A Ray remote task of the inference engine's actor (OpenRLHF's `LLMRayActor`, ORZ's `LLMActor`, a vLLM or
+# SGLang engine, a rollout worker): what failed in it, its out-of-memory included, failed in the engine.
+ENGINE_TASK = re.compile(r"ray::\w*(?:LLM|vLLM|Vllm|SGLang|Sglang|Engine|Rollout)\w*\.\w+\(\)")
+# A launcher's lines as it stops the other processes after one failed (DeepSpeed's `sigkill_handler` killing
+# subprocesses and reporting the exit code, torchrun sending closing signals): they report the crash before them,
+# they do not say the run went on after it.
+TEARDOWN = re.compile(r"sigkill_handler|Killing subprocess \d+|exits with return code|"
+                      r"Sending process \d+ closing signal")
+# A logger's record header on each line of a traceback it printed line by line (vLLM's engine core:
+# `ERROR 06-10 10:55:03 [core.py:459]   File "...", line 77, in create_and_map`): the line is what follows it.
+RECORD_HEADER = re.compile(r"^(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\s+(?:\d{4}-)?\d\d-\d\d\s+"
+                           r"\d\d:\d\d:\d\d(?:[.,]\d+)?\s+\[[^\]\s]+:\d+\]\s?")
 # Crashes that only say another one happened (a launcher's or torchrun's wrapper, the shell's "Killed"):
 # the crash to name is the one before them.
 WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing job with overrides|"
@@ -123,12 +136,13 @@ MAX_KEPT = 40  # crashes kept per log: the first few and the latest
 REPEAT_WINDOW = 50  # lines after a crash in which the same message again is a copy of it
 
 
-def classify(text: str, frames: list[str]) -> str:
+def classify(text: str, frames: list[str], in_engine: bool = False) -> str:
     """The class of an exception line with its innermost frames (the reward function's own frames say
-    it raised there; the trainer's frames that merely call it do not)."""
+    it raised there; the trainer's frames that merely call it do not); `in_engine`: Ray named the inference
+    engine's actor as the task it was raised in."""
     text = text[:2000]
     maybe = "potential root causes" in text  # Ray lists the OOM killer among what might have killed an actor
-    engine = any(ENGINE_FRAMES.search(f) for f in frames[-3:])
+    engine = in_engine or any(ENGINE_FRAMES.search(f) for f in frames[-3:])
     for kind in ORDER[:-1]:
         if kind == "out_of_memory" and maybe:
             continue
@@ -156,6 +170,7 @@ class CrashScanner:
         self._last: Crash | None = None  # the log's last line so far, when it is an exception's own line
         self._ignored = False  # the traceback being read follows an IGNORED line
         self._chained: Crash | None = None  # a RAY_CHAINED line in the traceback being read, not yet closed
+        self._in_engine = False  # the traceback being read is of a Ray task of the inference engine's actor
         self._recent: deque[str] = deque(maxlen=8)  # the last lines with text, stripped: what a closing line closes
 
     def found(self) -> list[Crash]:
@@ -165,7 +180,8 @@ class CrashScanner:
 
     def feed(self, line_no: int, line: str, step: int) -> None:
         if line.strip():
-            self._last = None  # the log went on after it: not what ended the run
+            if not TEARDOWN.search(line):
+                self._last = None  # the log went on after it: not what ended the run
             self._recent.append(line.strip())
         if self._frames is None and "Traceback" not in line and "ray::" not in line and 'File "' not in line \
                 and "Error" not in line and "Exception" not in line and not any(hint in line for hint in _FATAL_HINTS):
@@ -179,6 +195,7 @@ class CrashScanner:
         if TRACEBACK in stripped or (self._frames is None and RAY_TRACEBACK.match(stripped)):
             self._frames, self._traceback_line = [], line_no
             self._ignored = self._ignored or bool(LOGGED.search(stripped.partition(TRACEBACK)[0]))
+            self._in_engine = bool(ENGINE_TASK.search(stripped))
             return
         if self._frames is None and FRAME.match(stripped):
             self._frames, self._traceback_line = [], line_no  # a traceback whose header was not kept (a pasted excerpt)
@@ -186,21 +203,23 @@ class CrashScanner:
             self._last = Crash(step, classify(stripped, []), stripped[:300], Evidence(self.file, line_no, stripped[:300]))
             return
         if self._frames is not None:
+            stripped = RECORD_HEADER.sub("", stripped).strip() or stripped
             frame = FRAME.match(stripped)
             if frame:
                 self._frames.append(f"{frame.group(1)} {frame.group(2)}")
                 return
             if _EXCEPTION.match(stripped):
                 if not self._ignored:
-                    self._add(line_no, stripped, step, self._frames)
-                self._frames, self._ignored, self._chained = None, False, None
+                    self._add(line_no, stripped, step, self._frames, self._in_engine)
+                self._frames, self._ignored, self._chained, self._in_engine = None, False, None, False
                 return
             chained = RAY_CHAINED.match(stripped)
             if chained and not self._ignored:
-                kind = classify(chained.group(1), self._frames)
+                self._in_engine = self._in_engine or bool(ENGINE_TASK.search(stripped))
+                kind = classify(chained.group(1), self._frames, self._in_engine)
                 self._chained = Crash(step, kind, stripped[:300], Evidence(self.file, line_no, stripped[:300]))
             if line_no - self._traceback_line > 400:  # never closed: not a traceback after all
-                self._frames, self._ignored, self._chained = None, False, None
+                self._frames, self._ignored, self._chained, self._in_engine = None, False, None, False
             return
         if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped) \
                 and not self._repeats(line_no, stripped):
@@ -222,8 +241,8 @@ class CrashScanner:
         message = _REPEATED.sub("", text).strip()
         return len(message) >= 20 and message in self.crashes[-1].text
 
-    def _add(self, line_no: int, text: str, step: int, frames: list[str]) -> None:
-        crash = Crash(step, classify(text, frames), text[:300], Evidence(self.file, line_no, text[:300]))
+    def _add(self, line_no: int, text: str, step: int, frames: list[str], in_engine: bool = False) -> None:
+        crash = Crash(step, classify(text, frames, in_engine), text[:300], Evidence(self.file, line_no, text[:300]))
         if len(self.crashes) >= MAX_KEPT:
             del self.crashes[MAX_KEPT // 4]  # keep the first ones, and the latest
         self.crashes.append(crash)

@@ -6,7 +6,7 @@ slime, nanoGPT-style loops, a user's own script), whatever the shape of its line
 
 A line is a step's when it names a step (`step 12`, `step: 12`, `Step 12/500` with the run's total,
 `[step 12]`, `global_step=12`, `iter 12`, `Iteration 12`, slime's `rollout 12:`, a dict's step key, ms-swift's
-`"global_step/max_steps": "12/500"`) and at least two metrics the doctor knows: `name: number`, `name=number`,
+`"global_step/max_steps": "12/500"`, LLaMA-Factory's `"current_steps": 12` beside `"total_steps": 500`) and at least two metrics the doctor knows: `name: number`, `name=number`,
 a cell `name number` of a `|`- or comma-separated list, or a table's name cell and the number cell after it.
 Two shapes spread a step over lines: a step line without metrics followed at once by its metrics (a key/value
 table, a pretty-printed dict), and a table whose header names a step column and metric columns, one row a step.
@@ -52,10 +52,14 @@ BLOCK_GAP = 3  # lines (a caption, a table's top border) that may come between a
 # The step, however a loop prints it; a dict's global step (or wandb's `_step`) is the run's own count.
 # slime's `rollout N: {...}` is its step too (the rollout's id), only in that shape: "rollout 3/8" is progress.
 _STEP = re.compile(
-    r"(?<![\w./-])(?:(?:train|trainer)/)?(global[_ ]step|_step|step|iteration|iter|rollout(?=\s+\d{1,12}:))"
+    r"(?<![\w./-])(?:(?:train|trainer)/)?(global[_ ]step|current_steps?|_step|step|iteration|iter|"
+    r"rollout(?=\s+\d{1,12}:))"
     r"(?:/max_steps)?['\"]?"
     r"(?:\s*[:=#]\s*|\s+|\s*\[\s*)['\"]?(\d{1,12})(?:\s*/\s*(\d{1,12}))?(?![\d%]|\.\d|[eE][-+]?\d)", re.I)
 _STEP_COLUMNS = frozenset({"step", "steps", "global_step", "iteration", "iter"})
+# A dict's key for the run's total beside its step (LLaMA-Factory's trainer log: `"current_steps": 10,
+# "total_steps": 1287`): the run's total, as `Step 10/1287` says it.
+_TOTAL = re.compile(r"(?<![\w./-])['\"]?(?:total|max)_steps['\"]?\s*[:=]\s*(\d{1,12})(?![\d.])")
 # A tqdm bar (`Training Progress:  45%|####  | 9/20 [00:03<00:04, 2.1it/s]`): progress, not a step's metrics.
 _BAR = re.compile(r"\d{1,3}%\|[^|]*\|\s*(\d{1,12})/(?:\d{1,12}|\?)(?:\s*\[[^\]]*\])?")
 _TRAINING_BAR = re.compile(r"train|episode|step|iteration", re.I)
@@ -300,7 +304,8 @@ def _step_of(line: str) -> _Count | None:
         return None
     word = chosen.group(1).lower()
     counter = "rollout" if word == "rollout" else "iter" if word.startswith("iter") else "step"
-    return _Count(step, (as_step(int(chosen.group(3))) or None) if chosen.group(3) else None, counter)
+    total = chosen.group(3) or (keyed.group(1) if (keyed := _TOTAL.search(line)) else None)
+    return _Count(step, (as_step(int(total)) or None) if total else None, counter)
 
 
 def _header(line: str) -> _Columns | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from grpo.tools.doctor import generic
-from grpo.tools.doctor.crashes import FATAL, FRAME, TRACEBACK, UNCAUGHT, CrashScanner
+from grpo.tools.doctor.crashes import FATAL, FRAME, TEARDOWN, TRACEBACK, UNCAUGHT, CrashScanner
 from grpo.tools.doctor.record import Checkpoint, Evidence, Mark, RunRecord
 from grpo.tools.doctor.textlog import clean, iter_lines, read_ends
 
@@ -144,7 +144,7 @@ def find_console_log(path: Path) -> tuple[Path, str] | None:
         text = read_ends(candidate)
         source = framework_of(text)
         lines = [clean(line) for line in text.splitlines()]
-        ended = next((line for line in reversed(lines) if line.strip()), "")
+        ended = next((line for line in reversed(lines) if line.strip() and not TEARDOWN.search(line)), "")
         if source is not None or TRACEBACK in text or any(FATAL.search(line) or FRAME.match(line) for line in lines) \
                 or UNCAUGHT.match(ended) or generic.shows_steps(lines):
             return candidate, source or "log"

@@ -76,6 +76,10 @@ def one(line: str) -> generic.StepLine:
     ('{"loss": -0.0, "grad_norm": 0.0, "reward": 0.71, "reward_std": 0.13, "kl": NaN, '
      '"global_step/max_steps": "12/547", "elapsed_time": "5m 18s"}', 12, 547,
      {LOSS: 0.0, GRAD_NORM: 0.0, REWARD: 0.71, REWARD_STD: 0.13, KL: float("nan")}),
+    # LLaMA-Factory's trainer_log.jsonl: the step as `current_steps`, the run's total as `total_steps`
+    ('{"current_steps": 10, "total_steps": 1287, "loss": -0.1994, "eval_loss": null, "predict_loss": null, '
+     '"reward": 0.13, "learning_rate": 9.998795309164754e-06, "epoch": 0.01, "percentage": 0.78}', 10, 1287,
+     {LOSS: -0.1994, REWARD: 0.13}),
 ])
 def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
     found = one(line)
@@ -100,6 +104,7 @@ def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
     "Saving checkpoint at step 100 to /ckpt/global_step_100 (reward: 0.5)",
     "step 12.5 | loss: 0.3 | reward: 0.5",  # not a step count
     "rollout 3/8 done | loss: 0.3 | reward: 0.5",  # a rollout's progress, not slime's `rollout N:` line
+    '{"total_steps": 1287, "loss": 0.3, "reward": 0.5}',  # the run's total, not a step
 ])
 def test_lines_that_are_not_a_steps_metrics_are_not_read(line):
     assert steps(line) == []
@@ -243,6 +248,16 @@ def test_a_log_that_stops_short_of_its_total_is_not_called_healthy(tmp_path):
     assert diagnosis.status == "unknown" and "stops at step 12 of 40" in diagnosis.explanation
     diagnosis, _ = examine(_log(tmp_path, _run(1, 40) + ["Training finished."]))
     assert diagnosis.status == "healthy"
+
+
+@pytest.mark.parametrize("last, short", [(30, True), (38, False)])
+def test_a_stretch_the_log_left_out_is_not_its_logging_interval(tmp_path, last, short):
+    """Steps logged every 2 with a stretch left out before the last ones (a pasted log's "...", a resume): the
+    interval is 2, so a log ending at 30 of 40 stops short, and one ending at 38 of 40 logged its last step."""
+    lines = _run(1, 6)[1::2] + ["..."] + _run(last - 2, last)[::2]
+    diagnosis, record = examine(_log(tmp_path, lines))
+    assert record.steps() == [2, 4, 6, last - 2, last]
+    assert (diagnosis.status == "unknown" and f"stops at step {last} of 40" in diagnosis.explanation) is short
 
 
 def test_a_step_count_that_goes_back_is_a_new_attempt(tmp_path):

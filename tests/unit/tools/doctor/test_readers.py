@@ -317,6 +317,31 @@ CRASHES = {
          "    next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)",
          "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0"],
         "nonfinite", "RuntimeError: probability tensor"),
+    # OpenRLHF#1050: the driver's traceback, then the vLLM engine's own lines, each under its logger's record
+    # header, down to the out-of-memory of its wake-up from sleep.
+    "engine-frames-under-its-loggers-record-headers": (
+        [TB, '  File "/root/miniconda3/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
+         "(LLMRayActor pid=4) ERROR 06-10 10:55:03 [core.py:459]     allocator.wake_up(tags)",
+         '(LLMRayActor pid=4) ERROR 06-10 10:55:03 [core.py:459]   File "/usr/lib/python3.10/site-packages/vllm/'
+         'device_allocator/cumem.py", line 77, in create_and_map [repeated 3x across cluster]',
+         "(LLMRayActor pid=4) ERROR 06-10 10:55:03 [core.py:459] RuntimeError: CUDA Error: out of memory at "
+         "/workspace/csrc/cumem_allocator.cpp:62 [repeated 3x across cluster]"],
+        "server_failure", "RuntimeError: CUDA Error: out of memory"),
+    # ORZ#21: Ray's line for a remote failure in the engine's actor (the trainer's frames only call it), torn.
+    "ray-chained-oom-in-the-engines-actor": (
+        [TB, '  File "/orz/ppo/trainer.py", line 1289, in _backload_vllm_engines',
+         "    await asyncio.gather(*backload_tasks)",
+         "ray.exceptions.RayTaskError(OutOfMemoryError): ray::LLMActor.backload_to_gpu() (pid=11992, "
+         "ip=10.148.9.90, actor_id=94eaf50266961525"],
+        "server_failure", "ray.exceptions.RayTaskError(OutOfMemoryError)"),
+    # OpenRLHF#398: the exception's own line, then DeepSpeed's launcher killing the other processes.
+    "oom-then-the-launchers-teardown": (
+        ["[rank7]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 7 has a total "
+         "capacity of 39.39 GiB of which 14.00 MiB is free.",
+         "[2024-08-02 01:24:59,694] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 33131",
+         "[2024-08-02 01:25:00,501] [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', '-m', "
+         "'openrlhf.cli.train_ppo'] exits with return code = 1"],
+        "out_of_memory", "torch.cuda.OutOfMemoryError"),
     "rank0-prefixed": (["[rank0]: " + line for line in
                         [TB, '  File "/workspace/train.py", line 88, in <module>', "    loss.backward()",
                          "RuntimeError: CUDA error: an illegal memory access was encountered",
