@@ -102,6 +102,9 @@ class TaskConfig:
     test_files: list[str] = knob(factory=list, help="dataset: held-out files or globs, instead of path's")
     train_split: str = knob("train", "dataset: the training split: file name stem under path, or hub split")
     test_split: str = knob("test", "dataset: the held-out split, likewise")
+    held_out: int | None = knob(None, "dataset: N problems drawn out of the training data as the held-out split "
+                                "(the same N for every run over the same data; never trained on), for data without "
+                                "one of its own; null: the test split", check=at_least(1, " (or null)"))
     prompt_column: str = knob("prompt", "dataset: the prompt's column, or a dotted path to a field inside one: text (a "
                               "user message, instruction appended) or [{role, content}, ...] (or ShareGPT's [{from, "
                               "value}, ...]) as given")

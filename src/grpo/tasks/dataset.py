@@ -15,6 +15,7 @@ from grpo.tasks.base import RESERVED_COLUMNS, ListTask, Problem
 from grpo.tasks.fields import describe, found, lookup, name_a_field, short
 from grpo.tasks.files import Table, expand_files, read_files, read_hub, read_memory, split_files
 from grpo.tasks.gold import GoldReader
+from grpo.tasks.held_out import hold_out, trained_on
 from grpo.tasks.messages import SHAREGPT_NOTE, chat_messages
 
 log = logging.getLogger(__name__)
@@ -151,8 +152,9 @@ def read_split(source: str | None, split: str, files: list[str], files_key: str)
     if files:
         return read_files(expand_files(files, files_key))
     if source is None:
+        held_out = " (or task.held_out=N: N problems drawn out of the training data)" if files_key == "task.test_files" else ""
         raise ConfigError(f"no {split} data: set task.path to a directory with the split files or to "
-                          f"hub:ORG/NAME, or set {files_key}")
+                          f"hub:ORG/NAME, or set {files_key}{held_out}")
     if source == "hub":
         raise ConfigError("task.path=hub is GSM8K's shorthand; name the dataset: hub:ORG/NAME or hub:ORG/NAME:CONFIG")
     if source.startswith("hub:"):
@@ -171,23 +173,37 @@ class DatasetTask(ListTask):
         `splits`: which of train and test to read; the other is left empty."""
         source = cfg.path if source is None else source
         columns = columns or Columns.from_config(cfg)
+        if cfg.held_out and cfg.test_files:
+            raise ConfigError("task.held_out draws the held-out problems out of the training data, and "
+                              "task.test_files names held-out data too: keep one")
+        if cfg.held_out:  # the training split is read either way: which problems are held out depends on all of it
+            splits = ("train", *splits)
         loaded: dict[str, list[Problem]] = {"train": [], "test": []}
         report = []
         for which, split, files, key in (("train", cfg.train_split, cfg.train_files, "task.train_files"),
                                          ("test", cfg.test_split, cfg.test_files, "task.test_files")):
-            if which not in splits:
+            if which not in splits or (which == "test" and cfg.held_out):
                 continue
             table = read_split(source, split, files, key)
             read = to_problems(table, columns, f"{self.name}-{split}", cfg.system_prompt)
             problems = read.problems
+            if which == "train" and cfg.held_out:
+                problems, loaded["test"] = hold_out(problems, cfg.held_out, table.source)
             if which == "train" and cfg.max_train_problems:
                 problems = problems[: cfg.max_train_problems]
+            held = f", {cfg.held_out} more drawn out of them as held-out problems (task.held_out)" if cfg.held_out else ""
             report.append(f"{len(problems)} {'training' if which == 'train' else 'held-out'} problems from "
-                          f"{table.source}{_load_notes(problems, table, columns.for_table(table), read.notes)}")
+                          f"{table.source}{held}{_load_notes(problems, table, columns.for_table(table), read.notes)}")
             loaded[which] = problems
         super().__init__(train=loaded["train"], test=loaded["test"])
         # Logged once every split loaded, so a data error stays the only line a failed start prints.
         log.info("%s: %s%s", self.name, "; ".join(report), text_prompt_note(loaded["train"] + loaded["test"], cfg))
+        shared = trained_on(loaded["train"], loaded["test"])
+        if shared:
+            log.warning("%s: %d of the %d held-out problems are also training problems (the same prompt, e.g. %s): "
+                        "their evaluation measures what was trained on, not held-out accuracy; give held-out data of "
+                        "its own, or task.held_out=N to draw N problems out of the training data", self.name,
+                        len(shared), len(loaded["test"]), shared[0].id)
 
 
 def text_prompt_note(problems: list[Problem], cfg: TaskConfig) -> str:

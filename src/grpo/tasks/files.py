@@ -193,7 +193,9 @@ def split_files(directory: Path, split: str, key: str) -> list[Path]:
         if found:
             return found
     raise ConfigError(f"no {split} split in {directory.resolve()}: expected {split}.jsonl, {split}.json, "
-                      f"{split}.parquet, {split}.csv or shards {split}-*.parquet there or in data/ (or set {key})")
+                      f"{split}.parquet, {split}.csv or shards {split}-*.parquet there or in data/ (or set {key}"
+                      + (", or task.held_out=N: N problems drawn out of the training data" if key == "task.test_files"
+                         else "") + ")")
 
 
 def _saved_dataset_files(directory: Path, split: str, key: str) -> list[Path] | None:

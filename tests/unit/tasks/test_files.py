@@ -155,7 +155,8 @@ def test_a_missing_split_says_what_was_expected(tmp_path):
     write_rows(tmp_path / "train.jsonl", ROWS)
     with pytest.raises(ConfigError, match=f"no validation split in {tmp_path}: expected validation.jsonl, "
                                           r"validation.json, validation.parquet, validation.csv or shards validation-\*.parquet "
-                                          r"there or in data/ \(or set task.test_files\)"):
+                                          r"there or in data/ \(or set task.test_files, or task.held_out=N: N problems drawn out of "
+                                          r"the training data\)"):
         split_files(tmp_path, "validation", "task.test_files")
     with pytest.raises(ConfigError, match="task.path: no directory .*nope"):
         split_files(tmp_path / "nope", "train", "task.train_files")
