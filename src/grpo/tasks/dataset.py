@@ -16,7 +16,7 @@ from grpo.tasks.fields import describe, found, lookup, name_a_field, short
 from grpo.tasks.files import Table, expand_files, read_files, read_hub, read_memory, split_files
 from grpo.tasks.gold import GoldReader
 from grpo.tasks.held_out import hold_out, trained_on
-from grpo.tasks.messages import SHAREGPT_NOTE, chat_messages
+from grpo.tasks.messages import SHAREGPT_NOTE, chat_messages, prefill_note, prefills
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,10 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
         # read from a field inside a column leaves that column whole.
         kept = {name: v for name, v in row.items() if name not in (columns.prompt, "completion")}
         problems.append(Problem(f"{id_prefix}-{i}", question, gold, messages, kept))
-    notes = [*table.notes, *([SHAREGPT_NOTE] if sharegpt else []), *(golds.notes() if golds is not None else [])]
+    prefilled = [where for problem, where in zip(problems, table.where) if prefills(problem)]
+    notes = [*table.notes, *([SHAREGPT_NOTE] if sharegpt else []),
+             *([prefill_note(len(prefilled), prefilled[0])] if prefilled else []),
+             *(golds.notes() if golds is not None else [])]
     return Split(problems, notes)
 
 

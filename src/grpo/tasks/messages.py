@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from grpo.errors import ConfigError
+from grpo.tasks.base import Problem
 from grpo.tasks.fields import short
 
 # ShareGPT's speakers and the chat roles they are.
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+# How a prompt may end (TRL's rule): the model answers the user or a tool, or continues the assistant's message.
+PROMPT_ENDS = ("user", "tool", "assistant")
 SHAREGPT_NOTE = "chat messages given as ShareGPT's {from, value} read as {role, content} (human: user, gpt: assistant)"
 
 
@@ -36,4 +39,21 @@ def chat_messages(value: list | tuple, where: str, column: str) -> tuple[tuple[d
     if not value:
         raise ConfigError(f"{where}: column {column!r} holds an empty list of chat messages")
     read = [_message(message, i, where, column) for i, message in enumerate(value)]
+    last = read[-1][0]["role"]
+    if last not in PROMPT_ENDS:
+        raise ConfigError(f"{where}: column {column!r}'s prompt ends with the {last}'s message; a prompt ends with the "
+                          "user's (or a tool's) message, or with the assistant's begun answer, which the model "
+                          "continues")
     return tuple(message for message, _ in read), any(sharegpt for _, sharegpt in read)
+
+
+def prefills(problem: Problem) -> bool:
+    """A message-list prompt whose last message is the assistant's: continued, not answered anew."""
+    return problem.messages is not None and problem.messages[-1].get("role") == "assistant"
+
+
+def prefill_note(count: int, example: str) -> str:
+    """The load's words for prompts ending in the assistant's message (TRL's prefill), which ShareGPT data holding
+    whole conversations also looks like."""
+    return (f"{count} prompts end with the assistant's message (e.g. {example}), which the model continues as a begun "
+            "answer, as TRL does; where that message is the answer itself, leave it out of the prompt column")

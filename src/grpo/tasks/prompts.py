@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerBase
 from grpo.config import TaskConfig
 from grpo.errors import ConfigError
 from grpo.tasks.base import Problem
+from grpo.tasks.messages import prefills
 
 
 @functools.cache
@@ -101,9 +102,12 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: Tas
     if is_raw(problem, cfg):
         return problem.question
     template = check_chat_template(tokenizer, cfg, messages=problem.messages is not None)
+    # A prompt ending in the assistant's message is a prefill the model writes on from (TRL's convention): its turn
+    # is left open, and no new one begins.
+    prefill = prefills(problem)
     try:
         return tokenizer.apply_chat_template(build_messages(problem, cfg), chat_template=template, tokenize=False,
-                                             add_generation_prompt=True)
+                                             add_generation_prompt=not prefill, continue_final_message=prefill)
     except jinja2.TemplateError as exc:
         which = "task.chat_template" if template is not None else "the tokenizer's chat template"
         raise ConfigError(f"{which} failed on problem {problem.id}: {type(exc).__name__}: {exc}") from exc

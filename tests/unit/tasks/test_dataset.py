@@ -273,3 +273,19 @@ def test_rows_in_memory_read_like_files():
     assert task.train_problem(0, 0).gold == "2" and task.eval_problems(None)[0].gold == ""
     with pytest.raises(ConfigError, match="no in-memory dataset 'other' in this process"):
         build_task(TaskConfig(name="dataset", path="memory:other"))
+
+
+def test_prompts_ending_with_the_assistants_message_are_counted_at_load(tmp_path, caplog):
+    """Whole conversations in the prompt column look like prefills: the load says how many end so."""
+    caplog.set_level("INFO", logger="grpo.tasks.dataset")
+    answered = CHAT + [{"role": "assistant", "content": "a"}]
+    dataset(tmp_path, [{"chat": answered, "label": "a"}, {"chat": CHAT, "label": "a"}], prompt_column="chat",
+            answer_column="label")
+    assert "1 prompts end with the assistant's message (e.g. " in caplog.text
+    assert "leave it out of the prompt column" in caplog.text
+
+
+def test_a_prompt_ending_with_a_system_message_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"column 'chat''s prompt ends with the system's message; a prompt ends "
+                                          r"with the user's \(or a tool's\) message"):
+        dataset(tmp_path, [{"chat": CHAT[:1], "label": "a"}], prompt_column="chat", answer_column="label")

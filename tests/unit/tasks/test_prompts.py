@@ -143,3 +143,14 @@ def test_a_template_refusing_a_lone_user_message_still_checks_and_renders_real_p
                     + BRACKETS)
     assert prompt_lengths(tokenizer, [CHAT], TaskConfig(chat_template=wants_system)) == [
         len(encode_prompt(tokenizer, CHAT, TaskConfig(chat_template=wants_system)))]
+
+
+def test_a_prompt_ending_with_the_assistants_message_is_continued_as_trl_continues_it(tokenizer):
+    """TRL's rule for message-list prompts: the assistant's message last is a begun answer, its turn left open
+    (continue_final_message), no new turn after it."""
+    begun = Problem("b-0", "Say a", "a", messages=CHAT.messages + ({"role": "assistant", "content": "<think>"},))
+    assert encoded(tokenizer, begun) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSay a<|im_end|>\n<|im_start|>assistant\n<think>")
+    assert encoded(tokenizer, begun) == tokenizer.apply_chat_template(
+        list(begun.messages), tokenize=False, add_generation_prompt=False, continue_final_message=True)
+    assert encoded(tokenizer, CHAT).endswith("<|im_start|>assistant\n")  # a user message last: a new turn
