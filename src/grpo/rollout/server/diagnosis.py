@@ -12,24 +12,26 @@ by what it is, the first kind found winning:
    (a full disk, NCCL), and before any error line (those after it are its consequences); a child ended by SIGQUIT,
    SGLang's own signal to end its processes once one failed, is neither: the error before it says why;
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too
-   small for one sequence, a full disk, a /dev/shm too small, a GPU the build has no kernels for, an NVIDIA driver
-   that does not fit the build's CUDA (or Triton's kernels), an attention backend without kernels for the model's
-   head size, a dtype the GPU or the quantization does not support, a quantization the GPU lacks, kernels that failed
-   to compile (at start or at the first request), more GPUs asked than seen (or than Ray grants), a model not found
-   (or the hub offline), a model needing --trust-remote-code, a tokenizer it cannot load, a compiled extension that
-   does not match the server's Python or torch, a missing module, an architecture or config format the server (or its
-   transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU seen, an engine (V0,
-   V1) vLLM's CPU backend does not have, an adapter over the server's LoRA rank or not where it was told, a weight
-   file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing CUDA graphs; SGLang's
-   KV cache or request table full while serving; an attention backend's workspace too small for a batch; or else), a
-   GPU kernel asking more shared memory than the GPU has, a context longer than the model's, a bad argument (or a
-   setting's value it does not know), a port variable Kubernetes set, a taken port, a request refused as longer than
-   SGLang's KV cache, the server's request to itself answered by an HTTP proxy, a GPU kernel's fault (an illegal
-   memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer rank lost (gloo),
-   an instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's or UCX's report, with the
-   crashed frame), Ray not started, not reached or giving the server's node no GPU, CUDA graphs failing to capture
-   (for another reason than memory), the engine not ready within the server's own wait, a timeout (a hang: SGLang's
-   watchdog, vLLM's RPC to its workers or its wait on them, a NCCL collective torch's watchdog gave up on);
+   small for one sequence, a full disk, a /dev/shm too small, a GPU the build has no kernels for, an NVIDIA driver that
+   does not fit the build's CUDA (or Triton's kernels), an attention backend without kernels for the model's head size,
+   a dtype the GPU or the quantization does not support, a quantization the GPU (or the CPU backend) lacks, kernels
+   that failed to compile (at start or at the first request), more GPUs asked than seen (or than Ray grants), a model
+   not found (or the hub offline), a model needing --trust-remote-code, a tokenizer it cannot load, a compiled
+   extension that does not match the server's Python or torch, a missing module, an architecture or config format the
+   server (or its transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU seen, an
+   engine (V0, V1) vLLM's CPU backend does not have, a vLLM built for GPUs run on the CPU, an adapter over the server's
+   LoRA rank or not where it was told, a weight file cut short, a checkpoint with weights the model's code lacks, out
+   of memory (capturing CUDA graphs; SGLang's KV cache or request table full while serving; an attention backend's
+   workspace too small for a batch; or else), a GPU kernel asking more shared memory than the GPU has, a context longer
+   than the model's, a bad argument (or a setting's value it does not know), a port variable Kubernetes set, a taken
+   port, a request refused as longer than SGLang's KV cache, the server's request to itself answered by an HTTP proxy,
+   a GPU kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed
+   call), a peer rank lost (gloo), an instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's,
+   abseil's, UCX's or torch's report, with the crashed frame), Ray not started, not reached or giving the server's node
+   no GPU, CUDA graphs failing to capture (for another reason than memory), the engine not ready within the server's
+   own wait, a timeout (a hang: SGLang's watchdog or its health check on the detokenizer, vLLM's RPC to its workers,
+   its wait on them or V0's engine step, a NCCL collective torch's watchdog gave up on), read only where no error line
+   came before it (a server that errored first stopped for that error);
 3. the server's own first error line (a traceback's last line, an exception's name alone or its repr included),
    not a wrapper pointing at another one (torch.compile's "... raised:"): the errors after it are its consequences;
 4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
@@ -79,13 +81,16 @@ class Detail:
 class Cause:
     """A failure grpo knows: its name, a pattern matching a line of the log that tells it, what to change, where
     the line itself is vague the later lines that may say more (NCCL's "Last error:", a crash's frame: the first
-    found), and whether a warning may tell it (`in_warnings`: a failure that is only warned of where it happens)."""
+    found), whether a warning may tell it (`in_warnings`: a failure that is only warned of where it happens), and
+    whether it is a symptom (`symptom`: a server that stopped making progress, read only where no error line came
+    before it, which would say why it stopped)."""
 
     name: str
     pattern: re.Pattern
     knob: str
     details: tuple[Detail, ...] = ()
     in_warnings: bool = False
+    symptom: bool = False
 
     def detail(self, lines: list[str]) -> str | None:
         return next((more for detail in self.details if (more := detail.after(lines))), None)
@@ -161,10 +166,14 @@ KNOWN_CAUSES: list[Cause] = [
         "model's quantization does not support: set model.dtype=float16"),
     # The checkpoint's quantization (its config's quantization_config), not model.dtype: no dtype helps.
     # Triton's fp8e4nv (e4m3) needs compute capability 8.9: an FP8 checkpoint on Ampere or older.
+    # An op of the server's registered for GPUs only, run on the CPU backend (or on weights offloaded to the CPU):
+    # the quantized checkpoint's kernels (FP8, Marlin) exist for CUDA only.
     Cause("quantization_unsupported", re.compile(r"quantization method \S+ is not supported for the current GPU|"
-                                                 r"fp8e4nv not supported in this architecture"),
-          "the model's quantization needs a newer GPU than this one (the line names the compute capability): serve "
-          "a checkpoint in another quantization or none (model.name), or run on a GPU that has it"),
+                                                 r"fp8e4nv not supported in this architecture|"
+                                                 r"Could not run '\S+' with arguments from the 'CPU' backend"),
+          "the model's quantization needs a newer GPU than this one (the line names the compute capability), or has "
+          "no kernels on the CPU backend (the line names the op, only available for CUDA): serve a checkpoint in "
+          "another quantization or none (model.name; bf16 on a CPU), or run on a GPU that has it"),
     Cause("jit_build_failed", re.compile(
         r"Error building extension|Ninja build failed|No such file or directory: 'ninja'|"
         r"CalledProcessError: Command '\['ninja'|nvcc: not found|ninja exited with status \d+|"
@@ -207,8 +216,9 @@ KNOWN_CAUSES: list[Cause] = [
     # Its compiled extension lacks what its Python calls: a build of another version, or torch changed under it.
     Cause("build_mismatch", re.compile(r"undefined symbol: |'_OpNamespace' '\w+' object has no attribute"),
           "the server's compiled extension does not match its Python code or its torch (a torch installed over it, or "
-          "a build for another version): reinstall vLLM/SGLang with the torch it pins in the server's environment "
-          "(rollout.server.python), installing nothing over them"),
+          "a build for another version), or does not load (vLLM warns \"Failed to import from vllm._C\" before, with "
+          "why: a vLLM source checkout as the working directory hides the installed build): reinstall vLLM/SGLang "
+          "with the torch it pins in the server's environment (rollout.server.python), installing nothing over them"),
     Cause("missing_module", re.compile(r"No module named"),
           "point rollout.server.python at the Python of the server's environment (e.g. .venv-vllm/bin/python)"),
     Cause("unsupported_model", re.compile(
@@ -234,6 +244,11 @@ KNOWN_CAUSES: list[Cause] = [
           "vLLM's CPU backend runs one engine only, the one the line names: set VLLM_USE_V1 (0 for V0, 1 for V1) in "
           "rollout.server.env, and drop from rollout.server.extra_args the flags that ask for the other engine "
           "(--otlp-traces-endpoint needed V0 in vLLM 0.10)"),
+    # vLLM picks its attention backend by how it was built: a GPU build run with device cpu hands the CPU model
+    # runner's arguments (is_prompt) to a GPU backend's metadata.
+    Cause("cpu_build", re.compile(r"\w+Metadata\.__init__\(\) got an unexpected keyword argument 'is_prompt'"),
+          "the server's vLLM is a build for GPUs running on the CPU: install vLLM's CPU build (its CPU wheel or image, "
+          "or built with VLLM_TARGET_DEVICE=cpu) in the server's environment (rollout.server.python)"),
     Cause("lora_rank", re.compile(r"LoRA rank \d+ is greater than max_lora_rank"),
           "an adapter's rank is above the server's LoRA limit: pass --max-lora-rank (at least the adapter's rank) in "
           "rollout.server.extra_args"),
@@ -348,7 +363,7 @@ KNOWN_CAUSES: list[Cause] = [
           "the server's build uses CPU instructions this CPU lacks (vLLM's CPU images and IPEX need AVX-512 on x86): "
           "build the server for this CPU (vLLM's CPU backend from source on it) or run it on a CPU that has them"),
     Cause("native_crash", re.compile(r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Floating point)|"
-                                     r"\*\*\* SIG(SEGV|BUS|ABRT|FPE|ILL) received at time=|"
+                                     r"\*\*\* SIG(SEGV|BUS|ABRT|FPE|ILL) received at time=|Segfault encountered|"
                                      r"Caught signal \d+ \((Segmentation fault|Bus error|Aborted|Floating point)"),
           "it crashed in native code (the frame quoted says where): often a vLLM/SGLang build that does not match "
           "torch, CUDA or the driver (reinstall them together in the server's environment); in an attention kernel "
@@ -359,7 +374,9 @@ KNOWN_CAUSES: list[Cause] = [
                              re.MULTILINE), r"in \3 (\1:\2)"),
            Detail(re.compile(r"^(?:\S+:\d+: )?PC: @\s+0x[0-9a-f]+\s+\S+\s+(\w+)\(\)", re.MULTILINE), r"in \1"),
            Detail(re.compile(r"^\s*\d+\s+0x[0-9a-f]+ (\w+)\(\)\s+(?:\S*/)?([^/\s?]+:\d+)$", re.MULTILINE),
-                  r"in \1 (\2)"))),
+                  r"in \1 (\2)"),
+           # torch's report ("!!!!!!! Segfault encountered !!!!!!!"): native frames as File "<unknown>", line 0
+           Detail(re.compile(r"^\s*File \"<unknown>\", line 0, in (.+)$", re.MULTILINE), r"in \1"))),
     # Ray's own processes (its raylet, its GCS) not started or not reached: whatever waits on Ray fails after; or
     # Ray's placement leaving no GPU on the node the server runs on (vLLM's driver must hold one).
     Cause("ray_failed", re.compile(r"Failed to register worker .* to Raylet|Unable to register worker with raylet|"
@@ -389,12 +406,17 @@ KNOWN_CAUSES: list[Cause] = [
           "a slow disk, a cold compile cache): raise VLLM_ENGINE_READY_TIMEOUT_S (seconds; vLLM's default 600) in "
           "rollout.server.env, and rollout.server.startup_timeout_s with it"),
     # A bare TimeoutError is a wait that ran out (vLLM's engine on its workers' shared-memory queue), never a
-    # message's error; torch's NCCL watchdog gives up on a collective after the process group's timeout.
+    # message's error; torch's NCCL watchdog gives up on a collective after the process group's timeout; SGLang's
+    # health check on its detokenizer's heartbeat, vLLM V0 on an engine step. A server that errored first stopped
+    # for that error: a symptom.
     Cause("hang", re.compile(r"Watchdog timeout \(self\.watchdog_timeout=|RPC call to \w+ timed out|^TimeoutError$|"
-                             r"Watchdog caught collective operation timeout"),
+                             r"Watchdog caught collective operation timeout|"
+                             r"Server couldn't get a response from detokenizer|Engine iteration timed out"),
           "it made no progress for its own timeout (a stuck kernel or NCCL collective): let grpo restart it; if one "
           "step may take that long, raise it: --watchdog-timeout, or --dist-timeout for a NCCL collective (SGLang) "
-          "in rollout.server.extra_args, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM) in rollout.server.env"),
+          "in rollout.server.extra_args; SGLANG_HEALTH_CHECK_TIMEOUT (SGLang's health check, 20 s), "
+          "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM's RPC to its workers) or VLLM_ENGINE_ITERATION_TIMEOUT_S (vLLM V0's "
+          "engine step, 60 s) in rollout.server.env", symptom=True),
 ]
 # A child process's death as its parent logged it: `process` names the child, `code` its exit code
 # (multiprocessing's, negative for a signal) where the line gives one (vLLM may log "None": read too soon).
@@ -498,8 +520,10 @@ def read_log(lines: list[str]) -> Reading:
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
     own = [(i, line) for i, (raw, line) in enumerate(zip(logged, said)) if not HARMLESS.search(raw)]
+    first_error = next((i for i, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)), len(said))
     for cause in KNOWN_CAUSES:
-        matching = [i for i, line in (enumerate(said) if cause.in_warnings else own) if cause.pattern.search(line)]
+        matching = [i for i, line in (enumerate(said) if cause.in_warnings else own)
+                    if cause.pattern.search(line) and not (cause.symptom and i > first_error)]
         if matching:  # the last (SGLang logs a refusal twice, the second time without the request's id) that is
             # followed by what says more, if one is: Ray's workers report a crash twice, its frame after the first
             told = [(i, cause.detail(said[i + 1:])) for i in reversed(matching)]

@@ -256,6 +256,9 @@ def test_a_cause_whose_own_line_is_vague_is_quoted_with_the_line_that_says_more(
     assert read_log(real("vllm_ray_sigsegv_nccl_proxy")).line == (
         "*** SIGSEGV received at time=1746566409 on cpu 131 ***; in addProxyOpIfNeeded")
     assert read_log(real("sglang_ucx_segfault_nccl_proxy")).line.endswith("; in SaveProxy (proxy.cc:518)")
+    # and torch's, whose native frames are File "<unknown>", line 0
+    assert read_log(real("vllm_update_weights_asleep_segfault")).line == (
+        "!!!!!!! Segfault encountered !!!!!!!; in cuMemcpyDtoDAsync_v2")
 
 
 def test_a_symptom_is_read_after_the_causes_that_explain_it():
@@ -269,6 +272,11 @@ def test_a_symptom_is_read_after_the_causes_that_explain_it():
         "memory_taken_at_start")
     # a crashed rank leaves its peers waiting: the crash, not the timeout
     assert read_log(real("sglang_segfault_nccl_init") + real("sglang_watchdog_timeout")).cause == "native_crash"
+    # a server that stopped after an error no cause explains stopped for that error; errors after the hang's report
+    # are its consequences
+    errored = read_log(real("sglang_cpu_device_name_none") + real("sglang_detokenizer_heartbeat_hang"))
+    assert errored == Reading("TypeError: argument of type 'NoneType' is not iterable", None, None)
+    assert read_log(real("sglang_detokenizer_heartbeat_hang") + real("sglang_cpu_device_name_none")).cause == "hang"
     # a full disk, told only in a warning, explains a weight file cut short and NCCL's failure on a full /dev/shm
     for after in ("vllm_safetensors_incomplete", "vllm_nccl_dev_shm"):
         assert read_log(real("sglang_disk_full_sigbus") + real(after)).cause == "disk_full"
