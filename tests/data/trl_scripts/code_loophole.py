@@ -65,3 +65,9 @@ def reward_for(kind: str):
 
     read_labels.__name__ = f"reward_{kind}"
     return read_labels
+
+
+# By the names TRL logs them under (their `__name__`), for import paths.
+reward_observed = label_batch
+reward_true = reward_for("true")
+reward_repaired = reward_for("repaired")

@@ -38,3 +38,6 @@ class RewardSystem:
 
 def dummy_reward_func(completions, **kwargs) -> list[float]:
     return [0.0] * len(completions)
+
+
+reward_system = RewardSystem()
