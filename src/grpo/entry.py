@@ -41,6 +41,7 @@ from grpo.tools.plan import device_kind, refusal
 from grpo.tools.report import report_line
 from grpo.train.expected_gain import quickstart_expectation
 from grpo.train.loop import TrainingLoop
+from grpo.train.metrics import check_trackers
 
 
 @dataclass
@@ -71,6 +72,7 @@ def open_run(cfg: RunConfig) -> OpenedRun:
     # A model that cannot be trained is refused before its run directory exists: a fixed config then
     # starts afresh, not as "a run on other data".
     check_chat_template(check_model(cfg.model), cfg.task)
+    check_trackers(cfg.logging)
     refused = refusal(cfg, device_kind(cfg), sharded=ranks.distributed)
     if refused:
         raise ConfigError(refused)

@@ -47,6 +47,11 @@ def status_count(status: str) -> str:
     return ROLLOUT_PREFIX + status
 
 
+def reward_metric(name: str) -> str:
+    """reward_log/<name>: the step's mean of what reward functions gave TRL's `log_metric` under `name`."""
+    return f"reward_log/{name}"
+
+
 def reward_part(name: str, statistic: str) -> str:
     """reward/<name>/<mean|std>: one reward function's own statistic."""
     return f"reward/{name}/{statistic}"

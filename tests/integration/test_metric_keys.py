@@ -21,6 +21,7 @@ NAMED = {value for name, value in vars(keys).items()
 MADE = re.compile("|".join([
     *(re.escape(keys.status_count(status.value)) for status in SampleStatus),
     *(_pattern(keys.reward_part(ANY, statistic)) for statistic in ("mean", "std")),
+    _pattern(keys.reward_metric(ANY)),  # what a reward function gave TRL's log_metric, by its name
     _pattern(keys.phase_time(ANY)), _pattern(keys.phase_peak_memory(ANY)),
     _pattern(keys.EVAL_PREFIX + ANY),  # a held-out evaluation's own measures, by their names
 ]))

@@ -140,6 +140,11 @@ def test_several_trl_names_as_overrides_are_answered_together():
     ("lr_scheduler_type=cosine", "actor.schedule=cosine"), ("max_steps=-1", "train.steps=null"),
     ("lora_r=16", "model.lora.rank=16"), ("torch_dtype=bfloat16", "model.dtype=bfloat16"),
     ("model_name_or_path=Qwen/Qwen2.5-0.5B-Instruct", "model.name=Qwen/Qwen2.5-0.5B-Instruct"),
+    ("use_vllm=true", "rollout.engine=vllm"), ("use_vllm=false", "rollout.engine=embedded"),
+    ("vllm_mode=colocate", "rollout.engine=vllm"), ("fast_inference=true", "rollout.engine=vllm"),
+    ("vllm_max_model_length=3584", "rollout.server.extra_args=[--max-model-len,3584]"),
+    ("use_gradient_checkpointing=unsloth", "model.gradient_checkpointing=true"),
+    ("gpu_memory_utilization=0.9", "rollout.server.memory_fraction=0.9"), ("warmup_ratio=0.0", "actor.warmup_steps=0"),
 ])
 def test_a_trl_setting_is_refused_with_the_override_that_says_the_same(given, said):
     with pytest.raises(ConfigError, match=": " + re.escape(said) + r"( \(|$)"):
@@ -147,8 +152,17 @@ def test_a_trl_setting_is_refused_with_the_override_that_says_the_same(given, sa
     load_config("tiny", [said])  # the override it gives is one grpo takes
 
 
+def test_a_warmup_ratio_beside_max_steps_is_written_as_transformers_rounds_it_to_steps():
+    with pytest.raises(ConfigError, match=r"write them as grpo's: actor.warmup_steps=25 \(warmup_ratio\), "
+                                          r"train.steps=250 \(max_steps\) "):
+        load_config("tiny", ["warmup_ratio=0.1", "max_steps=250"])
+    with pytest.raises(ConfigError, match=r"set by hand: warmup_ratio: actor.warmup_steps"):
+        load_config("tiny", ["warmup_ratio=0.1", "num_generations=4"])  # no max_steps: no count to write
+
+
 def test_trl_settings_without_one_grpo_key_are_refused_without_a_value_to_copy():
-    for given in ("epsilon=0.3", "gradient_accumulation_steps=4", "loss_type=x"):
+    for given in ("epsilon=0.3", "gradient_accumulation_steps=4", "loss_type=x", "vllm_mode=server",
+                  "warmup_ratio=0.1"):
         with pytest.raises(ConfigError) as info:
             load_config("tiny", [given])
         assert "=" not in str(info.value).partition(";")[2].partition("(")[0], str(info.value)

@@ -350,6 +350,14 @@ def test_resolve_rewards_names_each_function_and_checks_the_weights() -> None:
         resolve_rewards("nope", None, "eval.reward")
 
 
+def test_a_dotted_import_path_is_refused_with_the_colon_written_in():
+    """TRL's `trl grpo --reward_funcs my_lib.rewards.custom_reward` style; grpo's import paths put a colon."""
+    with pytest.raises(ConfigError, match=r"^task.reward='my_lib.rewards.custom_reward': unknown reward "
+                                          r"'my_lib.rewards.custom_reward': an import path puts a colon before the "
+                                          r"function: my_lib.rewards:custom_reward$"):
+        resolve_rewards(["my_lib.rewards.custom_reward"], None, "task.reward")
+
+
 def test_a_reward_module_in_the_working_directory_imports_without_pythonpath(tmp_path, monkeypatch) -> None:
     from grpo.errors import ConfigError
     from grpo.rewards import resolve_rewards

@@ -1,5 +1,5 @@
-"""Seven real TRL GRPOTrainer scripts (tests/data/trl_scripts/README.md: their SOURCEs, what TRL does with each,
-the blind run) run on grpo the way a TRL user does after reading docs/coming-from-trl.md: rows in each script's
+"""Real TRL GRPOTrainer scripts, two rounds of them (tests/data/trl_scripts/README.md: their SOURCEs, what TRL does
+with each, the blind runs) run on grpo the way a TRL user does after reading docs/coming-from-trl.md: rows in each script's
 shape, its reward functions written here in their shapes, the settings the docs' tables translate, grpo's tiny
 model. TRL's side is written from what its GRPOTrainer does: a text prompt tokenized as it is, a message list
 through the chat template, `max_prompt_length` (TRL 0.14 to 0.2x) keeping a prompt's last tokens, every column
@@ -7,7 +7,10 @@ but `prompt` and `completion` passed by name, rewards summed with `reward_weight
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,7 @@ class Script:
     settings: tuple[str, ...] = ()  # the script's GRPOConfig as grpo's overrides, written from the docs' tables
     weights: tuple[float, ...] | None = None
     max_prompt_length: int | None = None  # the script's, where it sets one: TRL kept a prompt's last N tokens
+    chat_template: str | None = None  # one the script set on the tokenizer, which TRL then renders
 
     def shape(self) -> Shape:
         return Shape(self.rows, self.completions)
@@ -59,9 +63,53 @@ def countdown_prompt(numbers: list[int], target: int) -> str:
     return TOKENIZER.apply_chat_template(messages, tokenize=False, continue_final_message=True)
 
 
+def kept_under_ninetieth_percentile(rows: list[dict[str, Any]], template: str) -> tuple[list[dict[str, Any]], int]:
+    """Unsloth's Qwen3 notebook's data step: the prompts' lengths under its template, the rows above the 90th
+    percentile dropped, and max_prompt_length that percentile + 1."""
+    lengths = [len(TOKENIZER(TOKENIZER.apply_chat_template(row["prompt"], chat_template=template, tokenize=False,
+                                                           add_generation_prompt=True), add_special_tokens=False
+                             )["input_ids"]) for row in rows]
+    ordered = sorted(lengths)
+    rank = 0.9 * (len(ordered) - 1)  # numpy's linear quantile, as the notebook takes it
+    cut = int(ordered[math.floor(rank)] + (ordered[math.ceil(rank)] - ordered[math.floor(rank)]) * (rank % 1))
+    return [row for row, n in zip(rows, lengths) if n <= cut], cut + 1
+
+
 THINK = "A conversation between user and assistant. The assistant thinks in <think></think>, then answers."
 WORKING = "Give your working out between <start_working_out> and <end_working_out>, then <SOLUTION></SOLUTION>."
 POST = "We split the rent evenly but she has the bigger room and I pay for the internet too. "
+
+CODER = ("You are an expert Python programmer. Write correct, efficient Python 3 code that solves the problem and "
+         "passes all tests. Output the code in the following format: ```python\n<code>\n```")
+
+
+def leetcode_row(number: int, method: str, body: str) -> dict[str, Any]:
+    """A row as the loophole environment's build_dataset makes it, at its `overwrite_tests` rung."""
+    question = (f"Your solution should be a method of the class Solution called {method} and will be evaluated by "
+                f"calling a function called run_tests(). Use the following starter code:\n```python\nclass Solution:"
+                f"\n    def {method}(self, nums):\n```\n\nSOLUTION:\n")
+    problem = {"id": number, "difficulty": "Medium", "question": question, "func_name": f"Solution().{method}",
+               "gt_answer": [f"assert Solution().{method}([1, 2]) == 3"], "setup_code": "",
+               "canonical_solution": f"class Solution:\n    def {method}(self, nums):\n        {body}"}
+    return {"prompt": conversation(CODER, question), "problem_json": json.dumps(problem), "rung": "overwrite_tests",
+            "func_name": "run_tests", "grader_code": "", "hackable": 1, "difficulty": "Medium"}
+
+
+WORKING_OUT = ("You are given a problem.\nThink about the problem and provide your working out.\nPlace it between "
+               "<start_working_out> and <end_working_out>.\nThen, provide your solution between <SOLUTION></SOLUTION>")
+# Unsloth's Qwen3 notebook's template: the system text and eos, user turns bare, the reasoning tag as the prompt's end.
+QWEN3_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + eos_token }}{% set loop_messages = "
+    "messages[1:] %}{% else %}{{ '" + WORKING_OUT + "' + eos_token }}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}{% if message['role'] == 'user' %}{{ message['content'] }}{% elif "
+    "message['role'] == 'assistant' %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_working_out>' }}{% endif %}")
+DAPO_ROWS, DAPO_PROMPT_LENGTH = kept_under_ninetieth_percentile([
+    {"prompt": conversation(WORKING_OUT, q), "solution": a, "data_source": "math_dapo",
+     "source_prompt": [{"content": f"Solve the following math problem step by step.\n\n{q}", "role": "user"}],
+     "ability": "MATH", "reward_model": {"ground_truth": a, "style": "rule-lighteval/MATH_v2"},
+     "extra_info": {"index": f"gsm8k-{i}"}, "answer": a} for i, (q, a) in enumerate(GSM8K)], QWEN3_TEMPLATE)
+STORY = "My neighbour's cat has started visiting every morning and sits by the window until I let it in. "
 
 SCRIPTS = {
     "trl-gspo": Script(  # huggingface/trl examples/scripts/gspo.py: make_conversation, `messages`, `problem` removed
@@ -116,6 +164,43 @@ SCRIPTS = {
         ["<think>\n3+4\n</think>\n<answer>\n$7$\n</answer>", "<think>\nhalve\n</think>\n<answer>\n$\\frac{3}{8}$"],
         ("rollout.samples_per_problem=7", "rollout.problems_per_step=2", "actor.lr=1.5e-06", "actor.schedule=cosine",
          "task.max_prompt_tokens=650", "task.truncate_prompts=left"), (1.0, 0.5), max_prompt_length=650),
+    # Round 2. Test-sized where the script's are large: 2 prompts a step, the embedded engine for vLLM.
+    "code-loophole": Script(  # ktolnos/unlearning-reward-hacking train_code_grpo.py: three rewards, weights 1, 0, 0
+        [leetcode_row(1, "addAll", "return sum(nums)"), leetcode_row(2, "biggest", "return max(nums)")],
+        ("code_loophole:reward_observed", "code_loophole:reward_true", "code_loophole:reward_repaired"),
+        ["```python\nclass Solution:\n    def addAll(self, nums):\n        return sum(nums)\n```",
+         "```python\ndef run_tests():\n    pass\n```"],
+        ("rollout.samples_per_problem=8", "rollout.problems_per_step=2", "algo.loss_agg=seq_sum_norm",
+         "algo.advantage_norm=none", "algo.clip_high=0.28", "algo.mask_truncated=true", "actor.lr=8e-6",
+         "actor.schedule=constant", "train.seed=0", "model.lora.rank=32", "model.lora.alpha=64", "model.lora.dropout=0",
+         "model.lora.target_modules=[all-linear]", "rollout.engine=embedded"), (1.0, 0.0, 0.0)),
+    "course-smoltldr": Script(  # huggingface/course chapter 12's GRPO exercise on mlabonne/smoltldr (TRL 0.14)
+        [{"prompt": f"{STORY * k}\nTL;DR:", "completion": " a cat visits me"} for k in (1, 12)],
+        ("smol_length:reward_len",), [" a cat comes by", " x" * 40],
+        ("model.lora.rank=16", "model.lora.alpha=32", "model.lora.target_modules=all-linear", "actor.lr=2e-5",
+         "rollout.samples_per_problem=8", "rollout.problems_per_step=2", "train.epochs=1", "task.text_prompts=raw",
+         "task.max_prompt_tokens=512", "task.truncate_prompts=left"), max_prompt_length=512),
+    "unsloth-qwen3": Script(  # unslothai/notebooks Qwen3_(4B)-GRPO: own chat template, nested DAPO columns
+        DAPO_ROWS, ("working_out_qwen3:layout_exact", "working_out_qwen3:layout_approximate",
+                    "working_out_qwen3:answer_check", "working_out_qwen3:number_check"),
+        ["48 + 24<end_working_out><SOLUTION>72</SOLUTION></s>", "12 * 50 / 60<end_working_out><SOLUTION>11</SOLUTION>",
+         "<SOLUTION>five</SOLUTION>"][:len(DAPO_ROWS)],
+        (f"task.chat_template={QWEN3_TEMPLATE}", "model.lora.rank=32", "model.lora.alpha=64",
+         "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]", "actor.lr=5e-6",
+         "actor.weight_decay=0.001", "actor.schedule=linear", "actor.warmup_steps=10", "rollout.samples_per_problem=4",
+         "rollout.problems_per_step=1", f"task.max_prompt_tokens={DAPO_PROMPT_LENGTH}"),
+        chat_template=QWEN3_TEMPLATE),
+    "trl-2983": Script(  # huggingface/trl#2983: num_iterations=3 and a reward that is always 0, on trl-lib/tldr
+        [{"prompt": f"SUBREDDIT: r/relationships\n\nTITLE: Rent\n\nPOST: {POST * k}\n\nTL;DR:",
+          "completion": " I pay more"} for k in (1, 2)],
+        ("reward_object:dummy_reward_func",), [" fair share", ""],
+        ("algo.updates_per_batch=3", "task.text_prompts=raw", "rollout.problems_per_step=1", "actor.schedule=linear",
+         "train.seed=42")),
+    "trl-2961": Script(  # huggingface/trl#2961: a reward object named by its own __name__, reading `response`
+        [{"prompt": f"Question: what is {a} + {b}? Think in <think></think>, then answer.", "response": str(a + b)}
+         for a, b in ((2, 3), (7, 8))],
+        ("reward_object:reward_system",), ["<think>two and three make five</think> 5", "15"],
+        ("rollout.samples_per_problem=2", "rollout.problems_per_step=2", "task.text_prompts=raw")),
 }
 NAMES = sorted(SCRIPTS)
 
@@ -134,14 +219,16 @@ def loaded(tmp_path: Path, script: Script):
     return cfg, build_task(cfg.task).eval_problems(None)
 
 
-def trl_prompt_ids(row: dict[str, Any], max_prompt_length: int | None) -> list[int]:
+def trl_prompt_ids(row: dict[str, Any], max_prompt_length: int | None, chat_template: str | None = None) -> list[int]:
     """The prompt TRL's GRPOTrainer generates from: a text prompt tokenized as it is, a message list through the
-    chat template; TRL 0.14 to 0.2x then kept its last max_prompt_length tokens."""
+    tokenizer's chat template (`chat_template` where the script set its own); TRL 0.14 to 0.2x then kept its last
+    max_prompt_length tokens."""
     prompt = row["prompt"]
     if isinstance(prompt, str):
         ids = TOKENIZER(prompt)["input_ids"]
     else:
-        text = TOKENIZER.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        text = TOKENIZER.apply_chat_template(prompt, chat_template=chat_template, tokenize=False,
+                                             add_generation_prompt=True)
         ids = TOKENIZER(text, add_special_tokens=False)["input_ids"]
     return ids[-max_prompt_length:] if max_prompt_length else ids
 
@@ -156,7 +243,7 @@ def test_the_prompt_grpo_sends_is_the_one_trl_sends(tmp_path, name):
                       model_context({"max_position_embeddings": TINY_POSITIONS}), cfg.rollout.max_new_tokens,
                       "rollout.max_new_tokens", cfg.task, "training prompts")
     sent = [encode_prompt(TOKENIZER, p, cfg.task, fit.limit) for p in problems]
-    assert sent == [trl_prompt_ids(row, script.max_prompt_length) for row in script.rows]
+    assert sent == [trl_prompt_ids(row, script.max_prompt_length, script.chat_template) for row in script.rows]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -204,3 +291,80 @@ def test_grpo_s_math_reward_on_trl_data_without_gold_is_refused_at_start(tmp_pat
                   overrides=[*SMALL, f"run_dir={tmp_path / 'r'}"])
     api.train(None, dataset=SCRIPTS["deepmath"].rows, rewards=["math"],
               overrides=[*SMALL, "task.answer_column=solution", f"run_dir={tmp_path / 'named'}"])
+
+
+def test_what_a_reward_gives_trl_s_log_metric_is_in_the_step_s_metrics(tmp_path, fixtures_importable):
+    """The loophole environment's driver reward logs code/* through TRL's log_metric and the two others read its
+    cache, at weight 0 (blind: log_metric was not passed, so the metrics were lost without a word)."""
+    script = SCRIPTS["code-loophole"]
+    result = api.train(None, dataset=script.rows, rewards=list(script.rewards), reward_weights=script.weights,
+                       overrides=[*SMALL, *script.settings, f"run_dir={tmp_path / 'r'}"])
+    [line] = [json.loads(text) for text in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {"reward_log/code/observed", "reward_log/code/true", "reward_log/code/hacked"} <= set(line)
+    assert all(0.0 <= line[f"reward_log/code/{name}"] <= 1.0 for name in ("observed", "true", "hacked"))
+    assert line["reward/mean"] == pytest.approx(line["reward/reward_observed/mean"])  # weights 1, 0, 0
+    assert {"reward/reward_true/mean", "reward/reward_repaired/mean"} <= set(line)
+
+
+REWARD_MODEL = "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5"  # huggingface/trl#2633's
+
+
+def test_a_reward_model_given_by_id_is_refused_saying_what_to_write_instead(tmp_path, fixtures_importable):
+    """TRL's `trl grpo --reward_model_name_or_path M` puts the id in reward_funcs; blind, grpo answered 'unknown
+    reward' and listed its registered names."""
+    with pytest.raises(ConfigError, match=rf"^task.reward='{REWARD_MODEL}': '{REWARD_MODEL}' is a model, which TRL "
+                                          r"loads as a reward model .*; grpo takes reward functions: load the model in "
+                                          r"a function\(prompts, completions, \*\*kwargs\) .* \(module:function\)$"):
+        api.train(None, dataset=SCRIPTS["deepmath"].rows, rewards=[REWARD_MODEL, "trl_builtin:think_first_reward"],
+                  overrides=[*SMALL, f"run_dir={tmp_path / 'r'}"])
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_a_tracker_asked_for_without_its_package_is_refused_before_the_run_directory(tmp_path, fixtures_importable):
+    """The course's report_to=["wandb"], written as the table says: blind, a ModuleNotFoundError after the run
+    directory was made."""
+    script = SCRIPTS["course-smoltldr"]
+    with pytest.raises(ConfigError, match=r"^logging.wandb_project=GRPO needs the wandb package: pip install "
+                                          r"'grpo\[wandb\]', or leave logging.wandb_project unset$"):
+        api.train(None, dataset=script.rows, rewards=list(script.rewards),
+                  overrides=[*SMALL, *script.settings, "logging.wandb_project=GRPO", f"run_dir={tmp_path / 'r'}"])
+    assert not (tmp_path / "r").exists()
+
+
+# The TRL settings each round-2 script's user tried as they are (README, "TRL names tried"): each answered with
+# grpo's key or why there is none, never the top level's section list.
+TRIED = ["vllm_max_model_length=3584", "disable_dropout=true", "save_only_model=true", "optim=paged_adamw_8bit",
+         "log_completions=true", "remove_unused_columns=false", "bf16=true", "report_to=[wandb]", "min_p=0.1",
+         "vllm_sampling_params={min_p: 0.1, top_p: 1.0}", "max_seq_length=2048", "num_iterations=3",
+         f"reward_model_name_or_path={REWARD_MODEL}", "reward_funcs=[think_format_reward]",
+         "generation_kwargs={do_sample: true, temperature: 0.85, top_k: 50, top_p: 0.95, num_beams: 1}"]
+
+
+@pytest.mark.parametrize("setting", TRIED)
+def test_each_trl_setting_the_scripts_users_tried_is_answered_with_grpo_s_key(setting):
+    name = setting.partition("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{name} is TRL's name; grpo") as info:
+        load_config(None, [setting])
+    assert "valid keys in the top level" not in str(info.value)
+
+
+def test_trl_s_command_line_given_as_overrides_is_answered_once_with_what_means_the_same_written():
+    """LoRA Without Regret's `trl grpo` command line (TRL's docs), each flag as NAME=VALUE: blind, 16 of 26 written,
+    `warmup_ratio 0.0` and `vllm_mode colocate` among those to set by hand."""
+    flags = ("--model_name_or_path Qwen/Qwen3-0.6B --dataset_name HuggingFaceH4/OpenR1-Math-220k-default-verified "
+             "--output_dir grpo-full-qwen3-0.6b --learning_rate 1.0e-6 --lr_scheduler_type cosine --warmup_ratio 0.0 "
+             "--max_grad_norm 1.0 --beta 0.0 --max_completion_length 4096 --num_generations 16 "
+             "--generation_batch_size 16 --gradient_accumulation_steps 8 --per_device_train_batch_size 1 "
+             "--num_train_epochs 1 --lora_r 1 --lora_alpha 32 --lora_dropout 0.0 --lora_target_modules all-linear "
+             "--vllm_mode colocate --save_strategy steps --save_steps 50 --save_total_limit 1 --logging_steps 1 "
+             "--max_steps 200 --report_to trackio").split()
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"{flag[2:]}={value}" for flag, value in zip(flags[::2], flags[1::2])])
+    message = str(info.value)
+    written = dict(re.findall(r"(\S+=\S+) \((\w+)\)", message.partition("; set by hand: ")[0]))
+    assert len(written) == 18
+    assert {"actor.warmup_steps=0": "warmup_ratio", "rollout.engine=vllm": "vllm_mode", "actor.lr=1.0e-06":
+            "learning_rate", "model.lora.rank=1": "lora_r", "train.steps=200": "max_steps"}.items() <= written.items()
+    load_config("tiny", list(written))  # every override it writes grpo takes
+    assert message.endswith("grpo has no key for: save_strategy, logging_steps (docs/coming-from-trl.md)")

@@ -4,6 +4,7 @@ docs/coming-from-trl.md's names table says the same for people; a test keeps the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ class TrlName:
     values: Mapping[Any, Any] = field(default_factory=dict)  # TRL's values as grpo's, where the words differ
     carries: bool = True  # TRL's value (through `values`) means the same as grpo's first key: the override is said
     only_values: bool = True  # with `values`: TRL's other values have no grpo equivalent (else they carry as they are)
+    form: str = ""  # the override, `{}` for the value, where it is not `KEY=VALUE` (the value inside a list, two keys)
+    fraction_of: str = ""  # TRL's name whose value this one is a fraction of: written as ceil(value x it) beside it
 
 
 _STEP = "a step is rollout.problems_per_step prompts x rollout.samples_per_problem; see docs/coming-from-trl.md"
@@ -26,8 +29,10 @@ _SCALE = {"group": "group", "batch": "batch", "none": "none", True: "group", Fal
 _SCHEDULE = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
 _DTYPE = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16", "auto": "auto"}
 _LORA = "LoRA is on when model.lora.rank > 0"
+_ENGINE = {True: "vllm", False: "embedded"}
+_SAMPLING = "grpo samples with rollout.temperature and rollout.top_p alone"
 # TrainingArguments' settings that change nothing grpo does (the hub, distributed data loading, log levels).
-_NO_MEANING = "grpo has no such setting: leave it out"
+_NO_MEANING = "it changes nothing grpo does: leave it out"
 
 TRL_NAMES: dict[str, TrlName] = {
     "output_dir": TrlName(("run_dir",)),
@@ -43,9 +48,12 @@ TRL_NAMES: dict[str, TrlName] = {
     "max_completion_length": TrlName(("rollout.max_new_tokens",)),
     "temperature": TrlName(("rollout.temperature",)),
     "top_p": TrlName(("rollout.top_p",)),
-    "top_k": TrlName((), "grpo samples with rollout.temperature and rollout.top_p alone"),
-    "min_p": TrlName((), "grpo samples with rollout.temperature and rollout.top_p alone"),
-    "repetition_penalty": TrlName((), "grpo samples with rollout.temperature and rollout.top_p alone"),
+    "top_k": TrlName((), _SAMPLING),
+    "min_p": TrlName((), _SAMPLING),
+    "repetition_penalty": TrlName((), _SAMPLING),
+    "generation_kwargs": TrlName(("rollout.temperature", "rollout.top_p", "rollout.max_new_tokens"), "its "
+                                 f"temperature, top_p and max_new_tokens; for top_k, min_p, num_beams and the rest "
+                                 f"none: {_SAMPLING}", carries=False),
     "beta": TrlName(("algo.kl_coef",)),
     "use_bias_correction_kl": TrlName((), "grpo's KL penalty is TRL's with use_bias_correction_kl=False"),
     "epsilon": TrlName(("algo.clip_low", "algo.clip_high"), "TRL's epsilon_high follows epsilon: set both",
@@ -87,9 +95,9 @@ TRL_NAMES: dict[str, TrlName] = {
     "log_completions": TrlName(("logging.samples_per_step",), "how many completions a step writes to samples.jsonl",
                                carries=False),
     "num_completions_to_print": TrlName(("logging.samples_per_step",)),
-    "use_vllm": TrlName(("rollout.engine",), "rollout.engine=vllm", carries=False),
-    "vllm_mode": TrlName(("rollout.engine",), "rollout.engine=vllm starts a server; rollout.server.urls attaches",
-                         carries=False),
+    "use_vllm": TrlName(("rollout.engine",), "", _ENGINE),
+    "vllm_mode": TrlName(("rollout.engine", "rollout.server.urls"), "colocate: a vLLM grpo starts itself; server: "
+                         "rollout.server.urls=[http://HOST:PORT] attaches to yours", {"colocate": "vllm"}),
     "vllm_server_base_url": TrlName(("rollout.server.urls",), "a list: rollout.server.urls=[http://HOST:PORT]",
                                     carries=False),
     "gradient_checkpointing": TrlName(("model.gradient_checkpointing",)),
@@ -97,10 +105,19 @@ TRL_NAMES: dict[str, TrlName] = {
     "model_init_kwargs": TrlName(("model.dtype", "model.attn_implementation"), carries=False),
     "peft_config": TrlName(("model.lora.rank", "model.lora.alpha", "model.lora.target_modules"), carries=False),
     "vllm_gpu_memory_utilization": TrlName(("rollout.server.memory_fraction",)),
+    "vllm_max_model_length": TrlName(("rollout.server.extra_args",), "vLLM's --max-model-len",
+                                     form="rollout.server.extra_args=[--max-model-len,{}]"),
+    "vllm_enable_sleep_mode": TrlName((), "grpo's vLLM is a server beside the trainer, not in its process: leave it "
+                                          "out"),
+    "disable_dropout": TrlName((), "grpo trains with the model's own dropout (0 in most causal LMs' configs); "
+                                   "model.lora.dropout is the adapters'"),
+    "save_only_model": TrlName((), "grpo's checkpoints keep the optimizer state, which resuming needs; "
+                                   "checkpoint.keep_last bounds the disk"),
+    "optim": TrlName((), "grpo's optimizer is torch's AdamW: leave it out"),
     "run_name": TrlName(("name",)),
     **dict.fromkeys(("logging_strategy", "save_strategy", "hub_model_id", "push_to_hub", "hub_strategy", "do_eval",
                      "log_level", "logging_first_step", "per_device_eval_batch_size", "gradient_checkpointing_kwargs",
-                     "optim", "tf32", "dataloader_num_workers", "remove_unused_columns"), TrlName((), _NO_MEANING)),
+                     "tf32", "dataloader_num_workers", "remove_unused_columns"), TrlName((), _NO_MEANING)),
 }
 
 # Names TRL scripts use beyond GRPOConfig: TrlParser recipes' ModelConfig and ScriptArguments, GRPOConfig fields
@@ -129,7 +146,7 @@ SCRIPT_NAMES: dict[str, TrlName] = {
                                  "tokens without a word; grpo refuses it at load, or with task.truncate_prompts=left "
                                  "cuts it as TRL did"),
     "warmup_ratio": TrlName(("actor.warmup_steps",), "a number of steps: the ratio x train.steps, rounded up",
-                            carries=False),
+                            carries=False, fraction_of="max_steps"),
     "vllm_device": TrlName((), "grpo places the vLLM server it starts itself; rollout.server.urls attaches to yours"),
     "overwrite_output_dir": TrlName((), "a run directory resumes; another run_dir starts afresh"),
     "system_prompt": TrlName(("task.system_prompt",), "before each text prompt; open-r1 puts it before each problem "
@@ -137,6 +154,18 @@ SCRIPT_NAMES: dict[str, TrlName] = {
                              "task.instruction=''"),
     "chat_template": TrlName(("task.chat_template",)),
     "wandb_project": TrlName(("logging.wandb_project",)),
+    "reward_model_name_or_path": TrlName(("task.reward",), "grpo takes reward functions, not reward models: load the "
+                                         "model in a function(prompts, completions, **kwargs) that returns one score "
+                                         "per completion and give its import path (module:function)", carries=False),
+    "vllm_sampling_params": TrlName(("rollout.temperature", "rollout.top_p"), "a vLLM SamplingParams: its "
+                                    f"temperature and top_p; for min_p, top_k, seed and stop none: {_SAMPLING}",
+                                    carries=False),
+    "max_seq_length": TrlName((), "grpo reads the model's context from its config; task.max_prompt_tokens and "
+                                  "rollout.max_new_tokens bound a sequence"),
+    "fast_inference": TrlName(("rollout.engine",), "", _ENGINE),
+    "gpu_memory_utilization": TrlName(("rollout.server.memory_fraction",)),
+    "use_gradient_checkpointing": TrlName(("model.gradient_checkpointing",), "",
+                                          {True: True, "unsloth": True, False: False}),
 }
 ALL_NAMES: dict[str, TrlName] = {**TRL_NAMES, **SCRIPT_NAMES}
 
@@ -158,7 +187,7 @@ def trl_name_error(key: str, name: str, value: Any) -> str | None:
         return f"{key} is TRL's name; grpo has no such key: {entry.note}"
     grpo = " and ".join(entry.keys)
     message = f"{key} is TRL's name; grpo's is {grpo}"
-    override = _override(entry, value)
+    override = _override(entry, value) or _fraction(entry, value, {})
     if override is not None:
         message += f": {override}"
     return message + (f" ({entry.note})" if entry.note else "")
@@ -172,7 +201,7 @@ def trl_names_error(where: str, given: Mapping[str, Any]) -> str | None:
     overrides, by_hand, none = [], [], []
     for name, value in given.items():
         entry = ALL_NAMES.get(str(name))
-        override = _override(entry, value) if entry is not None else None
+        override = (_override(entry, value) or _fraction(entry, value, given)) if entry is not None else None
         if override is not None:
             overrides.append(f"{override} ({name})")
         elif entry is not None and entry.keys:
@@ -198,7 +227,22 @@ def _override(entry: TrlName, value: Any) -> str | None:
         return None
     else:
         written = _as_yaml(value)
-    return None if "\n" in written else f"{entry.keys[0]}={written}"  # text over several lines goes in a YAML file
+    if "\n" in written:  # text over several lines goes in a YAML file
+        return None
+    return entry.form.format(written) if entry.form else f"{entry.keys[0]}={written}"
+
+
+def _fraction(entry: TrlName, value: Any, given: Mapping[str, Any]) -> str | None:
+    """A fraction of another TRL setting (warmup_ratio of max_steps) as grpo's count, where it is one: 0 of
+    anything, or ceil(value x that setting) when it is given beside it, as transformers rounds it."""
+    if not entry.fraction_of or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    total = given.get(entry.fraction_of)
+    if value == 0:
+        return f"{entry.keys[0]}=0"
+    if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+        return f"{entry.keys[0]}={math.ceil(value * total)}"
+    return None
 
 
 def _known(value: Any, values: Mapping[Any, Any]) -> bool:

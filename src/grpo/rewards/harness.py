@@ -134,10 +134,21 @@ def _check_lengths(inputs: dict[str, Any]) -> None:
             raise ValueError(f"column {key!r} has {len(values)} rows for {n} completions")
 
 
+def _discard(name: str, value: float) -> None:
+    """TRL's `log_metric` keyword where no step's metrics are being written (the start's check, an evaluation)."""
+
+
+def _with_log_metric(inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` of TRL's whole call (those with `trainer_state`) with TRL's `log_metric` keyword too: the caller's
+    (a training step's, whose values join its metrics), else one that discards them."""
+    return inputs if "log_metric" in inputs or "trainer_state" not in inputs else {**inputs, "log_metric": _discard}
+
+
 def call_reward(fn: RewardFn, inputs: dict[str, Any]) -> tuple[list[float | None], list[str | None]]:
     """One function's rewards and per-sample error strings for a batch (``inputs["completions"]``). If the
     batch call raises, each sample is scored alone, so one bad sample costs only its own reward (None)."""
     _check_lengths(inputs)
+    inputs = _with_log_metric(inputs)
     return _rewards(fn, inputs, *_call_all([fn], inputs)[0])
 
 
@@ -186,6 +197,7 @@ def score(rewards: Sequence[Reward], inputs: dict[str, Any]) -> Scores:
     """Every reward function on the batch, and their weighted sum per sample."""
     n = len(inputs["completions"])
     _check_lengths(inputs)
+    inputs = _with_log_metric(inputs)
     scores = Scores(total=[None] * n, errors=[None] * n)
     for reward, outcome in zip(rewards, _call_all([r.fn for r in rewards], inputs)):
         values, errors = _rewards(reward.fn, inputs, *outcome)
@@ -214,6 +226,7 @@ def check_rewards(rewards: Sequence[Reward], inputs: dict[str, Any], what: str) 
     """Call each function once on `inputs` (`what` says which rows, for the message): a function that
     raises or returns the wrong shape or type is a one-line error now, not a crash mid-run."""
     n = len(inputs["completions"])
+    inputs = _with_log_metric(inputs)
     for reward, (out, exc) in zip(rewards, _call_all([r.fn for r in rewards], inputs)):
         if exc is not None:  # user code: reported in one line, with how it was called
             raise ConfigError(

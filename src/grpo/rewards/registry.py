@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, overload
 
 from grpo.errors import ConfigError
@@ -47,15 +49,30 @@ def registered_rewards() -> list[str]:
     return sorted(_REGISTRY)
 
 
+# A hub model id (ORG/NAME), as TRL's GRPOTrainer takes one in reward_funcs for a reward model.
+_MODEL_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def _unknown(name: str) -> str:
+    """Why `name` names no reward, and what to write: TRL takes a model id (or a model's folder) as a reward model
+    and TRL's `trl grpo` script a dotted import path; grpo takes neither as it is."""
+    if _MODEL_ID.fullmatch(name) or (Path(name).is_dir() and (Path(name) / "config.json").is_file()):
+        return (f"{name!r} is a model, which TRL loads as a reward model (AutoModelForSequenceClassification); grpo "
+                "takes reward functions: load the model in a function(prompts, completions, **kwargs) that returns "
+                "one score per completion and give its import path (module:function)")
+    module, _, function = name.rpartition(".")
+    if module and function.isidentifier():
+        return f"unknown reward {name!r}: an import path puts a colon before the function: {module}:{function}"
+    return (f"unknown reward {name!r}; registered rewards: {', '.join(registered_rewards())} (or give an import path "
+            "'package.module:function')")
+
+
 def get_reward(name: str) -> RewardFn:
     """A registered reward, or one imported from ``"package.module:function"``."""
     if name in _REGISTRY:
         return _REGISTRY[name]
     if ":" not in name:
-        raise KeyError(
-            f"unknown reward {name!r}; registered rewards: {', '.join(registered_rewards())}"
-            " (or give an import path 'package.module:function')"
-        )
+        raise KeyError(_unknown(name))
     module_name, _, attr_path = name.partition(":")
     # A module in the working directory imports as `python -m` would find it; the `grpo` script's own
     # path starts at its bin/ directory instead.

@@ -73,6 +73,7 @@ class RolloutBatch:
     complete_parts: list[tuple[str, float]] = field(default_factory=list)  # (reward name, its reward), likewise
     complete_correct: list[bool] = field(default_factory=list)  # reward >= task.correct_threshold, likewise
     reward_errors: list[str] = field(default_factory=list)
+    reward_metrics: list[tuple[str, float]] = field(default_factory=list)  # what reward functions gave log_metric
     generated_tokens: int = 0
     generate_s: float = 0.0
     reward_s: float = 0.0
@@ -82,6 +83,10 @@ class RolloutBatch:
     def rewards(self) -> torch.Tensor:
         """[N, G] rewards of the kept groups."""
         return torch.tensor([[s.reward for s in g.samples] for g in self.groups], dtype=torch.float32)
+
+    def log_metric(self, name: str, value: float) -> None:
+        """TRL's `log_metric` keyword for reward functions: a scalar whose mean over the step joins its metrics."""
+        self.reward_metrics.append((str(name), float(value)))
 
 
 class RolloutCollector:
@@ -209,7 +214,8 @@ class RolloutCollector:
             inputs = reward_inputs([s.problem for s in scorable], [s.completion.text for s in scorable],
                                    [s.completion.token_ids for s in scorable])
             # TRL scores step N's samples before its optimizer step: N - 1 steps are complete.
-            scores = score(self.rewards, {**inputs, "trainer_state": TrainerState(step - 1, self.max_steps)})
+            scores = score(self.rewards, {**inputs, "trainer_state": TrainerState(step - 1, self.max_steps),
+                                          "log_metric": batch.log_metric})
             for i, (sample, reward, error) in enumerate(zip(scorable, scores.total, scores.errors)):
                 sample.reward = reward
                 sample.reward_parts = {name: values[i] for name, values in scores.parts.items()}
@@ -303,6 +309,7 @@ class RolloutStats:
     generated_tokens: int
     generate_s: float  # the slowest rank's (ranks work in parallel)
     reward_s: float
+    reward_metrics: dict[str, float] = field(default_factory=dict)  # log_metric's names -> their step means
 
     def metrics(self) -> dict[str, Any]:
         m: dict[str, Any] = {keys.status_count(status.value): self.attempts.get(status.value, 0)
@@ -338,6 +345,7 @@ class RolloutStats:
         m[keys.GENERATED_TOKENS] = self.generated_tokens
         m[keys.GENERATE_TOKENS_PER_S] = self.generated_tokens / self.generate_s if self.generate_s else 0.0
         m[keys.GENERATE_S], m[keys.REWARD_S] = self.generate_s, self.reward_s
+        m.update({keys.reward_metric(name): value for name, value in self.reward_metrics.items()})
         return m
 
 
@@ -378,7 +386,7 @@ def rollout_stats(batch: RolloutBatch, ranks: Ranks = SINGLE) -> RolloutStats:
         rewards=rewards, sources=sorted(t["sources"]),
         length_mean=sum(lengths) / len(lengths) if lengths else None, length_max=max(lengths) if lengths else None,
         staleness=batch.staleness, generated_tokens=t["generated_tokens"], generate_s=t["generate_s"],
-        reward_s=t["reward_s"],
+        reward_s=t["reward_s"], reward_metrics=_means(t["reward_metrics"]),
     )
 
 
@@ -395,7 +403,14 @@ def _summary(batch: RolloutBatch) -> dict[str, Any]:
                     for s in trained if "server" in s.completion.meta},
         "lengths": [len(s.completion.token_ids) for s in trained],
         "generated_tokens": batch.generated_tokens, "generate_s": batch.generate_s, "reward_s": batch.reward_s,
+        "reward_metrics": batch.reward_metrics,
     }
+
+
+def _means(logged: list[tuple[str, float]]) -> dict[str, float]:
+    """Each name's mean over the step's calls on every rank, as TRL averages log_metric's values."""
+    return {name: sum(v for n, v in logged if n == name) / sum(1 for n, _ in logged if n == name)
+            for name in dict.fromkeys(name for name, _ in logged)}
 
 
 def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -3,6 +3,7 @@ evaluations and sample completions to TensorBoard and W&B too."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 import time
@@ -12,6 +13,7 @@ from typing import Any
 from grpo import metric_keys as k
 from grpo.config import LoggingConfig
 from grpo.console import say
+from grpo.errors import ConfigError
 from grpo.rundir.files import JsonlLog, atomic_write
 from grpo.train.tensorboard import TensorBoardWriter
 
@@ -40,6 +42,14 @@ def _fmt(fmt: str, value: Any) -> str:
         return fmt.format(int(value) if fmt.endswith("d}") else value)
     except (ValueError, TypeError):
         return str(value).rjust(width)
+
+
+def check_trackers(cfg: LoggingConfig) -> None:
+    """A tracker the config asks for whose package is missing, refused before the run directory exists (not an
+    ImportError once the run has started)."""
+    if cfg.wandb_project is not None and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(f"logging.wandb_project={cfg.wandb_project} needs the wandb package: pip install "
+                          "'grpo[wandb]', or leave logging.wandb_project unset")
 
 
 class MetricsLogger:
