@@ -14,7 +14,9 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
     reward_not_wired     the reward exactly 0 from the first logged step and never anything else: it never
                          scored an answer (its wiring, the answer format it expects), not a collapse
     truncation           completions ran to the length limit (clipped ratio near 1, having been low)
-                         as the reward fell: the budget, not the policy's skill
+                         as the reward fell, or nearly all of them from the first step on while every group
+                         scored alike (or the reward never scored): the budget, not the policy's skill, nor
+                         the task's signal or the reward's wiring
     reward_source_died   the reward fell abruptly from a healthy level to exactly 0, identical in every
                          group, with no server evidence: what a dead reward server or inference server
                          looks like (every completion empty or an error, scored 0), after the groups'
@@ -31,6 +33,9 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
                          grpo run's own record can tell: a console log with no step and no error is
                          `unknown` (copied before its first step, killed without a word, or no training log)
 
+A model-side cause says so when the KL to the reference was already large at the run's first logged step:
+the reference is not the model training started from, and the KL term pulls the policy toward it.
+
 A run that finished is healthy when nothing but events marred it: the failures it recovered from and
 its rollbacks (each with the learning-rate change it made) are named. Healthy needs evidence: a run
 whose reward the doctor could not read at any step is `unknown`, never healthy (a NaN loss or
@@ -42,6 +47,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from grpo.checks import CHECKS
 from grpo.tools.doctor import crashes
 from grpo.tools.doctor.record import (
     ACCURACY,
@@ -94,6 +100,12 @@ CRASH_ADVICE = {
 
 def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None, str, list[Anomaly]]:
     """-> (cause, first bad step, explanation, the anomalies that back it)."""
+    what, step, text, backing = _decide(record, timeline)
+    far = _reference_far(record) if what in MODEL_CAUSES else None
+    return what, step, text + far if far else text, backing
+
+
+def _decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None, str, list[Anomaly]]:
     by_kind: dict[str, list[Anomaly]] = {}
     for anomaly in timeline:
         by_kind.setdefault(anomaly.kind, []).append(anomaly)
@@ -156,6 +168,12 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
         # The failures of the step that never logged, ending in the stop: a failure in a step that
         # was logged was recovered from, however early it came.
         explaining = [s for s in explaining if s.step > max(record.metrics, default=0)]
+    if explaining and not record.metrics and all(s.kind == "server_unreachable" for s in explaining):
+        server = explaining[0]
+        return "server_failure", server.step, (
+            f"the trainer never reached its inference server ({server.detail}): no completion could be generated, "
+            "so no step ran. Start the server before the trainer (TRL: `trl vllm-serve`), and check the host and "
+            "port the trainer is given and that nothing (a proxy) stands between them"), explaining[:2]
     if explaining and (onset is not None or _stopped_by(record, "server_gave_up") or not record.metrics):
         server = explaining[0]
         step = min(server.step, onset) if onset is not None else server.step
@@ -185,6 +203,10 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
                                          "the gold answers or the reward function are at fault, not the model"), [a]
     signal = [first[k] for k in ("zero_variance", "zero_loss") if k in first]
     never = _never_scored(record, first)
+    cut = _cut_off(record, never.step) if never is not None else None
+    if cut is not None:
+        return "truncation", cut.step, _cut_off_text(record, cut, "the reward was exactly 0 at every step"), [
+            cut, never]
     if never is not None:
         return "reward_not_wired", never.step, (
             f"the mean reward was exactly 0 at every logged step from the first ({len(record.finite_series(REWARD))} "
@@ -224,6 +246,10 @@ def decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None,
     if signal and min(a.step for a in signal) == onset and not (collapse and collapse.step < onset):
         step = min(a.step for a in signal)
         backing = signal + [first[k] for k in ("reward_zero",) if k in first]
+        cut = _cut_off(record, step)
+        if cut is not None:
+            return "truncation", step, _cut_off_text(record, cut, "every group's completions scored alike"), [
+                cut] + signal
         spread = _groups_differ(record, step) if "zero_variance" not in first else None
         if spread is not None:
             return "no_learning_signal", step, (
@@ -391,6 +417,47 @@ def _truncation(record: RunRecord, first: dict[str, Anomaly], onset: int | None)
     if mean_after >= mean_before - 0.3 * abs(mean_before) or mean_before <= 0:
         return None
     return a, mean_before, mean_after
+
+
+def _cut_off(record: RunRecord, step: int) -> Anomaly | None:
+    """An anomaly naming the length limit when nearly every completion ran to it at `step` and at most of the
+    logged steps after it. Answers cut off before they end all score alike (nothing, or the same partial
+    credit): a budget too small for the task reads as groups without signal or as a reward never wired."""
+    series = [(s, v) for s, v in record.finite_series(TRUNCATED) if s >= step]
+    limit = CHECKS["truncated_responses"].threshold
+    if not series or series[0][0] != step or series[0][1] < limit or statistics.median(v for _, v in series) < limit:
+        return None
+    return Anomaly(step, "truncated_responses", f"{series[0][1]:.0%} of responses ran to the length limit "
+                   f"(median {statistics.median(v for _, v in series):.0%} from there on)",
+                   record.evidence_by_step.get(step))
+
+
+def _cut_off_text(record: RunRecord, cut: Anomaly, alike: str) -> str:
+    rewards = [v for s, v in record.finite_series(REWARD) if s >= cut.step]
+    scored = f" (mean reward {statistics.fmean(rewards):.3g})" if rewards else ""
+    return (f"from step {cut.step} {cut.detail} and {alike}{scored}: answers cut off before they end all score "
+            "the same, so there is no signal to learn from. The length budget, not the task or the reward's wiring: "
+            "raise the completion length limit (or ask for shorter answers) and start again")
+
+
+# KL per token at a run's first logged step no fresh policy reaches: it started elsewhere than its reference.
+REFERENCE_FAR = 1.0
+MODEL_CAUSES = ("truncation", "no_learning_signal", "policy_collapse", "reward_not_wired", "kl_drift")
+
+
+def _reference_far(record: RunRecord) -> str | None:
+    """The note that the KL to the reference was already large at the run's first logged step (not a resumed
+    attempt's), or None."""
+    steps = record.steps()
+    if not steps or record.earlier or KL not in record.metrics[steps[0]]:
+        return None
+    kl = record.metrics[steps[0]][KL]
+    if not math.isfinite(kl) or kl < REFERENCE_FAR:
+        return None
+    return (f". The KL to the reference was already {kl:.4g} at the first logged step ({steps[0]}): the reference is "
+            "not the model training started from (e.g. the base model under an SFT adapter, as TRL and PEFT take "
+            "it), so the KL term pulls the policy back toward it; give the trainer the starting model as its "
+            "reference, or set the KL coefficient to 0")
 
 
 def _reward_flat(record: RunRecord, step: int) -> bool:

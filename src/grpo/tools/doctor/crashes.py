@@ -16,7 +16,8 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
     reward_broken    raised inside the reward function (its frames, or a reward's own message)
     server_failure   the inference engine died (vLLM's EngineDeadError, SGLang's scheduler), or ran out of
                      memory in its own frames (its KV cache, its wake-up from sleep) or in a Ray task of its
-                     actor (`ray::LLMActor.backload_to_gpu()`)
+                     actor (`ray::LLMActor.backload_to_gpu()`), or never answered (TRL's client: "The vLLM
+                     server can't be reached")
     worker_failure   a Ray actor or worker process died or could not start, a segfault
     interrupted      stopped on purpose (KeyboardInterrupt, SIGTERM)
     crashed          any other exception
@@ -52,7 +53,7 @@ CLASSES = {
     "server_failure": re.compile(
         r"EngineDeadError|EngineCore.*(?:died|failed|encountered)|Engine core .*(?:died|failed)|"
         r"Scheduler hit an exception|sglang.*(?:crash|terminated)|vllm.*(?:crash|terminated)|"
-        r"No healthy SGLang servers|llm server.*(?:died|exit)", re.I),
+        r"No healthy SGLang servers|llm server.*(?:died|exit)|vLLM server can't be reached", re.I),
     "worker_failure": re.compile(
         r"ActorDiedError|RayActorError|The actor died|WorkerCrashedError|RaySystemError|raylet .*died|"
         r"node .* (?:dead|died)|ActorUnschedulableError|RuntimeEnvSetupError|placement group|"

@@ -31,6 +31,10 @@ MARKERS = {
                            r"\| Max\. Off-Policy Level: "),
     "ms-swift": re.compile(r"\bswift[./]|ms-swift|swift rlhf"),
 }
+# A trainer's client waiting for its inference server to answer (TRL's `vllm_mode="server"`, the server started
+# apart with `trl vllm-serve`): no completion can be generated until it does; after its timeout the client
+# raises "The vLLM server can't be reached".
+SERVER_WAIT = re.compile(r"Server is not up yet|vLLM server can't be reached")
 
 
 def framework_of(text: str) -> str | None:
@@ -54,6 +58,9 @@ class LogReader:
         self.line_no += 1
         line = clean(raw)
         self.scanner.feed(self.line_no, line, self.current + 1)
+        if "erver" in line and SERVER_WAIT.search(line):
+            self.record.marks.append(Mark(self.current + 1, "server_unreachable", line.strip()[:200],
+                                          Evidence(str(self.path), self.line_no, line.strip()[:300])))
         self.line(self.line_no, line)
 
     def feed_all(self, lines: Iterable[str]) -> "LogReader":

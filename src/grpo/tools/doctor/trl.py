@@ -167,7 +167,8 @@ def _float(value: Any) -> float | None:
 # else 1). ms-swift prints `'global_step/max_steps': '5/100'` in the dict itself: that is the step.
 _LOG_ENTRY = re.compile(r"\{'[\w/.-]+': .*'(?:reward|frac_reward_zero_std|rewards/[^']*)': ")
 _PAIR = re.compile(r"'([^']+)': (?:'([^']*)'|([^,}]+))")
-_BAR = re.compile(r"^\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[")
+# tqdm's bar, or its text without the bar glyphs as notebooks (Colab) print it: `  5% 5/100 [02:39<49:30, 31.26s/it]`
+_BAR = re.compile(r"^\s*\d+%(?:\|[^|]*\|)?\s*(\d+)/(\d+) \[")
 # Unsloth's notebooks print (and users paste) the logged steps as a table, one row per logged step:
 #   Step | Training Loss | reward | reward_std | completion_length | kl | rewards / match_format_exactly | ...
 #   1 | 0.000000 | -17.250000 | 1.500000 | 445.500000 | 0.000000 | 0.000000 | ...

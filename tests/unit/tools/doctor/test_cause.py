@@ -231,3 +231,26 @@ def test_no_gradient_and_no_kl_past_the_first_step_while_the_groups_differ_is_no
     assert (what, first_bad) == ("no_learning_signal", 5) and "although the groups' rewards differ" in explanation
     assert decide(step(1, 0.0))[0] != "no_learning_signal"
     assert decide(step(5, 0.002))[0] != "no_learning_signal"
+
+
+def test_every_completion_cut_at_the_limit_from_the_start_is_the_budget_not_the_task_nor_the_wiring():
+    """Answers cut off before they end all score alike: groups without signal and a reward that never scored
+    are what a completion budget too small for the task looks like, when nearly every completion ran to it."""
+    cut = [0.975] + [1.0] * 9
+    alike = record([0.02] + [0.0] * 9, zero_std_frac=[0.97] + [1.0] * 9, truncated_frac=cut, grad_norm=[0.0] * 10)
+    assert decide(alike) == ("truncation", 1)
+    assert decide(record([0.0] * 10, zero_std_frac=[1.0] * 10, truncated_frac=cut)) == ("truncation", 1)
+    # with the completions ending, the same groups are a task without signal, and the same zeros an unwired reward
+    ended = [0.1] * 10
+    assert decide(record([0.02] + [0.0] * 9, zero_std_frac=[0.97] + [1.0] * 9, truncated_frac=ended,
+                         grad_norm=[0.0] * 10)) == ("no_learning_signal", 1)
+    assert decide(record([0.0] * 10, zero_std_frac=[1.0] * 10, truncated_frac=ended)) == ("reward_not_wired", 1)
+
+
+def test_a_kl_already_large_at_the_first_logged_step_says_the_reference_is_not_the_starting_model():
+    cut = [1.0] * 10
+    far = record([0.0] * 10, zero_std_frac=[1.0] * 10, truncated_frac=cut, kl=[10832.9, 1678.4] + [5.0] * 8)
+    explanation = cause.decide(far, timeline.anomalies(far))[2]
+    assert "already 1.083e+04 at the first logged step (1)" in explanation and "reference" in explanation
+    near = record([0.0] * 10, zero_std_frac=[1.0] * 10, truncated_frac=cut, kl=[0.001] + [5.0] * 9)
+    assert "first logged step" not in cause.decide(near, timeline.anomalies(near))[2]

@@ -467,3 +467,38 @@ def test_hydras_closing_line_is_quoted_with_the_message_it_closes(tmp_path):
     assert diagnosis.cause == "crashed" and diagnosis.first_bad_step == 1
     assert "Could not find 'algorithm/rollout_correction' (Set the environment variable HYDRA_FULL_ERROR=1" \
         in diagnosis.explanation
+
+
+def test_trl_bars_printed_without_their_glyphs_give_the_steps(tmp_path):
+    """Notebooks (Colab) print tqdm's bar as text without its glyphs (`  5% 5/20 [00:05<00:15, 1.00s/it]`):
+    the step is still the bar's, not the count of dicts."""
+    lines = TRL.preamble()
+    for s in (5, 10, 15):
+        lines += [f" {s * 5}% {s}/20 [00:{s:02d}<00:15, 1.00s/it]Both `max_new_tokens` (=384) and `max_length` seem "
+                  "to have been set.", trl_parts(s, 20)[1]]
+    record = read(tmp_path, lines)
+    assert record.steps() == [5, 10, 15] and record.total_steps == 20
+    assert rewards(record) == expected_rewards((5, 10, 15))
+
+
+def test_a_trainer_that_never_reached_its_vllm_server_is_a_server_failure_before_step_1(tmp_path):
+    """TRL's server mode: the trainer's client retries until the server (`trl vllm-serve`) answers; a log that
+    ends in those retries, with no step, never generated a completion. Its timeout's exception says the same."""
+    wait = "2025-03-26 05:53:13 - INFO - trl.extras.vllm_client - Server is not up yet. Retrying in 2.0 seconds..."
+    diagnosis, _ = examine(write(tmp_path, "[INFO|trainer.py:746] >> Using auto half precision backend\n"
+                                 + f"{wait}\n" * 3))
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("server_failure", 1)
+    assert "never reached its inference server" in diagnosis.explanation
+    gave_up = ("Traceback (most recent call last):\n  File \"/x/trl/extras/vllm_client.py\", line 128, in "
+               "check_server\n    raise ConnectionError(\nConnectionError: The vLLM server can't be reached at "
+               "0.0.0.0:8000 after 240 seconds. Make sure the server is running by running `trl vllm-serve`.\n")
+    diagnosis, _ = examine(write(tmp_path, f"{wait}\n" + gave_up, "gave_up.log"))
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("server_failure", 1)
+
+
+def test_retries_of_a_vllm_server_that_then_answered_change_nothing(tmp_path):
+    wait = "INFO - trl.extras.vllm_client - Server is not up yet. Retrying in 2.0 seconds..."
+    steps = render("trl_log", range(1, 21))
+    waited, _ = examine(write(tmp_path, "\n".join([wait] * 3 + steps) + "\n"))
+    plain, _ = examine(write(tmp_path, "\n".join(steps) + "\n", "plain.log"))
+    assert waited.cause == plain.cause == "healthy"
