@@ -220,7 +220,9 @@ def _use_dataset(cfg: RunConfig, dataset: DatasetLike, eval_dataset: DatasetLike
             task.path, task.train_files, task.test_files = str(path), [], []
         else:
             task.path, task.train_files = None, [str(path)]
-            task.test_files = [str(eval_dataset if eval_dataset is not None else path)]
+            # Without eval_dataset the same file is evaluated, said at load, unless task.held_out draws from it.
+            task.test_files = ([str(eval_dataset)] if eval_dataset is not None else [] if task.held_out
+                               else [str(path)])
         return
     if isinstance(dataset, Mapping) and "train" in dataset:  # a DatasetDict or {"train": ..., "test": ...}
         dataset, eval_dataset = dataset["train"], dataset.get("test", eval_dataset)

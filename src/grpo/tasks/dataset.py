@@ -205,7 +205,8 @@ class DatasetTask(ListTask):
         if shared:
             log.warning("%s: %d of the %d held-out problems are also training problems (the same prompt, e.g. %s): "
                         "their evaluation measures what was trained on, not held-out accuracy; give held-out data of "
-                        "its own, or task.held_out=N to draw N problems out of the training data", self.name,
+                        "its own (task.test_files; the Python API's eval_dataset), or task.held_out=N to draw N "
+                        "problems out of the training data", self.name,
                         len(shared), len(loaded["test"]), shared[0].id)
 
 

@@ -77,3 +77,15 @@ def test_chat_prompts_compare_as_messages(tmp_path, caplog):
     write_rows(tmp_path / "test.jsonl", [{"prompt": chat("b"), "answer": "2"}, {"prompt": chat("c"), "answer": "3"}])
     build_task(TaskConfig(name="dataset", path=str(tmp_path)))
     assert "1 of the 2 held-out problems are also training problems" in caplog.text
+
+
+def test_the_python_apis_one_file_is_evaluated_whole_unless_held_out_draws_from_it(tmp_path):
+    from grpo import api
+
+    write_rows(tmp_path / "all.jsonl", ROWS)
+    whole = api.with_data_and_rewards(api.build_config("tiny"), str(tmp_path / "all.jsonl"), None, None, None)
+    assert whole.task.test_files == whole.task.train_files  # said at load (the test above)
+    drawn = api.with_data_and_rewards(api.build_config("tiny", ["task.held_out=4"]), str(tmp_path / "all.jsonl"),
+                                      None, None, None)
+    assert drawn.task.test_files == []
+    assert len(build_task(drawn.task).eval_problems(None)) == 4
