@@ -10,30 +10,37 @@ by what it is, the first kind found winning:
    exit code -9"; SIGKILL, SIGTERM, SIGINT, SIGHUP): nothing else a server logs explains the kill of its child;
    a child's own crash (SIGSEGV, SIGBUS, SIGABRT...) is read after the causes grpo knows, which may explain it
    (a full disk, NCCL), and before any error line (those after it are its consequences); a child ended by SIGQUIT,
-   SGLang's own signal to end its processes once one failed, is neither: the error before it says why;
-2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too
-   small for one sequence, a full disk, a /dev/shm too small, a GPU the build has no kernels for, an NVIDIA driver that
-   does not fit the build's CUDA (or Triton's kernels), an attention backend without kernels for the model's head size,
-   a dtype the GPU or the quantization does not support, a quantization the GPU (or the CPU backend) lacks, kernels
-   that failed to compile (at start or at the first request), more GPUs asked than seen (or than Ray grants), a model
-   not found (or the hub offline), a model needing --trust-remote-code, a tokenizer it cannot load, a compiled
-   extension that does not match the server's Python or torch, a missing module, an architecture or config format the
-   server (or its transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU seen, an
-   engine (V0, V1) vLLM's CPU backend does not have, a vLLM built for GPUs run on the CPU, an adapter over the server's
-   LoRA rank or not where it was told, a weight file cut short, a checkpoint with weights the model's code lacks, out
-   of memory (capturing CUDA graphs; SGLang's KV cache or request table full while serving; an attention backend's
-   workspace too small for a batch; or else), a GPU kernel asking more shared memory than the GPU has, a context longer
-   than the model's, a bad argument (or a setting's value it does not know), a port variable Kubernetes set, a taken
-   port, a request refused as longer than SGLang's KV cache, the server's request to itself answered by an HTTP proxy,
-   a GPU kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed
-   call), a peer rank lost (gloo), an instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's,
-   abseil's, UCX's or torch's report, with the crashed frame), Ray not started, not reached or giving the server's node
-   no GPU, CUDA graphs failing to capture (for another reason than memory), the engine not ready within the server's
-   own wait, a timeout (a hang: SGLang's watchdog or its health check on the detokenizer, vLLM's RPC to its workers,
-   its wait on them or V0's engine step, a NCCL collective torch's watchdog gave up on), read only where no error line
-   came before it (a server that errored first stopped for that error);
+   SGLang's own signal to end its processes once one failed, is neither: the error before it says why; and a kill the
+   log tells where no line before it says why (vLLM's engine: "trigger received signal=SIGTERM", SGLang's "SIGTERM
+   received", Ray's memory monitor: "Ray killed this worker"), after which the errors are its consequences;
+2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too small
+   for one sequence, a full disk, a /dev/shm too small, a GPU the build has no kernels for, an NVIDIA driver that does
+   not fit the build's CUDA (or Triton's kernels), an attention backend without kernels for the model's head size or its
+   attention sinks on this GPU, a dtype the GPU or the quantization does not support, a quantization the GPU (or the CPU
+   backend) lacks, kernels that failed to compile (at start or at the first request), more GPUs asked than seen (or than
+   Ray grants), a model not found (or the hub offline), a model needing --trust-remote-code, a tokenizer it cannot load,
+   a compiled extension that does not match the server's Python or torch, a missing module, an architecture or config
+   format the server (or its transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU
+   seen, an engine (V0, V1) vLLM's CPU backend does not have, a vLLM built for GPUs run on the CPU, an adapter over the
+   server's LoRA rank, not where it was told, or one its LoRA cannot serve (or a model it has no LoRA for), a weight
+   file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing CUDA graphs; SGLang's KV
+   cache or request table full while serving; an attention backend's workspace too small for a batch; or else), a GPU
+   kernel asking more shared memory than the GPU has, a context longer than the one the server derives from the model's
+   config, a bad argument (or a setting's value it does not know), a port variable Kubernetes set, a taken port, a
+   request refused as longer than SGLang's KV cache, the server's request to itself answered by an HTTP proxy, a GPU
+   kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a
+   peer rank lost (gloo), an instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's, UCX's
+   or torch's report, with the crashed frame), Ray not started, not reached or giving the server's node no GPU, CUDA
+   graphs failing to capture (for another reason than memory), the engine not ready within the server's own wait, a
+   timeout (a hang: SGLang's watchdog or its health check on the detokenizer, vLLM's RPC to its workers, its wait on
+   them or V0's engine step, a NCCL collective torch's watchdog gave up on), read only where no error line came before
+   it (a server that errored first stopped for that error);
 3. the server's own first error line (a traceback's last line, an exception's name alone or its repr included),
    not a wrapper pointing at another one (torch.compile's "... raised:"): the errors after it are its consequences;
+   read in its kind where the log says enough (CATEGORIES): a feature this server version lacks for the model
+   (NotImplementedError, "is not supported for this model"), or the server's own bug (an assertion, a None where it
+   expected a value, or an error raised in its own frames but for those of the machine or of its input: OSError,
+   ImportError, ValueError...);
 4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
    logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines and Ray's, a C++ exception's
    "what():", the shell's word for a crash ("Segmentation fault", "Aborted", "Illegal instruction");
@@ -45,13 +52,14 @@ by what it is, the first kind found winning:
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read, but for
 a full disk: what writes first is often told so in a warning, and the server dies of it later without a word.
 What goes before a message (a log collector's: docker compose's service, a timestamp, a supervisor's Python
-logger; the server's: torch's rank, vLLM's process and level, SGLang's time) is no part of it.
+logger; the server's: torch's rank, vLLM's processes and level, SGLang's time) is no part of it.
 Real logs of each failure are kept in tests/data/server_logs/ (made here) and its real/ (GPU machines,
 from GitHub threads).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import signal
 from dataclasses import dataclass
@@ -153,13 +161,17 @@ KNOWN_CAUSES: list[Cause] = [
         "TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (the machine's CUDA) in rollout.server.env, or --enforce-eager "
         "(vLLM) in rollout.server.extra_args; \"Error 802: system not yet "
         "initialized\" on an NVSwitch machine (HGX/DGX) is also nvidia-fabricmanager not running"),
-    # The model's shape, not the GPU: an attention kernel library built for some head sizes only (FlashInfer: 64,
-    # 128, 256).
+    # The model's shape or features, not the GPU's memory: an attention kernel library built for some head sizes only
+    # (FlashInfer: 64, 128, 256), or without what the model's attention needs on this GPU (gpt-oss's attention sinks:
+    # vLLM's backend selector refuses a backend forced on it, with the reason).
     Cause("attention_unsupported", re.compile(r"failed to dispatch head_dim \d+|[Hh]ead size \d+ is not supported|"
-                                              r"head_dim \d+ (is )?not supported"),
-          "the attention backend has no kernels for the model's head size: pass another one (SGLang: "
-          "--attention-backend triton in rollout.server.extra_args; vLLM: VLLM_ATTENTION_BACKEND in "
-          "rollout.server.env), or upgrade vLLM/SGLang"),
+                                              r"head_dim \d+ (is )?not supported|"
+                                              r"Selected backend \S+ is not valid for this configuration|"
+                                              r"does not support attention sinks|[Ss]inks are only supported"),
+          "the attention backend has no kernels for the model's head size or attention (sinks, sliding window) on this "
+          "GPU: pass another one, or drop the one forced so that the server picks one that can (SGLang: "
+          "--attention-backend triton, vLLM: --attention-backend in rollout.server.extra_args, or "
+          "VLLM_ATTENTION_BACKEND in rollout.server.env), or upgrade vLLM/SGLang"),
     Cause("dtype_unsupported", re.compile(
         r"Bfloat16 is only supported on GPUs with compute capability|is not supported for quantization method"),
         "the server is started in model.dtype, which this GPU (bfloat16 needs compute capability 8.0) or the "
@@ -258,11 +270,16 @@ KNOWN_CAUSES: list[Cause] = [
           "for SGLang, in rollout.server.extra_args): point it at a directory holding adapter_config.json and the "
           "adapter's weights, on the server's machine, or a hub adapter that exists"),
     # Weights of an adapter the server's LoRA has no slot for: a whole layer saved beside it (peft's
-    # modules_to_save: lm_head, embed_tokens) or modules the model's LoRA layers are not (another trainer's names).
-    Cause("lora_unsupported", re.compile(r"is unsupported LoRA weight|expected target modules in .* but received"),
-          "the adapter holds weights the server's LoRA cannot load (a full layer saved by peft's modules_to_save, such "
-          "as lm_head or embed_tokens, or modules the model does not have): keep model.lora.target_modules to the "
-          "model's linear layers, or merge the adapter into the model and serve that as model.name"),
+    # modules_to_save: lm_head, embed_tokens) or modules the model's LoRA layers are not (another trainer's names);
+    # or an architecture the server has no LoRA for at all.
+    Cause("lora_unsupported", re.compile(r"is unsupported LoRA weight|expected target modules in .* but received|"
+                                         r"does not support LoRA"),
+          "the server's LoRA cannot serve this adapter or model (a full layer saved by peft's modules_to_save, such as "
+          "lm_head or embed_tokens, modules the model does not have, or an architecture without LoRA in this "
+          "vLLM/SGLang): keep model.lora.target_modules to the model's linear layers, or serve without the server's "
+          "LoRA: grpo merges adapters into the weights it syncs, so --enable-lora and --lora-modules (vLLM) or "
+          "--lora-paths (SGLang) can go from rollout.server.extra_args, or merge the adapter into the model and serve "
+          "that as model.name"),
     Cause("corrupt_weights", re.compile(r"Error while deserializing header|PytorchStreamReader failed reading"),
           "a weight file of model.name is cut short or corrupt (an interrupted download, save or upload): delete it "
           "(from the hub cache, or the checkpoint directory) so that it is fetched or written again"),
@@ -299,9 +316,12 @@ KNOWN_CAUSES: list[Cause] = [
           "GPU has, whatever memory is free: upgrade vLLM/SGLang (kernel configurations for more GPUs), or pass "
           "another kernel backend in rollout.server.extra_args (vLLM: --moe-backend, or VLLM_ATTENTION_BACKEND in "
           "rollout.server.env; SGLang: --attention-backend), or serve on a GPU with more shared memory"),
-    Cause("context_too_long", re.compile(r"is greater than the derived max_model_len"),
-          "the context asked is longer than the model's max_position_embeddings: pass a smaller --max-model-len "
-          "(vLLM) or --context-length (SGLang) in rollout.server.extra_args, or none"),
+    # vLLM's word, and SGLang's: both derive the context from the model's config.json.
+    Cause("context_too_long", re.compile(r"is greater than the derived (max_model_len|context_length)"),
+          "the context asked is longer than the one the server derives from model.name's config.json "
+          "(max_position_embeddings): pass a smaller --max-model-len (vLLM) or --context-length (SGLang) in "
+          "rollout.server.extra_args, or none; a model whose rope_scaling (YaRN) extends its context is let through "
+          "with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in rollout.server.env"),
     # A value of a setting the server has no use for: passed (--rope-scaling) or else the model's own config.json.
     Cause("bad_argument", re.compile(r"unrecognized arguments|error: argument|invalid choice|Unknown RoPE scaling "
                                      r"type"),
@@ -436,6 +456,11 @@ OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, sign
 # The signal SGLang ends its own processes with once one failed ("SIGQUIT received ... one child failed"): a child
 # dead of it is a consequence, never its own crash; the failure is the error logged before.
 CLEANUP_SIGNALS = frozenset({signal.SIGQUIT})
+# A kill from outside told where no parent logs a signal's number: by the process killed (vLLM's engine: "[shutdown]
+# EngineCore: trigger received signal=SIGTERM", when systemd ends a session or Kubernetes a pod; SGLang's "SIGTERM
+# received") or by what killed it (Ray's memory monitor, for the node's memory).
+OUTSIDE_KILL = re.compile(r"received signal=SIG(TERM|INT|HUP|KILL)\b|\bSIG(TERM|INT|HUP) received\b|"
+                          r"Ray killed this worker|Task was killed due to the node running low on memory")
 # bash's word for a child of it that SIGKILL ended (a script's bash adds where: "run.sh: line 3: 4567 Killed").
 SHELL_KILLED = re.compile(r"^(.*: line \d+: +\d+ +)?Killed(\s|$)")
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
@@ -468,11 +493,78 @@ WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee
 COLLECTOR = re.compile(r"^([\w.-]+\s+\|\s)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+)?"
                        r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [\w.]+ - [A-Z]+ - )?")
 # What the server puts before its message: torch's rank ("[rank0]: "), vLLM's process (after a container's name, where
-# a log collector adds one: "kserve-container (EngineCore_0 pid=58)") and level, SGLang's time and rank.
+# a log collector adds one: "kserve-container (EngineCore_0 pid=58)"; each of them where one process prints another's
+# output: "(APIServer pid=7) (EngineCore_DP0 pid=9)") and level, SGLang's time and rank.
 PREFIX = re.compile(r"^(\[rank\d+\]:\s*)?"
-                    r"(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)?"
+                    r"(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)*"
                     r"((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
                     r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)?")
+
+
+@dataclass(frozen=True)
+class Category:
+    """What kind of failure an error no known cause names is, with what to do about that kind."""
+
+    name: str
+    knob: str
+
+
+# Something this server version does not have for the model, asked in its arguments: the error says so
+# (NotImplementedError, "is not supported for this model", "does not support ... yet").
+UNSUPPORTED_FEATURE = Category(
+    "unsupported_feature",
+    "this vLLM/SGLang does not have what was asked for this model (the line names it: a parallelism, a feature, an "
+    "engine's method): drop that setting from rollout.server.extra_args, or use a vLLM/SGLang version that has it "
+    "(support for more models and features comes with newer versions)")
+# The server's own code failing: an assertion or None where it expected a value, or any error raised in its frames but
+# for those of the machine or of what it was given (OSError, ImportError, ValueError...).
+SERVER_BUG = Category(
+    "server_bug",
+    "an error inside vLLM/SGLang's own code that names no setting: most often a bug of this version with this model "
+    "or feature; grpo restarts the server, and a crash while serving may not recur; if it does, use another "
+    "vLLM/SGLang version (its issue tracker, searched for the line, may say which), or drop from "
+    "rollout.server.extra_args the optional features on its path (speculative decoding, DP attention, prefix or radix "
+    "cache, KV offloading, LoRA, CUDA graphs); a value the server read unchecked from its environment (a *_PORT "
+    "variable Kubernetes sets) fails so too")
+CATEGORIES = (UNSUPPORTED_FEATURE, SERVER_BUG)
+NOT_SUPPORTED = re.compile(r"^([\w.]*\.)?NotImplementedError\b|\b(is|are) not (yet )?supported\b|"
+                           r"\bdoes not (yet )?support\b|\bonly supported (for|with|on|by|in)\b")
+INVARIANT = re.compile(r"^([\w.]*\.)?AssertionError\b|'NoneType'")
+NOT_CODE = re.compile(r"^([\w.]*\.)?(OSError|IOError|\w*ConnectionError|TimeoutError|FileNotFoundError|"
+                      r"PermissionError|BrokenPipeError|ImportError|ModuleNotFoundError|MemoryError|ValueError|"
+                      r"KeyboardInterrupt)\b")
+# A traceback's frame in the server's package (vllm, sglang, or a plugin of theirs: vllm_ascend).
+SERVER_FRAME = re.compile(r'^File "[^"]*[/\\](vllm|sglang)[\w-]*[/\\]')
+FRAMES_BEFORE = 12  # lines above an error in which its innermost frames are
+
+
+def frames(said: list[str], i: int) -> list[str]:
+    """The traceback frames of the error on line i, innermost last: above it, or below where the error is logged as a
+    repr before its traceback (vLLM V0's engine)."""
+    above = [line for line in said[max(0, i - FRAMES_BEFORE):i] if line.startswith("File ")]
+    if above:
+        return above
+    below = list(itertools.takewhile(lambda line: not ERROR_LINE.search(line), said[i + 1:]))
+    return [line for line in below if line.startswith("File ")]
+
+
+def category(said: list[str], i: int) -> Category | None:
+    """The kind of the error on line i, where it says enough: a feature this server lacks, or the server's own bug
+    (raised in its code: one of the three innermost frames is the server's)."""
+    if NOT_SUPPORTED.search(said[i]):
+        return UNSUPPORTED_FEATURE
+    if INVARIANT.search(said[i]):
+        return SERVER_BUG
+    if not NOT_CODE.search(said[i]) and any(SERVER_FRAME.match(frame) for frame in frames(said, i)[-3:]):
+        return SERVER_BUG
+    return None
+
+
+def explains(logged: str, said: str) -> bool:
+    """A line that may say why the server was then ended: an error, traced or logged, a cause grpo knows, a death."""
+    error = (ERROR_LINE.search(said) or LOGGED_ERROR.search(logged)) and not WRAPPERS.search(said)
+    return bool(error or crash(said) or any(cause.pattern.search(said) for cause in KNOWN_CAUSES))
+
 
 # A log viewer's frame around each line, as pasted from a terminal UI (k9s, Kubernetes dashboards): "│ ... │".
 FRAME = re.compile(r"^[│┃]\s*|\s*[│┃]$")
@@ -501,8 +593,8 @@ def crash(line: str | None) -> tuple[str | None, int | None] | None:
 
 @dataclass(frozen=True)
 class Reading:
-    """What a failed server's log says: the line that says why, the cause grpo knows it as (None: an error it
-    does not know, or a child's death) and what to change (None where grpo has no advice)."""
+    """What a failed server's log says: the line that says why, the cause grpo knows it as, or the kind of error it is
+    (None: an error it cannot tell, or a child's death), and what to change (None where grpo has no advice)."""
 
     line: str | None
     cause: str | None
@@ -520,6 +612,9 @@ def read_log(lines: list[str]) -> Reading:
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
     own = [(i, line) for i, (raw, line) in enumerate(zip(logged, said)) if not HARMLESS.search(raw)]
+    kill = next((i for i, line in own if OUTSIDE_KILL.search(line)), None)
+    if kill is not None and not any(explains(logged[i], line) for i, line in own if i < kill):
+        return Reading(one_line(said[kill], 400), "killed", None)  # what follows a kill is its consequence
     first_error = next((i for i, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)), len(said))
     for cause in KNOWN_CAUSES:
         matching = [i for i, line in (enumerate(said) if cause.in_warnings else own)
@@ -533,9 +628,9 @@ def read_log(lines: list[str]) -> Reading:
         return Reading(one_line(signalled[0][0], 400), "killed", None)
     # The first: what fails first is logged first (a chained traceback prints its cause first too); the
     # errors after it are its consequences (the engine found dead, a peer's NCCL abort, a shutdown's error).
-    errors = [line for _, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)]
-    if errors:
-        return Reading(one_line(errors[0], 400), None, None)
+    if first_error < len(said):
+        kind = category(said, first_error)
+        return Reading(one_line(said[first_error], 400), kind.name if kind else None, kind.knob if kind else None)
     # An error logged after a child's death is its consequence (the engine found dead), one before it its why.
     first_death = next((i for i, line in enumerate(said) if crash(line)), len(said))
     untraced = [line for i, line in own if i < first_death

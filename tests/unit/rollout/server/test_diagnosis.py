@@ -7,8 +7,11 @@ from __future__ import annotations
 import pytest
 
 from grpo.rollout.server.diagnosis import (
+    CATEGORIES,
     KNOWN_CAUSES,
     MEMORY_KNOBS,
+    SERVER_BUG,
+    UNSUPPORTED_FEATURE,
     Reading,
     likely_cause,
     one_line,
@@ -83,7 +86,7 @@ def test_a_real_failure_reads_as_what_happened(log, recorded, said, knob, cause)
 EXPECTED = expected_real()
 
 
-KNOBS = {cause.name: cause.knob for cause in KNOWN_CAUSES}
+KNOBS = {kind.name: kind.knob for kind in (*KNOWN_CAUSES, *CATEGORIES)}
 
 
 def test_every_log_from_elsewhere_has_its_expected_cause():
@@ -275,7 +278,7 @@ def test_a_symptom_is_read_after_the_causes_that_explain_it():
     # a server that stopped after an error no cause explains stopped for that error; errors after the hang's report
     # are its consequences
     errored = read_log(real("sglang_cpu_device_name_none") + real("sglang_detokenizer_heartbeat_hang"))
-    assert errored == Reading("TypeError: argument of type 'NoneType' is not iterable", None, None)
+    assert errored == Reading("TypeError: argument of type 'NoneType' is not iterable", "server_bug", SERVER_BUG.knob)
     assert read_log(real("sglang_detokenizer_heartbeat_hang") + real("sglang_cpu_device_name_none")).cause == "hang"
     # a full disk, told only in a warning, explains a weight file cut short and NCCL's failure on a full /dev/shm
     for after in ("vllm_safetensors_incomplete", "vllm_nccl_dev_shm"):
@@ -328,3 +331,54 @@ def test_a_childs_own_crash_lets_a_known_cause_speak_but_a_kill_from_outside_doe
         f'its Rank 0 scheduler crashed (SIGBUS); the server said: "{died.format(-7)}"')
     # SIGKILL came from outside: no line of the log explains it, a full disk included
     assert read_log([disk, died.format(-9)]) == Reading(died.format(-9), "killed", None)
+
+
+SIGTERMED = "[shutdown] EngineCore: trigger received signal=SIGTERM"
+
+
+def test_a_kill_from_outside_told_in_the_log_is_read_unless_a_line_before_it_says_why():
+    assert read_log(real("vllm_enginecore_external_sigterm")) == Reading(SIGTERMED, "killed", None)
+    # Ray's memory monitor kills a worker for the node's memory: what fails after it is its consequence
+    ray = read_log(real("vllm_ray_memory_monitor_kill") + ["RuntimeError: the engine is dead"])
+    assert ray.cause == "killed" and "Ray killed this worker" in ray.line
+    # an error before the signal is why the server was ended (vLLM's API server SIGTERMs its engine after a failure),
+    # and so is a hang a supervisor's health check ended (SGLang's "SIGTERM received" after its detokenizer froze)
+    assert read_log(["KeyError: 'rope_scaling'", SIGTERMED]) == Reading("KeyError: 'rope_scaling'", None, None)
+    assert read_log(real("sglang_detokenizer_heartbeat_hang")).cause == "hang"
+    assert read_log(["INFO starting", "[2026-04-27 03:20:18] SIGTERM received. signum=None frame=None."]).cause == (
+        "killed")
+
+
+def test_a_process_printing_anothers_lines_adds_its_prefix_to_theirs():
+    nested = "(APIServer pid=716) (EngineCore_DP0 pid=1101) ERROR 01-29 10:27:47 [core.py:710] "
+    assert server_error([nested + "KeyError: 'rope_scaling'"]) == ("KeyError: 'rope_scaling'", None)
+    assert read_log(real("mooncake_vllm_pd_rpc_timeout")).cause == "hang"
+
+
+SERVER_FRAME = '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1570, in get_next_batch'
+TORCH_FRAME = '  File "/usr/local/lib/python3.12/dist-packages/torch/functional.py", line 402, in einsum'
+
+
+@pytest.mark.parametrize("lines, kind", [
+    # what the server says it does not have
+    (["NotImplementedError: Pipeline parallelism is not supported for this model."], UNSUPPORTED_FEATURE),
+    (["    raise NotImplementedError", "NotImplementedError"], UNSUPPORTED_FEATURE),
+    # its own invariants and Nones, with or without a traceback
+    (["AssertionError"], SERVER_BUG),
+    (["TypeError: object of type 'NoneType' has no len()"], SERVER_BUG),
+    # any error raised in its frames (or one or two calls below them)...
+    ([SERVER_FRAME, "    self.hidden_states = torch.cat(", "RuntimeError: Sizes of tensors must match"], SERVER_BUG),
+    ([SERVER_FRAME, "    x = torch.einsum(...)", TORCH_FRAME, "    return _VF.einsum(", "RuntimeError: bad"],
+     SERVER_BUG),
+    # ...or below its repr, where vLLM's engine logs the repr first
+    (["KeyError('chatcmpl-2f')", SERVER_FRAME, "    seq = self.req_id_to_seq_id[req_id]", "KeyError: 'chatcmpl-2f'"],
+     SERVER_BUG),
+    # but for errors of the machine or of what the server was given, and errors raised elsewhere
+    ([SERVER_FRAME, "    raise ValueError(", "ValueError: max_model_len must be positive"], None),
+    ([SERVER_FRAME, "    os.makedirs(path)", "PermissionError: [Errno 13] Permission denied: '/models'"], None),
+    ([TORCH_FRAME, "    return _VF.einsum(", "RuntimeError: einsum(): operands do not broadcast"], None),
+    (["KeyError: 'rope_scaling'"], None),
+])
+def test_an_error_no_cause_names_is_read_in_its_kind_where_the_log_says_enough(lines, kind):
+    reading = read_log(lines)
+    assert (reading.cause, reading.knob) == ((kind.name, kind.knob) if kind else (None, None))
