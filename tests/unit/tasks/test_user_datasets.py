@@ -1,7 +1,8 @@
 """Real datasets in other RL frameworks' formats (tests/data/user_datasets): each command a user would write after
 reading docs/own-data.md reads every row as the case's truth says (the prompt the model sees, and a gold that a
 completion boxing the true answer scores 1 against under grpo's `math` reward), or is refused in one line that
-names the command that works, which then does."""
+names the command that works, which then does. A command whose case says `refused_naming` must be refused in one line
+naming those words (data grpo cannot read right as asked: code for the `math` reward, a gold that is a position)."""
 
 import json
 from pathlib import Path
@@ -41,7 +42,7 @@ def test_every_case_has_its_source_and_rows():
 def test_a_users_command_reads_each_row_right_or_says_what_to_write(folder, case, command):
     data = str(folder / case["files"])
     cfg = TaskConfig(name="dataset", train_files=[data], test_files=[data], **command["keys"])
-    named = REFUSED.get((folder.name, command["name"]))
+    named = REFUSED.get((folder.name, command["name"]), command.get("refused_naming"))
     if named is not None:
         with pytest.raises(ConfigError) as info:
             build_task(cfg)
@@ -51,6 +52,11 @@ def test_a_users_command_reads_each_row_right_or_says_what_to_write(folder, case
     assert len(problems) == len(case["truth"])
     for problem, truth in zip(problems, case["truth"]):
         assert problem.question.startswith(truth["prompt_starts"])
+        shown = problem.question if problem.messages is None else "\n".join(m["content"] for m in problem.messages)
+        assert all(text in shown for text in truth.get("prompt_contains", [])), shown
         if truth["chat"] is not None:
             assert (problem.messages is not None) == truth["chat"]
-        assert math_reward("\\boxed{" + truth["gold"] + "}", problem.gold) == 1.0, (problem.gold, truth["gold"])
+        if "last_role" in truth:
+            assert problem.messages[-1]["role"] == truth["last_role"]
+        if truth["gold"] is not None:  # None: no gold a math reward could use (code, a position among options)
+            assert math_reward("\\boxed{" + truth["gold"] + "}", problem.gold) == 1.0, (problem.gold, truth["gold"])
