@@ -374,3 +374,11 @@ def test_ratio_level_is_token_by_default_sequence_is_gspo_and_its_help_gives_gsp
     meaning = field_help(AlgoConfig)["ratio_level"]
     assert all(name in meaning for name in ("GSPO", "importance_sampling_level", "loss_mode=gspo",
                                             "algo.clip_low=3e-4 algo.clip_high=4e-4", "algo.loss_agg=seq_mean"))
+
+
+def test_a_prompt_template_is_text_from_the_command_line_and_not_set_beside_a_prompt_column():
+    assert load_config("tiny", [r"task.prompt_template={question}\n{options}"]).task.prompt_template == (
+        r"{question}\n{options}")
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny", [r"task.prompt_template={question}\n{options}", "task.prompt_column=question"])
+    assert "keep one" in str(info.value) and "\n" not in str(info.value)

@@ -108,6 +108,10 @@ class TaskConfig:
     prompt_column: str = knob("prompt", "dataset: the prompt's column, or a dotted path to a field inside one: text (a "
                               "user message, instruction appended) or [{role, content}, ...] (or ShareGPT's [{from, "
                               "value}, ...]) as given")
+    prompt_template: str | None = knob(None, "dataset: a text prompt made of several columns: each {COLUMN} (or "
+                                       "dotted path) is replaced by the row's value, a list of texts one item per "
+                                       "line, and \\n is a new line (e.g. '{question}\\n{options}', Alpaca's "
+                                       "'{instruction}\\n\\n{input}'); null: task.prompt_column")
     answer_column: str | None = knob("answer", "dataset: the gold answer's column, or a dotted path to a field inside "
                                      "one (reward_model.ground_truth); null: none (gold is \"\")")
     gold_pattern: str | None = knob(None, "dataset: a regex; the gold is its first group (or whole match) at the "
@@ -146,7 +150,10 @@ class TaskConfig:
     def check_section(self, at: str) -> list[Rule]:
         rewards = 1 if isinstance(self.reward, str) else len(self.reward)
         raw = self.text_prompts == "raw"
-        return [(self.reward_weights is None or len(self.reward_weights) == rewards,
+        return [(self.prompt_template is None or self.prompt_column == TaskConfig.prompt_column,
+                 f"{at}.prompt_template makes the prompt from the columns it names, and {at}.prompt_column names the "
+                 "prompt's column: keep one", self.prompt_column),
+                (self.reward_weights is None or len(self.reward_weights) == rewards,
                  f"{at}.reward_weights needs one weight per {at}.reward entry", self.reward_weights),
                 (not raw or self.system_prompt is None,
                  (f"{at}.text_prompts=raw sends text prompts as they are: {at}.system_prompt has nowhere to go (put "

@@ -1,5 +1,6 @@
 """The dataset task: problems from the rows of any JSONL, JSON, Parquet or CSV files or hub dataset, through a
-column mapping (which column or nested field is the prompt, which the answer, how the gold is read from the answer)."""
+column mapping (which column or nested field is the prompt, or a template of several, which the answer, how the gold
+is read from the answer)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from pathlib import Path
 from grpo.config import TaskConfig
 from grpo.errors import ConfigError
 from grpo.tasks.base import RESERVED_COLUMNS, ListTask, Problem
-from grpo.tasks.fields import describe, found, lookup, name_a_field, short
+from grpo.tasks.fields import describe, found, lookup, name_a_field, position, short
 from grpo.tasks.files import Table, expand_files, read_files, read_hub, read_memory, split_files
 from grpo.tasks.gold import GoldReader
 from grpo.tasks.held_out import hold_out, trained_on
 from grpo.tasks.messages import SHAREGPT_NOTE, chat_messages, prefill_note, prefills
+from grpo.tasks.scorable import math_cannot_score, scores_with_math
+from grpo.tasks.template import PromptTemplate, alpaca_input_left_out, wordless_note
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ class Columns:
     # The answer column is task.answer_column's default, which data made for TRL lacks (TRL has no gold column):
     # where it is absent there is no gold, said at load, rather than a refusal.
     answer_optional: bool = False
+    template: PromptTemplate | None = None  # a text prompt made of several columns, instead of the prompt column
 
     @classmethod
     def from_config(cls, cfg: TaskConfig) -> Columns:
@@ -43,8 +47,9 @@ class Columns:
             except re.error as exc:
                 raise ConfigError(f"task.gold_pattern={cfg.gold_pattern!r} is not a valid regular expression: {exc}"
                                   ) from exc
+        template = PromptTemplate(cfg.prompt_template) if cfg.prompt_template is not None else None
         return cls(cfg.prompt_column, cfg.answer_column, pattern, ("task.prompt_column", "task.answer_column"),
-                   answer_optional=cfg.answer_column == TaskConfig().answer_column)
+                   answer_optional=cfg.answer_column == TaskConfig().answer_column, template=template)
 
     def for_table(self, table: Table) -> Columns:
         """These columns as `table` has them: without an answer column where the default one is absent."""
@@ -55,6 +60,19 @@ class Columns:
     def gold_reader(self) -> GoldReader | None:
         return GoldReader(self.answer, self.gold_pattern, self.keys[1]) if self.answer is not None else None
 
+    @property
+    def prompt_read(self) -> str | None:
+        """The prompt's column as read; None where task.prompt_template makes the prompt instead."""
+        return self.prompt if self.template is None else None
+
+    def gold_message(self) -> str | None:
+        """Where the gold is read from a message of the prompt's own messages (`conversations.-1.value`: a ShareGPT
+        conversation's answer, its last turn), that message's position: the prompt is the messages before it."""
+        if self.prompt_read is None or self.answer is None or not self.answer.startswith(f"{self.prompt}."):
+            return None
+        part = self.answer[len(self.prompt) + 1:].partition(".")[0]
+        return part if part.removeprefix("-").isdigit() else None
+
 
 # TRL has no answer column: rewards written for it read their own columns (solution, ground_truth, ...).
 _NO_ANSWER = ("set task.answer_column to the column holding the gold answer, or task.answer_column=null if your "
@@ -62,7 +80,11 @@ _NO_ANSWER = ("set task.answer_column to the column holding the gold answer, or 
 
 
 def _check_columns(table: Table, columns: Columns) -> None:
-    for column, key in ((columns.prompt, columns.keys[0]), (columns.answer, columns.keys[1])):
+    if columns.template is not None:
+        columns.template.check(table)
+    else:
+        alpaca_input_left_out(table, columns.prompt)
+    for column, key in ((columns.prompt_read, columns.keys[0]), (columns.answer, columns.keys[1])):
         if column is not None and not found(table.rows, column):
             fix = f"; {_NO_ANSWER}" if key == "task.answer_column" else ""
             read = f" ({'; '.join(table.notes)})" if table.notes else ""
@@ -77,10 +99,11 @@ def _check_columns(table: Table, columns: Columns) -> None:
 
 @dataclass
 class Split:
-    """A split's problems, and what the load says of how they were read."""
+    """A split's problems, what the load says of how they were read, and how their golds were read."""
 
     problems: list[Problem]
     notes: list[str]
+    golds: GoldReader | None
 
 
 def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: str | None) -> Split:
@@ -89,10 +112,14 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
     columns = columns.for_table(table)
     _check_columns(table, columns)
     golds = columns.gold_reader()
+    gold_message = columns.gold_message()
     problems = []
     sharegpt = False
     for i, (row, where) in enumerate(zip(table.rows, table.where)):
-        value = lookup(row, columns.prompt)
+        value = columns.template.render(row) if columns.template is not None else lookup(row, columns.prompt)
+        if gold_message is not None and isinstance(value, (list, tuple)):
+            cut = position(gold_message, len(value))
+            value = value[:cut] if cut is not None else value
         messages = None
         if isinstance(value, str) and value.strip():
             question = value
@@ -106,7 +133,9 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
             users = [m["content"] for m in messages if m["role"] == "user"]
             question = users[-1] if users else messages[-1]["content"]
         elif value is None or isinstance(value, str):
-            raise ConfigError(f"{where}: no prompt (column {columns.prompt!r} is empty)")
+            empty = ("task.prompt_template gives empty text" if columns.template is not None
+                     else f"column {columns.prompt!r} is empty")
+            raise ConfigError(f"{where}: no prompt ({empty})")
         elif isinstance(value, dict):
             raise ConfigError(name_a_field(where, columns.prompt, value, columns.keys[0], "the prompt"))
         else:
@@ -114,14 +143,18 @@ def to_problems(table: Table, columns: Columns, id_prefix: str, system_prompt: s
                               f"{{role, content}} messages, got {type(value).__name__}")
         gold = golds.read(lookup(row, columns.answer), where) if golds is not None else ""
         # TRL gives reward functions every column but `prompt` (passed as `prompts`) and `completion`; a prompt
-        # read from a field inside a column leaves that column whole.
-        kept = {name: v for name, v in row.items() if name not in (columns.prompt, "completion")}
+        # read from a field inside a column, or made from a template, leaves every column whole.
+        left_out = ("completion",) if columns.template is not None else (columns.prompt, "completion")
+        kept = {name: v for name, v in row.items() if name not in left_out}
         problems.append(Problem(f"{id_prefix}-{i}", question, gold, messages, kept))
     prefilled = [where for problem, where in zip(problems, table.where) if prefills(problem)]
+    told = (f"golds read from message {gold_message} of column {columns.prompt!r}, left out of the prompt with the "
+            "messages after it") if gold_message is not None else None
     notes = [*table.notes, *([SHAREGPT_NOTE] if sharegpt else []),
+             *(wordless_note(problems, columns.prompt) if columns.template is None else []),
              *([prefill_note(len(prefilled), prefilled[0])] if prefilled else []),
-             *(golds.notes() if golds is not None else [])]
-    return Split(problems, notes)
+             *(golds.notes() if golds is not None else []), *([told] if told else [])]
+    return Split(problems, notes, golds)
 
 
 def _load_notes(problems: list[Problem], table: Table, columns: Columns, notes: list[str]) -> str:
@@ -189,6 +222,9 @@ class DatasetTask(ListTask):
                 continue
             table = read_split(source, split, files, key)
             read = to_problems(table, columns, f"{self.name}-{split}", cfg.system_prompt)
+            if scores_with_math(cfg):
+                read.notes.extend(math_cannot_score(table, read.problems, columns.prompt_read,
+                                                    columns.for_table(table).answer, read.golds))
             problems = read.problems
             if which == "train" and cfg.held_out:
                 problems, loaded["test"] = hold_out(problems, cfg.held_out, table.source)

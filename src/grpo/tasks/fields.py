@@ -1,5 +1,6 @@
 """A row's column by name, or a field inside a column by a dotted path: verl keeps the gold in
-`reward_model.ground_truth`, Open-Reasoner-Zero in `1.ground_truth.value`. A column whose own name has a dot
+`reward_model.ground_truth`, Open-Reasoner-Zero in `1.ground_truth.value`, a ShareGPT conversation its answer in
+`conversations.-1.value` (its last message). A column whose own name has a dot
 (a flattened export's `extra_info.index`) is found by its name first."""
 
 from __future__ import annotations
@@ -18,16 +19,25 @@ def _walk(row: Mapping[str, Any], name: str) -> Any:
     for part in name.split("."):
         if isinstance(value, Mapping) and part in value:
             value = value[part]
-        elif isinstance(value, (list, tuple)) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
+        elif isinstance(value, (list, tuple)) and (index := position(part, len(value))) is not None:
+            value = value[index]
         else:
             return _NOT_FOUND
     return value
 
 
+def position(part: str, length: int) -> int | None:
+    """The position among `length` list items that a path part names: `0`, `1`, ..., or `-1` for the last, as Python
+    counts; None where it names none."""
+    if not part.removeprefix("-").isdigit():
+        return None
+    index = int(part)
+    return index if -length <= index < length else None
+
+
 def lookup(row: Mapping[str, Any], name: str) -> Any:
-    """`row`'s column `name`, or the field its dotted path leads to (through dicts, and list items by position);
-    None where a row lacks it, as a JSONL line that leaves a key out."""
+    """`row`'s column `name`, or the field its dotted path leads to (through dicts, and list items by position, -1 the
+    last); None where a row lacks it, as a JSONL line that leaves a key out."""
     value = _walk(row, name)
     return None if value is _NOT_FOUND else value
 

@@ -15,8 +15,8 @@ COLUMNS = Columns("question", "answer", re.compile(r"####\s*(.*)"), ("GSM8K's qu
                   "GSM8K's gold pattern")
 HUB = "hub:openai/gsm8k:main"
 # Keys that choose other files or columns: a GSM8K run that set them would silently not use them.
-DATASET_KEYS = ("train_files", "test_files", "train_split", "test_split", "prompt_column", "answer_column",
-                "gold_pattern", "held_out")
+DATASET_KEYS = ("train_files", "test_files", "train_split", "test_split", "prompt_column", "prompt_template",
+                "answer_column", "gold_pattern", "held_out")
 
 
 def checkout_dir() -> Path | None:

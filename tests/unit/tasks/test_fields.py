@@ -9,6 +9,7 @@ def test_a_dotted_path_reaches_a_field_inside_dicts_and_list_items():
     assert lookup(VERL, "reward_model.ground_truth") == "4"
     assert lookup(VERL, "prompt.0.content") == "q"
     assert lookup(VERL, "reward_model.missing") is None and lookup(VERL, "prompt.3.content") is None
+    assert lookup(VERL, "prompt.-1.content") == "q" and lookup(VERL, "prompt.-2.content") is None
 
 
 def test_a_column_whose_name_has_a_dot_is_found_by_its_name_first():
