@@ -8,10 +8,10 @@ people; a test keeps them in step."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from grpo.config.foreign_names import ForeignName, NameTable, as_yaml, name_error, names_error
+from grpo.config.foreign_names import Beside, ForeignName, NameTable, as_yaml, name_error, names_error
 
 _ACTOR = "actor_rollout_ref.actor."
 _ROLLOUT = "actor_rollout_ref.rollout."
@@ -137,7 +137,7 @@ def _engine_args(given: Mapping[str, Any]) -> str | None:
     return f"rollout.server.extra_args={as_yaml(args)}" if args else None
 
 
-def _engine_knob(engines: tuple[str, ...], says: Any) -> Any:
+def _engine_knob(engines: tuple[str, ...], says: Callable[[Any], bool]) -> Beside:
     """A knob said by _engine_args where its engine takes it and `says(value)` holds (a count, a flag that is on)."""
     def beside(value: Any, given: Mapping[str, Any]) -> str | None:
         return _engine_args(given) if _given(given, f"{_ROLLOUT}name") in engines and says(value) else None
