@@ -3,7 +3,8 @@ schema's dataclasses (`grpo.config.schema`); and writing one back as YAML.
 
 Every key is checked against the dataclasses: an unknown or mistyped key is an error that names the
 valid keys, so a typo never silently falls back to a default. A key that moved is refused in one line
-naming its new place (`_without_moved_faults`).
+naming its new place (`_without_moved_faults`); TRL's and verl's names are answered with grpo's keys
+(`grpo.config.trl_names`, `grpo.config.verl_names`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 
 from grpo.config.schema import FaultsConfig, RunConfig, validate
 from grpo.config.trl_names import trl_name_error, trl_names_error
+from grpo.config.verl_names import verl_names_error
 from grpo.errors import ConfigError
 
 PRESET_DIR = Path(__file__).parent.parent / "configs"
@@ -108,9 +110,10 @@ def yaml_error_line(path: Path, exc: yaml.YAMLError) -> str:
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Apply `a.b.c=value` to a nested dict; the value is parsed as YAML (`[1,2]`, `true`, `null`)."""
     key, sep, raw = override.partition("=")
-    if not sep or not key.strip():
+    key = key.strip().lstrip("+")  # Hydra's + (add) and ++ (add or override): every key exists, so both set it
+    if not sep or not key:
         raise ConfigError(f"override {override!r} must look like section.key=value")
-    parts = key.strip().split(".")
+    parts = key.split(".")
     node = data
     for part in parts[:-1]:
         child = node.setdefault(part, {})
@@ -153,6 +156,9 @@ def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any
     names = [f.name for f in dataclasses.fields(cls)]
     prefix = f"{path}." if path else ""
     unknown = {key: value for key, value in data.items() if key not in names}
+    verl = verl_names_error(unknown) if not path and unknown else None
+    if verl is not None:
+        raise ConfigError(verl)
     several = trl_names_error(path or "the top level", unknown) if len(unknown) > 1 else None
     if several is not None:
         raise ConfigError(several)

@@ -1,26 +1,30 @@
 """TRL's GRPOConfig names and grpo's keys for them, so a TRL user's `num_generations=8` is a one-line error that
 names grpo's key (and, where the values say the same, the override to write) instead of a list of sections.
-docs/coming-from-trl.md's names table says the same for people; a test keeps the two in step."""
+docs/coming-from-trl.md's names table says the same for people; a test keeps the two in step. The answers'
+machinery is grpo.config.foreign_names, shared with verl's names."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
+from grpo.config.foreign_names import ForeignName, NameTable, name_error, names_error
+
+TrlName = ForeignName  # the tables below read as TRL's
 
 
-@dataclass(frozen=True)
-class TrlName:
-    keys: tuple[str, ...]  # grpo's keys for it; () where grpo has none
-    note: str = ""  # what differs, or what grpo does instead
-    values: Mapping[Any, Any] = field(default_factory=dict)  # TRL's values as grpo's, where the words differ
-    carries: bool = True  # TRL's value (through `values`) means the same as grpo's first key: the override is said
-    only_values: bool = True  # with `values`: TRL's other values have no grpo equivalent (else they carry as they are)
-    form: str = ""  # the override, `{}` for the value, where it is not `KEY=VALUE` (the value inside a list, two keys)
-    fraction_of: str = ""  # TRL's name whose value this one is a fraction of: written as ceil(value x it) beside it
+def _steps(ratio: Any, given: Mapping[str, Any]) -> str | None:
+    """warmup_ratio as grpo's count of steps, where it is one: 0 of anything, or ceil(ratio x max_steps) when
+    max_steps is given beside it, as transformers rounds it."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+        return None
+    total = given.get("max_steps")
+    if ratio == 0:
+        return "actor.warmup_steps=0"
+    if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+        return f"actor.warmup_steps={math.ceil(ratio * total)}"
+    return None
 
 
 _STEP = "a step is rollout.problems_per_step prompts x rollout.samples_per_problem; see docs/coming-from-trl.md"
@@ -146,7 +150,7 @@ SCRIPT_NAMES: dict[str, TrlName] = {
                                  "tokens without a word; grpo refuses it at load, or with task.truncate_prompts=left "
                                  "cuts it as TRL did"),
     "warmup_ratio": TrlName(("actor.warmup_steps",), "a number of steps: the ratio x train.steps, rounded up",
-                            carries=False, fraction_of="max_steps"),
+                            beside=_steps),
     "vllm_device": TrlName((), "grpo places the vLLM server it starts itself; rollout.server.urls attaches to yours"),
     "overwrite_output_dir": TrlName((), "a run directory resumes; another run_dir starts afresh"),
     "system_prompt": TrlName(("task.system_prompt",), "before each text prompt; open-r1 puts it before each problem "
@@ -168,82 +172,16 @@ SCRIPT_NAMES: dict[str, TrlName] = {
                                           {True: True, "unsloth": True, False: False}),
 }
 ALL_NAMES: dict[str, TrlName] = {**TRL_NAMES, **SCRIPT_NAMES}
-
-
-def _as_yaml(value: Any) -> str:
-    """`value` as an override writes it: a list without spaces, so that it stays one shell word."""
-    if isinstance(value, list):
-        return "[" + ",".join(map(_as_yaml, value)) + "]"
-    return yaml.safe_dump(value, default_flow_style=True, width=10_000).removesuffix("\n...\n").strip()
+TRL = NameTable("TRL", "docs/coming-from-trl.md", ALL_NAMES, stranger="not TRL's either")
 
 
 def trl_name_error(key: str, name: str, value: Any) -> str | None:
     """The error for the unknown key `key` (its last part `name`, set to `value`) when it is TRL's name; None when
     it is not one."""
-    entry = ALL_NAMES.get(name)
-    if entry is None:
-        return None
-    if not entry.keys:
-        return f"{key} is TRL's name; grpo has no such key: {entry.note}"
-    grpo = " and ".join(entry.keys)
-    message = f"{key} is TRL's name; grpo's is {grpo}"
-    override = _override(entry, value) or _fraction(entry, value, {})
-    if override is not None:
-        message += f": {override}"
-    return message + (f" ({entry.note})" if entry.note else "")
+    return name_error(TRL, key, name, value)
 
 
 def trl_names_error(where: str, given: Mapping[str, Any]) -> str | None:
     """One error for several unknown keys of `where` (a TRL recipe given as a grpo config, or TRL settings as
     overrides) when any is TRL's name: every one translated at once, not one error per start. None when none is."""
-    if not any(str(name) in ALL_NAMES for name in given):
-        return None
-    overrides, by_hand, none = [], [], []
-    for name, value in given.items():
-        entry = ALL_NAMES.get(str(name))
-        override = (_override(entry, value) or _fraction(entry, value, given)) if entry is not None else None
-        if override is not None:
-            overrides.append(f"{override} ({name})")
-        elif entry is not None and entry.keys:
-            by_hand.append(f"{name}: {' and '.join(entry.keys)}{f' ({entry.note})' if entry.note else ''}")
-        else:
-            none.append(str(name) if entry is not None else f"{name} (not TRL's either)")
-    parts = [f"{where} holds TRL's names, not grpo's keys; write them as grpo's: {', '.join(overrides)}" if overrides
-             else f"{where} holds TRL's names, not grpo's keys"]
-    if by_hand:
-        parts.append(f"set by hand: {'; '.join(by_hand)}")
-    if none:
-        parts.append(f"grpo has no key for: {', '.join(none)}")
-    return "; ".join(parts) + " (docs/coming-from-trl.md)"
-
-
-def _override(entry: TrlName, value: Any) -> str | None:
-    """`KEY=VALUE` in grpo's words for TRL's `value`, where it means the same; None where it does not."""
-    if not (entry.keys and entry.carries):
-        return None
-    if entry.values and _known(value, entry.values):
-        written = _as_yaml(entry.values[value])
-    elif entry.values and entry.only_values:
-        return None
-    else:
-        written = _as_yaml(value)
-    if "\n" in written:  # text over several lines goes in a YAML file
-        return None
-    return entry.form.format(written) if entry.form else f"{entry.keys[0]}={written}"
-
-
-def _fraction(entry: TrlName, value: Any, given: Mapping[str, Any]) -> str | None:
-    """A fraction of another TRL setting (warmup_ratio of max_steps) as grpo's count, where it is one: 0 of
-    anything, or ceil(value x that setting) when it is given beside it, as transformers rounds it."""
-    if not entry.fraction_of or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    total = given.get(entry.fraction_of)
-    if value == 0:
-        return f"{entry.keys[0]}=0"
-    if isinstance(total, int) and not isinstance(total, bool) and total > 0:
-        return f"{entry.keys[0]}={math.ceil(value * total)}"
-    return None
-
-
-def _known(value: Any, values: Mapping[Any, Any]) -> bool:
-    return not isinstance(value, (list, dict)) and value in values
+    return names_error(TRL, where, given)

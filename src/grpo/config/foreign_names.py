@@ -1,0 +1,128 @@
+"""Another trainer's setting names and grpo's keys for them, and the one-line errors that answer them: a name given
+to grpo is refused naming grpo's key and, where the values say the same, the override to write, instead of a list
+of sections; several names given together are answered in one message. The tables are TRL's
+(grpo.config.trl_names) and verl's (grpo.config.verl_names)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+# The override from a name's value and every name given with it (its own included), for a name whose meaning
+# depends on others (a warm-up ratio of a step count, a KL coefficient of its switch); None where they do not say it.
+Beside = Callable[[Any, Mapping[str, Any]], "str | None"]
+
+
+@dataclass(frozen=True)
+class ForeignName:
+    keys: tuple[str, ...]  # grpo's keys for it; () where grpo has none
+    note: str = ""  # what differs, or what grpo does instead
+    values: Mapping[Any, Any] = field(default_factory=dict)  # its values as grpo's, where the words differ
+    carries: bool = True  # its value (through `values`) means the same as grpo's first key: the override is said
+    only_values: bool = True  # with `values`: its other values have no grpo equivalent (else they carry as they are)
+    form: str = ""  # the override, `{}` for the value, where it is not `KEY=VALUE` (the value inside a list, two keys)
+    beside: Beside | None = None  # the override, where it depends on the names given with it (then the rest is unused)
+
+
+@dataclass(frozen=True)
+class NameTable:
+    owner: str  # whose names: "TRL", "verl"
+    page: str  # the page with the names table
+    names: Mapping[str, ForeignName]
+    families: Mapping[str, ForeignName] = field(default_factory=dict)  # `prefix.`: every name under it
+    stranger: str = ""  # said of a name the table lacks, given with its names
+    why_none: bool = False  # a name grpo has no key for is said with why (its note), not alone
+
+    def entry(self, name: str) -> ForeignName | None:
+        if name in self.names:
+            return self.names[name]
+        under = [prefix for prefix in self.families if name.startswith(prefix)]
+        return self.families[max(under, key=len)] if under else None
+
+
+def as_yaml(value: Any) -> str:
+    """`value` as an override writes it: a list without spaces, so that it stays one shell word."""
+    if isinstance(value, list):
+        return "[" + ",".join(map(as_yaml, value)) + "]"
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).removesuffix("\n...\n").strip()
+
+
+def name_error(table: NameTable, key: str, name: str, value: Any) -> str | None:
+    """The error for the unknown key `key` (its name in `table`: `name`, set to `value`) when it is one of the
+    table's names; None when it is not."""
+    entry = table.entry(name)
+    if entry is None:
+        return None
+    if not entry.keys:
+        return f"{key} is {table.owner}'s name; grpo has no such key: {entry.note}"
+    message = f"{key} is {table.owner}'s name; grpo's is {' and '.join(entry.keys)}"
+    override = _override(entry, value, {name: value})
+    if override is not None:
+        message += f": {override}"
+    return message + (f" ({entry.note})" if entry.note else "")
+
+
+def names_error(table: NameTable, where: str, given: Mapping[str, Any]) -> str | None:
+    """One error for several unknown keys of `where` when any is one of the table's names: every one translated at
+    once, not one error per start. None when none is."""
+    if not any(table.entry(str(name)) is not None for name in given):
+        return None
+    overrides: dict[str, list[str]] = {}  # an override -> the names that say it
+    by_hand: list[str] = []
+    none: dict[str, list[str]] = {}  # why -> the names grpo has no key for, for that reason
+    for name, value in given.items():
+        entry = table.entry(str(name))
+        override = _override(entry, value, given) if entry is not None else None
+        if override is not None:
+            overrides.setdefault(override, []).append(str(name))
+        elif entry is not None and entry.keys:
+            by_hand.append(f"{name}: {' and '.join(entry.keys)}{f' ({entry.note})' if entry.note else ''}")
+        elif entry is None:
+            none.setdefault(table.stranger, []).append(str(name))
+        else:
+            none.setdefault(entry.note if table.why_none else "", []).append(str(name))
+    written = ", ".join(f"{override} ({', '.join(names)})" for override, names in overrides.items())
+    parts = [f"{where} holds {table.owner}'s names, not grpo's keys" + (
+        f"; write them as grpo's: {written}" if written else "")]
+    if by_hand:
+        parts.append(f"set by hand: {'; '.join(by_hand)}")
+    if none:
+        parts.append(f"grpo has no key for: {_without_keys(table, given, none)}")
+    return "; ".join(parts) + f" ({table.page})"
+
+
+def _without_keys(table: NameTable, given: Mapping[str, Any], none: dict[str, list[str]]) -> str:
+    """The names grpo has no key for: grouped by why, or (a table that does not say why) in the order given, a name
+    the table lacks marked as such."""
+    if table.why_none:
+        return "; ".join(f"{', '.join(names)} ({why})" if why else ", ".join(names) for why, names in none.items())
+    strangers = set(none.get(table.stranger, ()))
+    return ", ".join(f"{name} ({table.stranger})" if name in strangers else name
+                     for name in map(str, given) if any(name in names for names in none.values()))
+
+
+def _override(entry: ForeignName, value: Any, given: Mapping[str, Any]) -> str | None:
+    """`KEY=VALUE` in grpo's words for `value` (with `given`, the names given with it), where it means the same;
+    None where it does not. A name given no value (a shell variable never set) has none."""
+    if value == "":
+        return None
+    if entry.beside is not None:
+        return entry.beside(value, given)
+    if not (entry.keys and entry.carries):
+        return None
+    if entry.values and _known(value, entry.values):
+        written = as_yaml(entry.values[value])
+    elif entry.values and entry.only_values:
+        return None
+    else:
+        written = as_yaml(value)
+    if "\n" in written:  # text over several lines goes in a YAML file
+        return None
+    return entry.form.format(written) if entry.form else f"{entry.keys[0]}={written}"
+
+
+def _known(value: Any, values: Mapping[Any, Any]) -> bool:
+    return not isinstance(value, (list, dict)) and value in values
