@@ -139,7 +139,8 @@ KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or chec
          "verl console log (step:N - key:value lines), a TRL output directory (trainer_state.json, checkpoint-N/) "
          "or a TRL console log ({'loss': ..., 'reward': ...} lines), an Open-Reasoner-Zero or prime-rl console log, "
          "a console log of any framework whose lines show a step and its metrics (step 12 | loss: 0.3 | reward: 0.5), "
-         "any of their console logs that ended in a traceback, a TensorBoard log directory (events.out.tfevents.*) "
+         "any of their console logs that ended in a traceback or shows a trainer's client refused or left waiting by "
+         "its inference server, a TensorBoard log directory (events.out.tfevents.*) "
          "or a wandb run directory (wandb/run-*/, or wandb/ for its latest run)")
 
 

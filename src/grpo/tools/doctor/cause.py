@@ -39,7 +39,8 @@ the reference is not the model training started from, and the KL term pulls the 
 A run that finished is healthy when nothing but events marred it: the failures it recovered from and
 its rollbacks (each with the learning-rate change it made) are named. Healthy needs evidence: a run
 whose reward the doctor could not read at any step is `unknown`, never healthy (a NaN loss or
-gradient is named all the same: it needs no reward; so is a loss and gradient exactly 0 at every step).
+gradient is named all the same: it needs no reward; so is a loss and gradient exactly 0 at every step),
+unless the policy's evaluations were read at two points at least and ended no lower than they began.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from grpo.tools.doctor.record import (
     ACCURACY,
     CRITIC_GRAD_NORM,
     CRITIC_LOSS,
+    EVAL_ACCURACY,
     GRAD_NORM,
     KL,
     LOSS,
@@ -146,7 +148,8 @@ def _decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None
         crash = None  # stopped on purpose: judged by its steps
     if not any(REWARD in record.metrics[s] or ACCURACY in record.metrics[s] for s in record.steps()) \
             and record.source != "grpo" and crash is None and record.steps() \
-            and not _loss_blew_up(record, first.get("nonfinite")) and not _never_updated(record):
+            and not _loss_blew_up(record, first.get("nonfinite")) and not _never_updated(record) \
+            and not _evaluations_held(record):
         return "unknown", None, _unknown_text(record), []
     if "nonfinite" in first and (onset is None or first["nonfinite"].step <= onset):
         a = first["nonfinite"]
@@ -171,9 +174,10 @@ def _decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None
     if explaining and not record.metrics and all(s.kind == "server_unreachable" for s in explaining):
         server = explaining[0]
         return "server_failure", server.step, (
-            f"the trainer never reached its inference server ({server.detail}): no completion could be generated, "
-            "so no step ran. Start the server before the trainer (TRL: `trl vllm-serve`), and check the host and "
-            "port the trainer is given and that nothing (a proxy) stands between them"), explaining[:2]
+            f"the trainer got no completion from its inference server ({server.detail}) and the log holds no step: "
+            "without completions no step can run. Start the server before the trainer (TRL: `trl vllm-serve`), and "
+            "check the host and port the trainer is given and that nothing (a proxy, an access rule) stands between "
+            "them or refuses the requests"), explaining[:2]
     if explaining and (onset is not None or _stopped_by(record, "server_gave_up") or not record.metrics):
         server = explaining[0]
         step = min(server.step, onset) if onset is not None else server.step
@@ -360,6 +364,14 @@ def _loss_blew_up(record: RunRecord, anomaly: Anomaly | None) -> bool:
     torn before its reward keys, a framework whose reward it cannot read)."""
     values = record.metrics.get(anomaly.step, {}) if anomaly is not None else {}
     return any(not math.isfinite(values.get(name, 0.0)) for name in (LOSS, GRAD_NORM, CRITIC_LOSS, CRITIC_GRAD_NORM))
+
+
+def _evaluations_held(record: RunRecord) -> bool:
+    """The policy's evaluations, read at two points at least, ending no lower than they began: with no training
+    reward in the log (a framework whose reward the doctor cannot name, a capture trimmed to other metrics), the
+    evidence that the run learns. Evaluations that fell are no such evidence."""
+    scores = record.finite_series(EVAL_ACCURACY)
+    return len(scores) >= 2 and scores[-1][1] >= scores[0][1]
 
 
 def _never_updated(record: RunRecord) -> bool:
@@ -563,6 +575,9 @@ def _read(record: RunRecord) -> str:
     """What the verdict rests on: the reward's range and which other measures were read, over how many steps."""
     rewards = [v for _, v in record.finite_series(REWARD)]
     said = [f"the reward at {len(rewards)} step(s) ({min(rewards):.3g} to {max(rewards):.3g})"] if rewards else []
+    evaluations = record.finite_series(EVAL_ACCURACY)
+    said += [f"the evaluation score at {len(evaluations)} evaluation(s) ({evaluations[0][1]:.3g} at step "
+             f"{evaluations[0][0]} to {evaluations[-1][1]:.3g} at step {evaluations[-1][0]})"] if evaluations else []
     said += [f"{name} at {n}" for name in (LOSS, GRAD_NORM, KL, ZERO_VARIANCE, TRUNCATED)
              if (n := len(record.series(name)))]
     return ", ".join(said) or "no quality metric"

@@ -13,7 +13,8 @@ Ray actor that died *because* CUDA ran out of memory is out of memory):
                      only repeats), a backward pass that returned NaN
     gpu_failure      a CUDA error or an NCCL error or timeout (illegal access, device-side assert), or no GPU
                      the process could use
-    reward_broken    raised inside the reward function (its frames, or a reward's own message)
+    reward_broken    raised inside the reward function (its frames, or a reward's own message), or a reward that
+                     could not be called with what the trainer passes it (Python's signature error names it)
     server_failure   the inference engine died (vLLM's EngineDeadError, SGLang's scheduler), or ran out of
                      memory in its own frames (its KV cache, its wake-up from sleep) or in a Ray task of its
                      actor (`ray::LLMActor.backload_to_gpu()`), or never answered (TRL's client: "The vLLM
@@ -49,7 +50,11 @@ CLASSES = {
         r"DistBackendError|CUDA driver", re.I),
     "reward_broken": re.compile(
         r"Reward function is not implemented|reward.{0,40}(?:not implemented|failed|error)|"
-        r"(?:compute_score|reward_fn|reward_func|reward_score|_reward\b|rewards?\.py|reward_manager)", re.I),
+        r"(?:compute_score|reward_fn|reward_func|reward_score|_reward\b|rewards?\.py|reward_manager)|"
+        # Python's call-signature error names the callee: a reward that cannot take what the trainer passes it
+        # (a dataset column it needs and the data lacks, a calling convention it does not follow)
+        r"\w*reward\w*(?:\.__call__)?\(\) (?:missing \d+ required|takes \d+|got an unexpected keyword|"
+        r"got multiple values)", re.I),
     "server_failure": re.compile(
         r"EngineDeadError|EngineCore.*(?:died|failed|encountered)|Engine core .*(?:died|failed)|"
         r"Scheduler hit an exception|sglang.*(?:crash|terminated)|vllm.*(?:crash|terminated)|"
@@ -125,6 +130,8 @@ LOGGED = re.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL|FATAL)\b")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning|"
                         r"Timeout|Died|NotImplemented\w*|StopIteration)\b(?::.*)?$|^[A-Z]\w*Error: ")
 FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
+# The marks Python prints under a frame's code to point at the failing part (3.11+): not code.
+_CARETS = re.compile(r"^[\s~^]+$")
 # An uncaught exception's own line, as Python prints it last (`ImportError: cannot import name ...`); a log
 # whose last line is one ended with it, even where its traceback was not kept (pasted, or cut off).
 UNCAUGHT = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.*)?$")
@@ -173,11 +180,24 @@ class CrashScanner:
         self._chained: Crash | None = None  # a RAY_CHAINED line in the traceback being read, not yet closed
         self._in_engine = False  # the traceback being read is of a Ray task of the inference engine's actor
         self._recent: deque[str] = deque(maxlen=8)  # the last lines with text, stripped: what a closing line closes
+        self._code = ""  # the traceback being read: the code line of its last frame
+        self._step = 0  # the step the traceback being read began in
 
     def found(self) -> list[Crash]:
         """The crashes read so far, with the exception line the log ends on when no traceback held it, or
-        Ray's line for the remote failure when the log ends inside the traceback after it."""
-        return self.crashes + [c for c in (self._last, self._chained) if c is not None]
+        Ray's line for the remote failure when the log ends inside the traceback after it, or else the
+        traceback the log ends inside of (a pasted excerpt that stops before the exception's own line): an
+        exception propagated through those frames, and nothing after it says the run went on."""
+        return self.crashes + [c for c in (self._last, self._chained or self._unclosed()) if c is not None]
+
+    def _unclosed(self) -> Crash | None:
+        if not self._frames or self._ignored:
+            return None
+        file, _, function = self._frames[-1].rpartition(" ")
+        text = (f"a traceback without its exception line, last in {function} ({file.rsplit('/', 1)[-1]})"
+                + (f": {self._code}" if self._code else ""))
+        return Crash(self._step, classify(self._code or "", self._frames, self._in_engine), text[:300],
+                     Evidence(self.file, self._traceback_line, text[:300]))
 
     def feed(self, line_no: int, line: str, step: int) -> None:
         if line.strip():
@@ -194,12 +214,13 @@ class CrashScanner:
             self._ignored = True
             return
         if TRACEBACK in stripped or (self._frames is None and RAY_TRACEBACK.match(stripped)):
-            self._frames, self._traceback_line = [], line_no
+            self._frames, self._traceback_line, self._code, self._step = [], line_no, "", step
             self._ignored = self._ignored or bool(LOGGED.search(stripped.partition(TRACEBACK)[0]))
             self._in_engine = bool(ENGINE_TASK.search(stripped))
             return
         if self._frames is None and FRAME.match(stripped):
-            self._frames, self._traceback_line = [], line_no  # a traceback whose header was not kept (a pasted excerpt)
+            # a traceback whose header was not kept (a pasted excerpt)
+            self._frames, self._traceback_line, self._code, self._step = [], line_no, "", step
         if self._frames is None and UNCAUGHT.match(line):
             self._last = Crash(step, classify(stripped, []), stripped[:300], Evidence(self.file, line_no, stripped[:300]))
             return
@@ -208,7 +229,10 @@ class CrashScanner:
             frame = FRAME.match(stripped)
             if frame:
                 self._frames.append(f"{frame.group(1)} {frame.group(2)}")
+                self._code = ""
                 return
+            if self._frames and not self._code and not _CARETS.match(stripped):
+                self._code = stripped
             if _EXCEPTION.match(stripped):
                 if not self._ignored:
                     self._add(line_no, stripped, step, self._frames, self._in_engine)

@@ -21,7 +21,10 @@ is that step's checkpoint, the one to resume from when a later step goes wrong.
 Conservative on purpose, since a wrong step misleads more than a missing one: the learning rate, times,
 throughput and epochs are never metrics, a `*_std`, `*_min` or `*_max` is not the mean, an evaluation's
 numbers are not training's, and a progress bar's counter is not a step (a training bar's is the run's
-progress, said when no step's metrics were logged).
+progress, said when no step's metrics were logged). An evaluation's score is read as such (`eval_accuracy`, held
+apart from the training reward): its name's last word is the measure, the words between `eval` and it name the
+evaluated set (SkyRL's `eval/sampled/train/avg_score`, verl's `val-core/openai/gsm8k/reward/mean@1`); a line that
+names a step and holds only evaluation scores is that step's evaluation, one number beside the step enough.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from grpo.tools.doctor.record import (
     CRITIC_GRAD_NORM,
     CRITIC_LOSS,
     ENTROPY,
+    EVAL_ACCURACY,
     GRAD_NORM,
     KL,
     LENGTH,
@@ -206,7 +210,7 @@ class StepReader:
     def flush(self) -> list[Found]:
         """The step whose metrics were still coming when the lines ended."""
         block, self._block = self._block, None
-        if block is None or len(block.metrics) < MIN_METRICS:
+        if block is None or not _enough(block.metrics):
             return []
         return [Found(block.line, block.text, StepLine(block.step, block.total, _values(block.metrics), block.counter))]
 
@@ -239,7 +243,7 @@ class StepReader:
         if named is not None:
             pairs = _ranked(_pairs(line))
             found = self.flush()
-            if len(pairs) >= MIN_METRICS:
+            if _enough(pairs):
                 return found + [Found(number, line.strip()[:300], StepLine(named.step, named.total, _values(pairs),
                                                                             named.counter))]
             self._block = _Block(number, line.strip()[:300], named.step, named.total, pairs, named.counter)
@@ -372,6 +376,12 @@ def _values(ranked: dict[str, tuple[float, int]]) -> dict[str, float]:
     return {name: value for name, (value, _) in ranked.items()}
 
 
+def _enough(known: dict[str, tuple[float, int]]) -> bool:
+    """Whether the known metrics beside a step make it one: two at least, or an evaluation's score alone (its
+    name says what it is, where one number of another name beside a step is too often something else)."""
+    return len(known) >= MIN_METRICS or set(known) == {EVAL_ACCURACY}
+
+
 def canonical(name: str) -> tuple[str, int] | None:
     """(the doctor's name for a printed metric name, its rank), or None for a name it does not know."""
     words = [w for w in re.split(r"[\s/_.-]+", name.lower().strip("'\"")) if w]
@@ -379,7 +389,11 @@ def canonical(name: str) -> tuple[str, int] | None:
     while words and words[0] in _ROLES:
         critic = critic or words[0] == "critic"
         words.pop(0)
-    if not words or _EVAL & set(words) or any("@" in w and not w.startswith("pass@") for w in words):
+    if not words:
+        return None
+    if _EVAL & set(words):
+        return _evaluation(words)
+    if any("@" in w and not w.startswith("pass@") for w in words):
         return None
     if "zero" in words and ("std" in words or "variance" in words):
         return ZERO_VARIANCE, 0
@@ -393,3 +407,11 @@ def canonical(name: str) -> tuple[str, int] | None:
     if known is not None and critic and known[0] in _CRITIC:
         return _CRITIC[known[0]], known[1]
     return known
+
+
+def _evaluation(words: list[str]) -> tuple[str, int] | None:
+    """An evaluation's score, by its name's last word (a mean's `mean`/`avg` and verl's `@k` dropped): the words
+    before it name the evaluation and its set. Its loss and the rest are not read."""
+    measure = [w for w in words if w not in _MEAN and ("@" not in w or w.startswith("pass@"))]
+    known = _NAMES.get(measure[-1]) if measure else None
+    return (EVAL_ACCURACY, known[1]) if known is not None and known[0] in (REWARD, ACCURACY) else None

@@ -30,11 +30,16 @@ MARKERS = {
     "prime-rl": re.compile(r"\bprime[_-]rl\b|Starting (?:orchestrator|training) step|\| Mismatch KL: |"
                            r"\| Max\. Off-Policy Level: "),
     "ms-swift": re.compile(r"\bswift[./]|ms-swift|swift rlhf"),
+    "slime": re.compile(r"\bslime[./]|\(RolloutManager pid=|\(MegatronTrainRayActor pid="),
 }
-# A trainer's client waiting for its inference server to answer (TRL's `vllm_mode="server"`, the server started
-# apart with `trl vllm-serve`): no completion can be generated until it does; after its timeout the client
-# raises "The vLLM server can't be reached".
-SERVER_WAIT = re.compile(r"Server is not up yet|vLLM server can't be reached")
+# A trainer's client getting no completion from its inference server: waiting for it to answer (TRL's
+# `vllm_mode="server"`, the server started apart with `trl vllm-serve`; after its timeout the client raises "The vLLM
+# server can't be reached"), or refused on the server's generation endpoint as it retries (an HTTP client's error
+# status: httpx's "Client error '403 Forbidden' for url '.../generate'", "Server error '503 Service Unavailable'
+# ...", as slime's rollout manager prints them). No completion can be generated until the server answers.
+SERVER_UNANSWERED = re.compile(r"Server is not up yet|vLLM server can't be reached|"
+                               r"(?:Client|Server) error '\d{3}[^']*' for url '[^']*/"
+                               r"(?:generate|(?:v1/)?(?:chat/)?completions)\b")
 
 
 def framework_of(text: str) -> str | None:
@@ -58,7 +63,7 @@ class LogReader:
         self.line_no += 1
         line = clean(raw)
         self.scanner.feed(self.line_no, line, self.current + 1)
-        if "erver" in line and SERVER_WAIT.search(line):
+        if ("erver" in line or " error '" in line) and SERVER_UNANSWERED.search(line):
             self.record.marks.append(Mark(self.current + 1, "server_unreachable", line.strip()[:200],
                                           Evidence(str(self.path), self.line_no, line.strip()[:300])))
         self.line(self.line_no, line)
@@ -136,7 +141,8 @@ LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 def find_console_log(path: Path) -> tuple[Path, str] | None:
     """(the log, its framework or "log") for a console log that shows no step of a format with its own
-    reader but names its framework, ended in a crash or shows step lines `generic` reads: the file
+    reader but names its framework, ended in a crash, shows step lines `generic` reads or a trainer's client
+    getting no answer from its inference server: the file
     itself, or the first such file in a directory."""
     if path.is_file():
         candidates = [path]
@@ -153,6 +159,7 @@ def find_console_log(path: Path) -> tuple[Path, str] | None:
         lines = [clean(line) for line in text.splitlines()]
         ended = next((line for line in reversed(lines) if line.strip() and not TEARDOWN.search(line)), "")
         if source is not None or TRACEBACK in text or any(FATAL.search(line) or FRAME.match(line) for line in lines) \
-                or UNCAUGHT.match(ended) or generic.shows_steps(lines):
+                or UNCAUGHT.match(ended) or generic.shows_steps(lines) \
+                or any(SERVER_UNANSWERED.search(line) for line in lines):
             return candidate, source or "log"
     return None

@@ -12,6 +12,7 @@ from grpo.tools.doctor.record import (
     CRITIC_GRAD_NORM,
     CRITIC_LOSS,
     ENTROPY,
+    EVAL_ACCURACY,
     GRAD_NORM,
     KL,
     LENGTH,
@@ -98,7 +99,6 @@ def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
     "step 5 | loss: 0.3 | lr: 1e-06 | time: 3.2s | throughput: 812 tok/s | epoch: 1",  # one metric only
     "Iteration 4:  40%|████      | 4/10 [00:31<00:47,  7.91s/it, loss=0.0312, reward=0.52]",  # a progress bar
     "Iteration: 100%|██████████| 8/8 [00:01<00:00,  6.21it/s]",
-    "step 100 | eval/reward: 0.61 | val/accuracy: 0.55 | test_loss: 0.2",  # an evaluation, not training
     "step 3 | reward_min: 0.0 | reward_max: 1.0 | loss_std: 0.1 | kl_max: 2.0",  # spreads, not the means
     "step 12 reward 0.5 loss 0.3",  # bare numbers outside a list of cells: too easily something else
     "Saving checkpoint at step 100 to /ckpt/global_step_100 (reward: 0.5)",
@@ -125,12 +125,41 @@ def test_lines_that_are_not_a_steps_metrics_are_not_read(line):
     ("grouped_rewards_mean", REWARD), ("Grouped rewards std", REWARD_STD),
     ("lr", None), ("learning_rate", None), ("time", None), ("step_time", None), ("throughput", None),
     ("epoch", None), ("reward_min", None), ("reward_max", None), ("loss_std", None), ("max_grad_norm", None),
-    ("kl_coef", None), ("Mismatch KL", None), ("eval_reward", None), ("val-core/gsm8k/reward/mean@1", None),
+    ("kl_coef", None), ("Mismatch KL", None), ("eval_reward", EVAL_ACCURACY), ("eval_loss", None),
+    ("val-core/gsm8k/reward/mean@1", EVAL_ACCURACY), ("eval/sampled/train/avg_score", EVAL_ACCURACY),
     ("actor/pg_clipfrac", None), ("prompt_length", None), ("num_tokens", None),
 ])
 def test_metric_names_are_known_by_their_words(name, canonical):
     known = generic.canonical(name)
     assert (known[0] if known else None) == canonical
+
+
+def test_an_evaluation_is_read_apart_from_trainings_numbers_and_alone_beside_a_step():
+    """An evaluation's score is its own measure, never the training reward; a line that holds only evaluation
+    scores is that step's evaluation, one number enough, as its name says what it is."""
+    (found,) = steps("step 100 | eval/reward: 0.61 | val/accuracy: 0.55 | test_loss: 0.2")
+    assert (found.step, found.metrics) == (100, {EVAL_ACCURACY: 0.55})
+    (found,) = steps('WANDB_MIRROR kind=eval step=5 metrics={"eval/sampled/train/avg_score":0.62}')
+    assert (found.step, found.metrics) == (5, {EVAL_ACCURACY: 0.62})
+    assert steps("step 5 | avg_score_of_something: 0.62") == []
+
+
+@pytest.mark.parametrize("evaluations, status", [((0.25, 0.62, 0.68), "healthy"), ((0.62, 0.40, 0.25), "unknown"),
+                                                 ((0.62,), "unknown")])
+def test_evaluations_that_held_are_the_evidence_where_no_training_reward_is_logged(tmp_path, evaluations, status):
+    """A log whose training steps hold no reward the doctor can name: its evaluations, read at two points at least
+    and ending no lower than they began, are the evidence that the run learns; falling ones are not."""
+    lines = []
+    for step in range(1, 11):
+        lines.append(f"step {step} | loss: 0.3 | entropy: 0.8 | grad_norm: 0.4")
+        if step % 5 == 0 or step == 1:
+            at = (step == 1, step == 5, step == 10).index(True)
+            if at < len(evaluations):
+                lines.append(f"step {step} | eval/accuracy: {evaluations[at]}")
+    lines.append("Training finished.")
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert examine(log)[0].status == status
 
 
 def test_a_step_line_followed_by_its_metrics_table_is_one_step():

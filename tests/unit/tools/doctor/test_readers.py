@@ -342,6 +342,24 @@ CRASHES = {
          "[2024-08-02 01:25:00,501] [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', '-m', "
          "'openrlhf.cli.train_ppo'] exits with return code = 1"],
         "out_of_memory", "torch.cuda.OutOfMemoryError"),
+    # ms-swift#3840: a reward called with what the trainer passes, missing the dataset column it needs; pasted from
+    # inside its frame's path.
+    "reward-that-cannot-take-the-trainers-arguments": (
+        ['py", line 855, in _generate_and_score_completions',
+         "[rank5]:     output_reward_func = reward_func(completions, **reward_kwargs)",
+         "[rank5]: TypeError: CosineReward.__call__() missing 1 required positional argument: 'solution'"],
+        "reward_broken", "TypeError: CosineReward"),
+    # agent-lightning#218: the frames pasted without their header and without the exception's own line, then another
+    # process's lines: the exception went up through those frames all the same.
+    "traceback-pasted-without-its-exception-line": (
+        ['File "/usr/lib/python3.11/site-packages/agentlightning/verl/trainer.py", line 95, in _train_step',
+         "    batch, agent_metrics = self.agent_mode_daemon.get_train_data_batch(",
+         "                           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+         '  File "/usr/lib/python3.11/site-packages/agentlightning/verl/daemon.py", line 379, in get_train_data_batch',
+         "    original_sample = self._task_id_to_original_sample[rollout_id]",
+         "                      ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~^^^^^^^^^^^^",
+         "(Process-11615 agentlightning.server) Task rollout-85c3 timed out after 600.0s, requeued (attempt 1)"],
+        "crashed", "a traceback without its exception line, last in get_train_data_batch (daemon.py): original_sample"),
     "rank0-prefixed": (["[rank0]: " + line for line in
                         [TB, '  File "/workspace/train.py", line 88, in <module>', "    loss.backward()",
                          "RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -488,12 +506,33 @@ def test_a_trainer_that_never_reached_its_vllm_server_is_a_server_failure_before
     diagnosis, _ = examine(write(tmp_path, "[INFO|trainer.py:746] >> Using auto half precision backend\n"
                                  + f"{wait}\n" * 3))
     assert (diagnosis.cause, diagnosis.first_bad_step) == ("server_failure", 1)
-    assert "never reached its inference server" in diagnosis.explanation
+    assert "got no completion from its inference server" in diagnosis.explanation
     gave_up = ("Traceback (most recent call last):\n  File \"/x/trl/extras/vllm_client.py\", line 128, in "
                "check_server\n    raise ConnectionError(\nConnectionError: The vLLM server can't be reached at "
                "0.0.0.0:8000 after 240 seconds. Make sure the server is running by running `trl vllm-serve`.\n")
     diagnosis, _ = examine(write(tmp_path, f"{wait}\n" + gave_up, "gave_up.log"))
     assert (diagnosis.cause, diagnosis.first_bad_step) == ("server_failure", 1)
+
+
+def test_a_traceback_left_without_its_exception_line_ends_nothing_when_steps_follow(tmp_path):
+    """The frames of a caught exception a program printed (or a paste that stops early) followed by more steps: the
+    run went on, so they are no crash of the run's."""
+    frames = ['  File "/x/agent/daemon.py", line 379, in get_train_data_batch', "    sample = samples[rollout_id]"]
+    steps = render("trl_log", range(1, 21))
+    diagnosis, _ = examine(write(tmp_path, "\n".join(steps[:5] + frames + steps[5:]) + "\n"))
+    assert diagnosis.cause == "healthy"
+
+
+@pytest.mark.parametrize("refused", [
+    "(RolloutManager pid=1790326) [2026-02-03 22:13:47] http_utils.py:186 - Error: Client error '403 Forbidden' for "
+    "url 'http://10.0.0.1:30000/generate'",
+    "httpx.HTTPStatusError: Server error '503 Service Unavailable' for url 'http://26.104.43.34:3938/generate'"])
+def test_a_trainer_whose_inference_server_refuses_every_request_is_a_server_failure(tmp_path, refused):
+    """slime's rollout manager retrying SGLang's /generate (slime#1542, #1391): an HTTP client's error status on the
+    server's generation endpoint is the server not answering, as TRL's wait is; with no step, before step 1."""
+    diagnosis, _ = examine(write(tmp_path, f"{refused}\n" * 3))
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("server_failure", 1)
+    assert "got no completion from its inference server" in diagnosis.explanation
 
 
 def test_retries_of_a_vllm_server_that_then_answered_change_nothing(tmp_path):
