@@ -15,10 +15,10 @@ from grpo.rollout.engines.server import make_backend
 
 SRC = Path(next(iter(grpo.__path__))).resolve()
 ENGINE_PACKAGES = ("rollout/engines", "rollout/server", "rollout/server_ext")
-# The schema lists rollout.engine's choices, and checks a switch only SGLang has; trl_names.py writes TRL's
-# use_vllm and vllm_mode as rollout.engine's values: config/ sits below grpo.rollout in the import graph, so
-# neither can ask the registry.
-ALLOWED = {"config/schema.py", "config/trl_names.py"}
+# The schema lists rollout.engine's choices, and checks a switch only SGLang has; other trainers' names tables
+# (config/*_names.py) write their engine settings (TRL's use_vllm, verl's rollout.name) as rollout.engine's values:
+# config/ sits below grpo.rollout in the import graph, so none can ask the registry.
+ALLOWED = {"config/schema.py", *(p.relative_to(SRC).as_posix() for p in (SRC / "config").glob("*_names.py"))}
 
 
 def engine_literals(path: Path) -> list[tuple[int, str]]:
