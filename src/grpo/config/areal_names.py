@@ -2,7 +2,7 @@
 as overrides (`rollout.max_concurrent_rollouts=16 sglang.mem_fraction_static=0.6 ...`), is answered in one
 message: each name's grpo override where the meaning is the same, grpo's keys where it must be set by hand, or
 what grpo does instead. AReaL's sections share names with grpo's (`actor`, `rollout`, `recover`), so its names
-are read from the whole config, inside grpo's own sections too (`foreign_names`); `${...}` references are
+are read from the whole config, inside grpo's own sections too (`unknown_names`); `${...}` references are
 resolved and `1e-8` read as a number, as AReaL's OmegaConf does. Each equivalence is checked against AReaL's
 docs/cli_reference.md and the code that reads the name (areal/engine/ppo/actor.py's advantages and KL,
 areal/utils/functional.py's loss); where they differ, the table says there is no exact equivalent rather than
@@ -528,7 +528,7 @@ def _dotted(value: Any, name: str) -> dict[str, Any]:
     return {name: _areal(value)}
 
 
-def foreign_names(data: Mapping[Any, Any], cls: type = RunConfig, prefix: str = "") -> dict[str, Any]:
+def unknown_names(data: Mapping[Any, Any], cls: type = RunConfig, prefix: str = "") -> dict[str, Any]:
     """The names in `data` that are not grpo's keys, dotted (`actor.optimizer.lr`), at any depth: inside grpo's own
     sections too, and the entries of a section given where grpo has a value (AReaL's `recover: {mode: auto}`)."""
     hints = typing.get_type_hints(cls)
@@ -538,7 +538,7 @@ def foreign_names(data: Mapping[Any, Any], cls: type = RunConfig, prefix: str = 
         if key not in hints:
             out |= _dotted(value, name)
         elif dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
-            out |= foreign_names(value, hints[key], f"{name}.")
+            out |= unknown_names(value, hints[key], f"{name}.")
         elif isinstance(value, dict):
             out |= {n: v for n, v in _dotted(value, name).items() if n != name}
     return out
@@ -563,7 +563,7 @@ def areal_names_error(data: Mapping[Any, Any], theirs: Callable[[str], bool] = l
     """The error for a config (or overrides) holding AReaL's names: one message for every name grpo does not know
     (one line for a single name); None when none is AReaL's. A name `theirs` also claims (TRL's `seed`) does not
     alone make the config AReaL's."""
-    flat = foreign_names(data)
+    flat = unknown_names(data)
     if not any(is_areal_name(name) and not theirs(name) for name in flat):
         return None
     given = {name: _resolved(flat, value) for name, value in flat.items()}
