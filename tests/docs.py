@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
+
+from grpo.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -45,3 +48,21 @@ def table_under(page: Path, heading: str) -> list[list[str]]:
 
 def in_backticks(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
+
+
+def grpo_settings_load(cells: Iterable[str], keys: dict[str, object], others: frozenset[str] = frozenset()) -> int:
+    """Every grpo setting (`KEY=VALUE`) in the backticks of `cells` loads in grpo, and every name under one of
+    grpo's sections is one of its keys or of `others` (grpo train's command line; another trainer's names that
+    share grpo's sections); -> the settings loaded. A placeholder (`<N>`, `N`, `...`) is not loaded, a name
+    family (`.*`) or a file (`.jsonl`) not checked."""
+    sections = tuple(name.split(".")[0] + "." for name in keys if "." in name)
+    checked = 0
+    for text in (t for cell in cells for t in in_backticks(cell)):
+        for word in text.split():
+            key = word.split("=")[0]
+            if key in keys and "=" in word and not re.search(r"[<>]|\.\.\.|\bN\b", word):
+                load_config("tiny", [word])  # raises ConfigError for a value grpo refuses
+                checked += 1
+            elif key.startswith(sections) and not key.endswith(("*", ".jsonl")):
+                assert key in keys or key in others, word
+    return checked

@@ -25,18 +25,24 @@ tee() { cat > /dev/null; }
 """
 
 
-def script_overrides(script: Path, tmp: Path) -> list[str]:
-    """The `key=value` words `script` passes to verl's trainer (`-m MODULE` and Hydra's `--config-*` flags left
-    out), in its order, under a fixed HOME and one node (SLURM_JOB_NUM_NODES)."""
+def trainer_words(script: Path, tmp: Path, env: dict[str, str] | None = None) -> list[str]:
+    """The words `script` passes to the trainer it calls with `python3 -m MODULE` (`-m MODULE` left out), in its
+    order, under a fixed HOME and one node (SLURM_JOB_NUM_NODES), and `env` beside them."""
     call = tmp / "call"
     call.write_bytes(b"")
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/user", "SLURM_JOB_NUM_NODES": "1", "VERL_CALL": str(call)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/user", "SLURM_JOB_NUM_NODES": "1", "VERL_CALL": str(call),
+           **(env or {})}
     subprocess.run(["bash", "-c", f"{_STUBS}\nsource {script}"], cwd=tmp, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     words = call.read_bytes().decode().split("\0")[:-1]
     if words[:1] != ["-m"]:
         raise AssertionError(f"{script.name} called no trainer module")
-    return [word for word in words[2:] if not word.startswith("--")]
+    return words[2:]
+
+
+def script_overrides(script: Path, tmp: Path) -> list[str]:
+    """The `key=value` words `script` passes to verl's trainer (Hydra's `--config-*` flags left out)."""
+    return [word for word in trainer_words(script, tmp) if not word.startswith("--")]
 
 
 @dataclass(frozen=True)

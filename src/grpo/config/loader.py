@@ -3,8 +3,8 @@ schema's dataclasses (`grpo.config.schema`); and writing one back as YAML.
 
 Every key is checked against the dataclasses: an unknown or mistyped key is an error that names the
 valid keys, so a typo never silently falls back to a default. A key that moved is refused in one line
-naming its new place (`_without_moved_faults`); TRL's and verl's names are answered with grpo's keys
-(`grpo.config.trl_names`, `grpo.config.verl_names`).
+naming its new place (`_without_moved_faults`); TRL's, verl's and AReaL's names are answered with grpo's keys
+(`grpo.config.trl_names`, `grpo.config.verl_names`, `grpo.config.areal_names`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any, Literal
 
 import yaml
 
+from grpo.config.areal_names import areal_names_error, is_areal_name
 from grpo.config.schema import FaultsConfig, RunConfig, validate
-from grpo.config.trl_names import trl_name_error, trl_names_error
-from grpo.config.verl_names import verl_names_error
+from grpo.config.trl_names import TRL, trl_name_error, trl_names_error
+from grpo.config.verl_names import VERL, verl_names_error
 from grpo.errors import ConfigError
 
 PRESET_DIR = Path(__file__).parent.parent / "configs"
@@ -118,7 +119,10 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override {override!r}: {part!r} is a value, not a section")
+            if not is_areal_name(key):
+                raise ConfigError(f"override {override!r}: {part!r} is a value, not a section")
+            # AReaL's section of a grpo key's name (recover.mode): the config's check answers it with the rest.
+            child = node[part] = {}
         node = child
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
@@ -156,6 +160,12 @@ def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any
     names = [f.name for f in dataclasses.fields(cls)]
     prefix = f"{path}." if path else ""
     unknown = {key: value for key, value in data.items() if key not in names}
+    # AReaL's sections share names with grpo's (actor, rollout, recover): its names are read from the whole config;
+    # a name TRL's or verl's table also knows (seed, critic.*) does not alone make it AReaL's.
+    areal = areal_names_error(data, lambda name: TRL.entry(name) is not None or VERL.entry(name) is not None) \
+        if not path else None
+    if areal is not None:
+        raise ConfigError(areal)
     verl = verl_names_error(unknown) if not path and unknown else None
     if verl is not None:
         raise ConfigError(verl)
