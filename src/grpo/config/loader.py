@@ -3,8 +3,8 @@ schema's dataclasses (`grpo.config.schema`); and writing one back as YAML.
 
 Every key is checked against the dataclasses: an unknown or mistyped key is an error that names the
 valid keys, so a typo never silently falls back to a default. A key that moved is refused in one line
-naming its new place (`_without_moved_faults`); TRL's and verl's names are answered with grpo's keys
-(`grpo.config.trl_names`, `grpo.config.verl_names`).
+naming its new place (`_without_moved_faults`); TRL's, verl's and OpenRLHF's names are answered with grpo's
+keys (`grpo.config.trl_names`, `grpo.config.verl_names`, `grpo.config.openrlhf_names`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
+from grpo.config.openrlhf_names import openrlhf_names_error
 from grpo.config.schema import FaultsConfig, RunConfig, validate
 from grpo.config.trl_names import trl_name_error, trl_names_error
 from grpo.config.verl_names import verl_names_error
@@ -159,6 +160,9 @@ def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any
     verl = verl_names_error(unknown) if not path and unknown else None
     if verl is not None:
         raise ConfigError(verl)
+    openrlhf = openrlhf_names_error(unknown) if not path and unknown else None
+    if openrlhf is not None:
+        raise ConfigError(openrlhf)
     several = trl_names_error(path or "the top level", unknown) if len(unknown) > 1 else None
     if several is not None:
         raise ConfigError(several)
