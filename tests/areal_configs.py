@@ -1,6 +1,6 @@
 """Real AReaL experiment configs and a launch script (tests/data/areal_configs/), read as AReaL reads them: each
 YAML's keys as dotted names (its `${...}` references resolved as OmegaConf resolves them), and the overrides the
-script passes to AReaL's launcher, as bash expands them (tests/verl_scripts.trainer_words). The truth written
+script passes to AReaL's launcher, as bash expands them (tests/launch_scripts.module_words). The truth written
 before grpo read them (truth.yaml) says how each key should be answered."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tests.verl_scripts import trainer_words
+from tests.launch_scripts import module_words
 
 CONFIGS = Path(__file__).parent / "data" / "areal_configs"
 YAMLS = sorted(CONFIGS.glob("gsm8k_*.yaml"))
@@ -61,7 +61,7 @@ def as_written(value: Any) -> str:
 def script_overrides(script: Path, tmp: Path) -> list[str]:
     """The `key=value` words `script` passes to AReaL's launcher: its training script and `--config FILE` left
     out; the clock fixed (CURRENT_TIME)."""
-    words = trainer_words(script, tmp, {"CURRENT_TIME": "20260520000000"})
+    words = module_words(script, tmp, env={"CURRENT_TIME": "20260520000000"})
     kept, skip = [], False
     for word in words:
         if skip or word == "--config" or word.endswith(".py"):

@@ -1,48 +1,24 @@
 """Real verl launch scripts (tests/data/verl_scripts/), read as verl reads them: the overrides each passes to verl's
-trainer, as bash expands them. Each script runs under bash with its launchers (python, ray, conda) and its side
-effects (cd, mkdir, tee) replaced by shell functions: the trainer's command line is recorded, nothing is launched."""
+trainer, as bash expands them (tests/launch_scripts.py: the trainer's command line is recorded, nothing is
+launched)."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from tests.launch_scripts import module_words
+
 SCRIPTS = Path(__file__).parent / "data" / "verl_scripts"
-
-# `ray job submit ... -- CMD` runs CMD; the trainer's call (`python3 -m MODULE ARGS`) writes its words, NUL-ended.
-_STUBS = r"""
-python3() { if [ "$1" = "-m" ]; then printf '%s\0' "$@" >> "$VERL_CALL"; fi; }
-python() { python3 "$@"; }
-ray() { while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; "$@"; }
-conda() { :; }
-cd() { :; }
-mkdir() { :; }
-tee() { cat > /dev/null; }
-"""
-
-
-def trainer_words(script: Path, tmp: Path, env: dict[str, str] | None = None) -> list[str]:
-    """The words `script` passes to the trainer it calls with `python3 -m MODULE` (`-m MODULE` left out), in its
-    order, under a fixed HOME and one node (SLURM_JOB_NUM_NODES), and `env` beside them."""
-    call = tmp / "call"
-    call.write_bytes(b"")
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/user", "SLURM_JOB_NUM_NODES": "1", "VERL_CALL": str(call),
-           **(env or {})}
-    subprocess.run(["bash", "-c", f"{_STUBS}\nsource {script}"], cwd=tmp, env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    words = call.read_bytes().decode().split("\0")[:-1]
-    if words[:1] != ["-m"]:
-        raise AssertionError(f"{script.name} called no trainer module")
-    return words[2:]
 
 
 def script_overrides(script: Path, tmp: Path) -> list[str]:
-    """The `key=value` words `script` passes to verl's trainer (Hydra's `--config-*` flags left out)."""
-    return [word for word in trainer_words(script, tmp) if not word.startswith("--")]
+    """The `key=value` words `script` passes to verl's trainer (`-m MODULE` and Hydra's `--config-*` flags left
+    out), in its order."""
+    return [word for word in module_words(script, tmp) if not word.startswith("--")]
 
 
 @dataclass(frozen=True)

@@ -331,6 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("run_dir", nargs="?", help="default: the most recently active run under ./runs")
 
     args, extra = parser.parse_known_args(argv)
+    if hasattr(args, "overrides") and any(word.startswith("--") for word in extra):
+        # OpenRLHF's `--flag value` words become `flag=value` overrides, which the config loader answers.
+        from grpo.config.openrlhf_names import flag_overrides
+
+        translated = flag_overrides(sys.argv[1:] if argv is None else argv, extra)
+        if translated is not None:
+            args, extra = parser.parse_known_args(translated[0])
+            extra = [*extra, *translated[1]]
     # Overrides after an option (`--nproc 2 actor.lr=1`) are overrides still, checked like the others.
     strays = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
     if strays:

@@ -12,31 +12,27 @@ import yaml
 from grpo.config import load_config
 from grpo.config.areal_names import AREAL_NAMES, SCRIPT_NAMES
 from grpo.errors import ConfigError
+from tests import coming_from
 from tests.areal_configs import SCRIPTS, YAMLS, input_overrides
-from tests.docs import DOCS, grpo_settings_load, in_backticks, table_under
+from tests.coming_from import check_grpo_settings, check_names_table, refusal
+from tests.docs import DOCS, in_backticks, table_under
 from tests.unit.test_coming_from_trl import grpo_defaults
-from tests.unit.test_coming_from_verl import refusal, written
 
 PAGE = DOCS / "coming-from-areal.md"
 HEADINGS = ("## Names", "## Names in AReaL users' training scripts")
 
 
+def written(message: str) -> dict[str, str]:
+    return coming_from.written(message, "docs/coming-from-areal.md")
+
+
 @pytest.mark.parametrize("heading,table", [(HEADINGS[0], AREAL_NAMES), (HEADINGS[1], SCRIPT_NAMES)])
 def test_the_names_tables_give_the_keys_grpo_names_and_every_name_it_answers(heading, table):
-    rows = table_under(PAGE, heading)[1:]
-    assert len(rows) >= 5
-    listed: set[str] = set()
-    for names, grpo, _ in rows:
-        assert in_backticks(grpo) or grpo == "—", grpo
-        for name in in_backticks(names):
-            assert set(table[name].keys) == set(in_backticks(grpo)), name
-            listed.add(name)
-    assert listed == set(table)
+    check_names_table(PAGE, heading, table)
 
 
 def test_every_grpo_key_and_setting_the_page_gives_is_grpo_s():
-    cells = [cell for heading in HEADINGS for row in table_under(PAGE, heading)[1:] for cell in row[1:]]
-    assert grpo_settings_load(cells, grpo_defaults(), frozenset(AREAL_NAMES)) >= 10
+    check_grpo_settings(PAGE, HEADINGS, frozenset(AREAL_NAMES), at_least=10)
 
 
 def test_the_grpo_defaults_the_defaults_table_states_are_grpo_s():

@@ -12,56 +12,29 @@ import yaml
 from grpo.config import load_config
 from grpo.config.verl_names import FORK_NAMES, VERL_NAMES
 from grpo.errors import ConfigError
-from tests.docs import DOCS, grpo_settings_load, in_backticks, table_under
-from tests.unit.test_coming_from_trl import grpo_defaults
+from tests import coming_from
+from tests.coming_from import check_defaults_table, check_grpo_settings, check_names_table, refusal
+from tests.docs import DOCS
 from tests.verl_scripts import SCRIPTS, script_overrides
 
 PAGE = DOCS / "coming-from-verl.md"
-COMMAND_LINE = frozenset({"resume_from"})  # grpo train's override that is not a config key
-
-
-def refusal(*overrides: str, config: str = "tiny") -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(config, list(overrides))
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def written(message: str) -> dict[str, str]:
-    """The overrides a message writes -> the names that say them."""
-    section = message.partition("write them as grpo's: ")[2].partition("; set by hand: ")[0]
-    section = re.sub(r" \(docs/[\w-]+\.md\)$", "", section.partition("; grpo has no key for: ")[0])
-    return dict(re.findall(r"([^()]+?) \(([\w.+, ]+)\)(?:, |$)", section))
+    return coming_from.written(message, "docs/coming-from-verl.md")
 
 
 @pytest.mark.parametrize("heading,table", [("## Names", VERL_NAMES), ("## Names of verl's forks", FORK_NAMES)])
 def test_the_names_tables_give_the_keys_grpo_names_and_every_name_it_answers(heading, table):
-    rows = table_under(PAGE, heading)[1:]
-    assert len(rows) >= 8
-    listed: set[str] = set()
-    for names, grpo, _ in rows:
-        assert in_backticks(grpo) or grpo == "—", grpo
-        for name in in_backticks(names):
-            assert set(table[name].keys) == set(in_backticks(grpo)), name
-            listed.add(name)
-    assert listed == set(table)
+    check_names_table(PAGE, heading, table)
 
 
 def test_every_grpo_key_and_setting_the_page_gives_is_grpo_s():
-    cells = [cell for heading in ("## Names", "## Names of verl's forks") for row in table_under(PAGE, heading)[1:]
-             for cell in row[1:]]
-    assert grpo_settings_load(cells, grpo_defaults(), COMMAND_LINE) >= 3
+    check_grpo_settings(PAGE, ("## Names", "## Names of verl's forks"))
 
 
 def test_the_grpo_defaults_the_defaults_table_states_are_grpo_s():
-    keys = grpo_defaults()
-    rows = table_under(PAGE, "## Defaults that differ")[1:]
-    assert len(rows) >= 8
-    for _, _, grpo, default, _ in rows:
-        if in_backticks(grpo):
-            (key,), (value,) = in_backticks(grpo), in_backticks(default)
-            assert yaml.safe_load(value) == keys[key], (key, value, keys[key])
+    check_defaults_table(PAGE)
 
 
 @pytest.mark.parametrize("given,said", [

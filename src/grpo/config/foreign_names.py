@@ -1,7 +1,7 @@
 """Another trainer's setting names and grpo's keys for them, and the one-line errors that answer them: a name given
 to grpo is refused naming grpo's key and, where the values say the same, the override to write, instead of a list
 of sections; several names given together are answered in one message. The tables are TRL's
-(grpo.config.trl_names) and verl's (grpo.config.verl_names)."""
+(grpo.config.trl_names), verl's (grpo.config.verl_names) and OpenRLHF's (grpo.config.openrlhf_names)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,27 @@ def as_yaml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(map(as_yaml, value)) + "]"
     return yaml.safe_dump(value, default_flow_style=True, width=10_000).removesuffix("\n...\n").strip()
+
+
+def integer(value: Any) -> int | None:
+    """A name's value as a whole number, where it is one (YAML reads `1e3` as text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def number(value: Any) -> float | None:
+    """A name's value as a number, where it is one (YAML reads `1e-3`, without a dot, as text)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def name_error(table: NameTable, key: str, name: str, value: Any) -> str | None:

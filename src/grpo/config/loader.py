@@ -3,8 +3,9 @@ schema's dataclasses (`grpo.config.schema`); and writing one back as YAML.
 
 Every key is checked against the dataclasses: an unknown or mistyped key is an error that names the
 valid keys, so a typo never silently falls back to a default. A key that moved is refused in one line
-naming its new place (`_without_moved_faults`); TRL's, verl's and AReaL's names are answered with grpo's keys
-(`grpo.config.trl_names`, `grpo.config.verl_names`, `grpo.config.areal_names`).
+naming its new place (`_without_moved_faults`); TRL's, verl's, AReaL's and OpenRLHF's names are answered
+with grpo's keys (`grpo.config.trl_names`, `grpo.config.verl_names`, `grpo.config.areal_names`,
+`grpo.config.openrlhf_names`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from grpo.config.areal_names import areal_names_error, is_areal_name
+from grpo.config.openrlhf_names import OPENRLHF, openrlhf_names_error
 from grpo.config.schema import FaultsConfig, RunConfig, validate
 from grpo.config.trl_names import TRL, trl_name_error, trl_names_error
 from grpo.config.verl_names import VERL, verl_names_error
@@ -161,14 +163,17 @@ def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any
     prefix = f"{path}." if path else ""
     unknown = {key: value for key, value in data.items() if key not in names}
     # AReaL's sections share names with grpo's (actor, rollout, recover): its names are read from the whole config;
-    # a name TRL's or verl's table also knows (seed, critic.*) does not alone make it AReaL's.
-    areal = areal_names_error(data, lambda name: TRL.entry(name) is not None or VERL.entry(name) is not None) \
-        if not path else None
+    # a name another trainer's table also knows (seed, critic.*) does not alone make it AReaL's.
+    areal = areal_names_error(data, lambda name: any(table.entry(name) is not None for table in (TRL, VERL, OPENRLHF))
+                              ) if not path else None
     if areal is not None:
         raise ConfigError(areal)
     verl = verl_names_error(unknown) if not path and unknown else None
     if verl is not None:
         raise ConfigError(verl)
+    openrlhf = openrlhf_names_error(unknown) if not path and unknown else None
+    if openrlhf is not None:
+        raise ConfigError(openrlhf)
     several = trl_names_error(path or "the top level", unknown) if len(unknown) > 1 else None
     if several is not None:
         raise ConfigError(several)

@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from grpo.config.foreign_names import Beside, ForeignName, NameTable, as_yaml, name_error, names_error
+from grpo.config.foreign_names import (
+    Beside,
+    ForeignName,
+    NameTable,
+    as_yaml,
+    integer,
+    name_error,
+    names_error,
+    number,
+)
 
 _ACTOR = "actor_rollout_ref.actor."
 _ROLLOUT = "actor_rollout_ref.rollout."
@@ -25,38 +34,18 @@ def _given(given: Mapping[str, Any], name: str) -> Any:
     return given.get(name, _DEFAULTS.get(name))
 
 
-def _count(value: Any) -> int | None:
-    """`value` as a whole number, where it is one (YAML reads `1e3` as text)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _kl_switch(use: Any, given: Mapping[str, Any]) -> str | None:
     """use_kl_loss: verl adds kl_loss_coef x KL to the loss only where it is true."""
     if not isinstance(use, bool):
         return None
     coef = _given(given, f"{_ACTOR}kl_loss_coef")
-    return f"algo.kl_coef={as_yaml(coef) if use else 0}" if _number(coef) is not None else None
+    return f"algo.kl_coef={as_yaml(coef) if use else 0}" if number(coef) is not None else None
 
 
 def _kl_coef(coef: Any, given: Mapping[str, Any]) -> str | None:
     """kl_loss_coef: said where its switch is given beside it (verl's default switch is off)."""
     use = given.get(f"{_ACTOR}use_kl_loss")
-    if not isinstance(use, bool) or _number(coef) is None:
+    if not isinstance(use, bool) or number(coef) is None:
         return None
     return f"algo.kl_coef={as_yaml(coef) if use else 0}"
 
@@ -73,8 +62,8 @@ def _estimator(value: Any, given: Mapping[str, Any]) -> str | None:
 def _updates(given: Mapping[str, Any]) -> str | None:
     """A mini-batch of at least the step's prompts is one optimizer step on the whole batch per PPO epoch: grpo's
     algo.updates_per_batch. Smaller ones are several steps on parts of one generation, which grpo does not do."""
-    mini = _count(_given(given, f"{_ACTOR}ppo_mini_batch_size"))
-    prompts, epochs = _count(_given(given, "data.train_batch_size")), _count(_given(given, f"{_ACTOR}ppo_epochs"))
+    mini = integer(_given(given, f"{_ACTOR}ppo_mini_batch_size"))
+    prompts, epochs = integer(_given(given, "data.train_batch_size")), integer(_given(given, f"{_ACTOR}ppo_epochs"))
     if mini is None or prompts is None or epochs is None or mini < prompts:
         return None
     return f"algo.updates_per_batch={epochs}"
@@ -82,7 +71,7 @@ def _updates(given: Mapping[str, Any]) -> str | None:
 
 def _warmup_steps(steps: Any, given: Mapping[str, Any]) -> str | None:
     """lr_warmup_steps: a count where positive; 0, negative or null hand over to lr_warmup_steps_ratio."""
-    count = _count(steps)
+    count = integer(steps)
     return f"actor.warmup_steps={count}" if count is not None and count > 0 else None
 
 
@@ -90,8 +79,8 @@ def _warmup_ratio(ratio: Any, given: Mapping[str, Any]) -> str | None:
     """lr_warmup_steps_ratio: int(ratio x the run's steps) as verl rounds it, where the steps are given beside it;
     a positive lr_warmup_steps beside it wins."""
     steps = _warmup_steps(given.get(f"{_ACTOR}optim.lr_warmup_steps"), given)
-    fraction = _number(ratio)
-    total = _count(given.get("trainer.total_training_steps"))
+    fraction = number(ratio)
+    total = integer(given.get("trainer.total_training_steps"))
     if steps is not None or fraction is None:
         return steps
     if fraction == 0:
@@ -101,13 +90,13 @@ def _warmup_ratio(ratio: Any, given: Mapping[str, Any]) -> str | None:
 
 def _clip(ratio: Any, given: Mapping[str, Any]) -> str | None:
     """clip_ratio: both bounds, where clip_ratio_low and clip_ratio_high are not given beside it."""
-    if f"{_ACTOR}clip_ratio_low" in given or f"{_ACTOR}clip_ratio_high" in given or _number(ratio) is None:
+    if f"{_ACTOR}clip_ratio_low" in given or f"{_ACTOR}clip_ratio_high" in given or number(ratio) is None:
         return None
     return f"algo.clip_low={as_yaml(ratio)} algo.clip_high={as_yaml(ratio)}"
 
 
 def _kept(count: Any, given: Mapping[str, Any]) -> str | None:
-    return f"checkpoint.keep_last={count}" if _count(count) is not None and _count(count) > 0 else None
+    return f"checkpoint.keep_last={count}" if integer(count) is not None and integer(count) > 0 else None
 
 
 # Written bare: grpo reads YAML's `no` for this key as the word, where as_yaml would quote it.
@@ -125,11 +114,11 @@ def _aggregation(mode: Any, given: Mapping[str, Any]) -> str | None:
 def _engine_args(given: Mapping[str, Any]) -> str | None:
     """verl's engine knobs as the flags of grpo's server: every one given, in one list, so that each says all."""
     name, args = _given(given, f"{_ROLLOUT}name"), []
-    parallel = _count(given.get(f"{_ROLLOUT}tensor_model_parallel_size"))
+    parallel = integer(given.get(f"{_ROLLOUT}tensor_model_parallel_size"))
     if name == "sglang" and parallel is not None:
         args = ["--tp", parallel]
     if name == "vllm":
-        batched = _count(given.get(f"{_ROLLOUT}max_num_batched_tokens"))
+        batched = integer(given.get(f"{_ROLLOUT}max_num_batched_tokens"))
         args = ((["--tensor-parallel-size", parallel] if parallel is not None else [])
                 + (["--enable-chunked-prefill"] if given.get(f"{_ROLLOUT}enable_chunked_prefill") is True else [])
                 + (["--max-num-batched-tokens", batched] if batched is not None else [])
@@ -146,7 +135,7 @@ def _engine_knob(engines: tuple[str, ...], says: Callable[[Any], bool]) -> Besid
 
 def _evaluation(every: Any, given: Mapping[str, Any]) -> str | None:
     """test_freq: verl also validates after the last step; -1 never."""
-    count = _count(every)
+    count = integer(every)
     if count is None:
         return None
     return f"eval.every_steps={count} eval.after_training=true" if count > 0 else "eval.every_steps=0"
@@ -315,13 +304,13 @@ VERL_NAMES: dict[str, ForeignName] = {
                                            "--max-num-seqs"),
     f"{_ROLLOUT}tensor_model_parallel_size": ForeignName(("rollout.server.extra_args",), "vLLM's "
                                                          "--tensor-parallel-size, SGLang's --tp", beside=_engine_knob(
-                                                             ("vllm", "sglang"), lambda v: _count(v) is not None)),
+                                                             ("vllm", "sglang"), lambda v: integer(v) is not None)),
     f"{_ROLLOUT}enable_chunked_prefill": ForeignName(("rollout.server.extra_args",), f"{_VLLM}=[--enable-chunked-"
                                                      "prefill]; off: no flag turns it off in every vLLM release",
                                                      beside=_engine_knob(("vllm",), lambda v: v is True)),
     f"{_ROLLOUT}max_num_batched_tokens": ForeignName(("rollout.server.extra_args",), f"{_VLLM}=[--max-num-batched-"
                                                      "tokens,N]", beside=_engine_knob(
-                                                         ("vllm",), lambda v: _count(v) is not None)),
+                                                         ("vllm",), lambda v: integer(v) is not None)),
     f"{_ROLLOUT}enforce_eager": ForeignName(("rollout.server.extra_args",), f"{_VLLM}=[--enforce-eager]; off: "
                                             "vLLM's default", beside=_engine_knob(("vllm",), lambda v: v is True)),
     f"{_ROLLOUT}dtype": ForeignName(("model.dtype",), "grpo's server runs the model's dtype", carries=False),
