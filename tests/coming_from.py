@@ -12,13 +12,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo.config import load_config
+from grpo.config import RunConfig, load_config, to_dict
 from grpo.config.foreign_names import ForeignName
 from grpo.errors import ConfigError
 from tests.docs import grpo_settings_load, in_backticks, table_under
-from tests.unit.test_coming_from_trl import grpo_defaults
 
 COMMAND_LINE = frozenset({"resume_from"})  # grpo train's override that is not a config key
+
+
+def grpo_defaults(section: dict | None = None, prefix: str = "") -> dict[str, object]:
+    """Every dotted key of grpo's config -> its default."""
+    out: dict[str, object] = {}
+    for name, value in (to_dict(RunConfig()) if section is None else section).items():
+        if isinstance(value, dict):
+            out |= grpo_defaults(value, f"{prefix}{name}.")
+        else:
+            out[prefix + name] = value
+    return out
 
 
 def refusal(*overrides: str, config: str = "tiny") -> str:

@@ -14,9 +14,8 @@ from grpo.config.areal_names import AREAL_NAMES, SCRIPT_NAMES
 from grpo.errors import ConfigError
 from tests import coming_from
 from tests.areal_configs import SCRIPTS, YAMLS, input_overrides
-from tests.coming_from import check_grpo_settings, check_names_table, refusal
+from tests.coming_from import check_grpo_settings, check_names_table, grpo_defaults, refusal
 from tests.docs import DOCS, in_backticks, table_under
-from tests.unit.test_coming_from_trl import grpo_defaults
 
 PAGE = DOCS / "coming-from-areal.md"
 HEADINGS = ("## Names", "## Names in AReaL users' training scripts")

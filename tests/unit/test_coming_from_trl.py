@@ -13,21 +13,11 @@ import yaml
 from grpo.config import RunConfig, load_config, to_dict
 from grpo.config.trl_names import ALL_NAMES, SCRIPT_NAMES, TRL_NAMES
 from grpo.errors import ConfigError
+from tests.coming_from import grpo_defaults, refusal
 from tests.docs import in_backticks, table_under
 from tests.trl_names import PAGE, defaults_rows, names_rows, script_names_rows
 
 RECIPE = Path(__file__).parents[1] / "data" / "trl_scripts" / "open_r1_config_simple_rl.yaml"
-
-
-def grpo_defaults(section: dict | None = None, prefix: str = "") -> dict[str, object]:
-    """Every dotted key of grpo's config -> its default."""
-    out: dict[str, object] = {}
-    for name, value in (to_dict(RunConfig()) if section is None else section).items():
-        if isinstance(value, dict):
-            out |= grpo_defaults(value, f"{prefix}{name}.")
-        else:
-            out[prefix + name] = value
-    return out
 
 
 SECTIONS = tuple(name + "." for name, value in to_dict(RunConfig()).items() if isinstance(value, dict))
@@ -158,6 +148,18 @@ def test_a_warmup_ratio_beside_max_steps_is_written_as_transformers_rounds_it_to
         load_config("tiny", ["warmup_ratio=0.1", "max_steps=250"])
     with pytest.raises(ConfigError, match=r"set by hand: warmup_ratio: actor.warmup_steps"):
         load_config("tiny", ["warmup_ratio=0.1", "num_generations=4"])  # no max_steps: no count to write
+
+
+def test_save_and_eval_steps_as_fractions_of_max_steps_are_written_as_steps_and_other_values_by_hand():
+    """transformers reads save_steps and eval_steps below 1 as fractions of max_steps (rounded up); a value grpo's
+    key refuses (0, -1) is never written as an override."""
+    with pytest.raises(ConfigError, match=r"write them as grpo's: checkpoint.every_steps=20 \(save_steps\), "
+                                          r"eval.every_steps=50 \(eval_steps\), train.steps=200 \(max_steps\) "):
+        load_config("tiny", ["save_steps=0.1", "eval_steps=0.25", "max_steps=200"])
+    assert refusal("save_steps=50").endswith(": checkpoint.every_steps=50 (every N steps; TRL's fraction below 1 "
+                                                "is of max_steps)")
+    for unwritable in ("save_steps=-1", "save_steps=0", "save_steps=0.5"):
+        assert "checkpoint.every_steps=" not in refusal(unwritable), unwritable
 
 
 def test_trl_settings_without_one_grpo_key_are_refused_without_a_value_to_copy():

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from grpo.config.foreign_names import ForeignName, NameTable, name_error, names_error
+from grpo.config.foreign_names import Beside, ForeignName, NameTable, integer, name_error, names_error, number
 
 TrlName = ForeignName  # the tables below read as TRL's
 
@@ -25,6 +25,21 @@ def _steps(ratio: Any, given: Mapping[str, Any]) -> str | None:
     if isinstance(total, int) and not isinstance(total, bool) and total > 0:
         return f"actor.warmup_steps={math.ceil(ratio * total)}"
     return None
+
+
+def _every(key: str) -> Beside:
+    """save_steps or eval_steps as grpo's `key`: a whole number of steps as it is, and a fraction of training (a
+    value below 1) as ceil(fraction x max_steps) when max_steps is given beside it, as transformers rounds it; other
+    values (0, negative) say nothing grpo's key can."""
+    def steps(value: Any, given: Mapping[str, Any]) -> str | None:
+        count, total = integer(value), integer(given.get("max_steps"))
+        if count is not None and count >= 1:
+            return f"{key}={count}"
+        fraction = number(value)
+        if fraction is not None and 0 < fraction < 1 and total is not None and total > 0:
+            return f"{key}={math.ceil(fraction * total)}"
+        return None
+    return steps
 
 
 _STEP = "a step is rollout.problems_per_step prompts x rollout.samples_per_problem; see docs/coming-from-trl.md"
@@ -87,11 +102,13 @@ TRL_NAMES: dict[str, TrlName] = {
     "max_steps": TrlName(("train.steps",), "TRL's -1: the epochs decide, grpo's null", {-1: None},
                          only_values=False),
     "seed": TrlName(("train.seed",)),
-    "save_steps": TrlName(("checkpoint.every_steps",)),
+    "save_steps": TrlName(("checkpoint.every_steps",), "every N steps; TRL's fraction below 1 is of max_steps",
+                          beside=_every("checkpoint.every_steps")),
     "save_total_limit": TrlName(("checkpoint.keep_last",)),
     "eval_strategy": TrlName(("eval.every_steps", "eval.after_training"), "every N steps; 0: none",
                              carries=False),
-    "eval_steps": TrlName(("eval.every_steps",)),
+    "eval_steps": TrlName(("eval.every_steps",), "every N steps; TRL's fraction below 1 is of max_steps",
+                          beside=_every("eval.every_steps")),
     "eval_on_start": TrlName(("eval.before_training",)),
     "report_to": TrlName(("logging.tensorboard", "logging.wandb_project"), "true / a W&B project name",
                          carries=False),
