@@ -19,28 +19,29 @@ by what it is, the first kind found winning:
    attention sinks on this GPU, a dtype the GPU or the quantization does not support, a quantization the GPU (or the CPU
    backend) lacks, kernels that failed to compile (at start or at the first request), more GPUs asked than seen (or than
    Ray grants), a model not found (or the hub offline), a model needing --trust-remote-code, a tokenizer it cannot load,
-   a compiled extension that does not match the server's Python or torch, a missing module, an architecture or config
-   format the server (or its transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU
-   seen, an engine (V0, V1) vLLM's CPU backend does not have, a vLLM built for GPUs run on the CPU, an adapter over the
-   server's LoRA rank, not where it was told, or one its LoRA cannot serve (or a model it has no LoRA for), a weight
-   file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing CUDA graphs; SGLang's KV
-   cache or request table full while serving; an attention backend's workspace too small for a batch; or else), a GPU
-   kernel asking more shared memory than the GPU has, a context longer than the one the server derives from the model's
-   config, a bad argument (or a setting's value it does not know), a port variable Kubernetes set, a taken port, a
-   request refused as longer than SGLang's KV cache, the server's request to itself answered by an HTTP proxy, a GPU
-   kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a
-   peer rank lost (gloo), an instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's, UCX's
-   or torch's report, with the crashed frame), Ray not started, not reached or giving the server's node no GPU, CUDA
-   graphs failing to capture (for another reason than memory), the engine not ready within the server's own wait, a
-   timeout (a hang: SGLang's watchdog or its health check on the detokenizer, vLLM's RPC to its workers, its wait on
-   them or V0's engine step, a NCCL collective torch's watchdog gave up on), read only where no error line came before
-   it (a server that errored first stopped for that error);
+   a container's user that cannot write its home or caches (or has no passwd entry), a compiled extension that does not
+   match the server's Python or torch, a missing module, an architecture or config format the server (or its
+   transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU seen, CPU thread binding
+   to NUMA nodes a container refuses, an engine (V0, V1) vLLM's CPU backend does not have, a vLLM built for GPUs run on
+   the CPU, an adapter over the server's LoRA rank, not where it was told, or one its LoRA cannot serve (or a model it
+   has no LoRA for), a weight file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing
+   CUDA graphs; SGLang's KV cache or request table full while serving; an attention backend's workspace too small for a
+   batch; or else), a GPU kernel asking more shared memory than the GPU has, a context longer than the one the server
+   derives from the model's config, a bad argument (or a setting's value it does not know), a port variable Kubernetes
+   set, a taken port, a request refused as longer than SGLang's KV cache, the server's request to itself answered by an
+   HTTP proxy, a GPU kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of
+   a failed call), a peer rank lost (gloo), an instruction the CPU lacks (SIGILL), a crash in native code
+   (faulthandler's, abseil's, UCX's or torch's report, with the crashed frame), Ray not started, not reached or giving
+   the server's node no GPU, CUDA graphs failing to capture (for another reason than memory), the engine not ready
+   within the server's own wait, a timeout (a hang: SGLang's watchdog or its health check on the detokenizer, vLLM's RPC
+   to its workers, its wait on them or V0's engine step, a NCCL collective torch's watchdog gave up on), read only where
+   no error line came before it (a server that errored first stopped for that error);
 3. the server's own first error line (a traceback's last line, an exception's name alone or its repr included),
    not a wrapper pointing at another one (torch.compile's "... raised:"): the errors after it are its consequences;
    read in its kind where the log says enough (CATEGORIES): a feature this server version lacks for the model
    (NotImplementedError, "is not supported for this model"), or the server's own bug (an assertion, a None where it
-   expected a value, or an error raised in its own frames but for those of the machine or of its input: OSError,
-   ImportError, ValueError...);
+   expected a value, an object of its own lacking an attribute its code calls, or an error raised in its own frames
+   but for those of the machine or of its input: OSError, ImportError, ValueError...);
 4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
    logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines and Ray's, a C++ exception's
    "what():", the shell's word for a crash ("Segmentation fault", "Aborted", "Illegal instruction");
@@ -51,8 +52,8 @@ by what it is, the first kind found winning:
 
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read, but for
 a full disk: what writes first is often told so in a warning, and the server dies of it later without a word.
-What goes before a message (a log collector's: docker compose's service, a timestamp, a supervisor's Python
-logger; the server's: torch's rank, vLLM's processes and level, SGLang's time) is no part of it.
+What goes before a message (a log collector's: a launcher's task label, docker compose's service, a timestamp, a
+supervisor's Python logger; the server's: torch's rank, vLLM's processes and level, SGLang's time) is no part of it.
 Real logs of each failure are kept in tests/data/server_logs/ (made here) and its real/ (GPU machines,
 from GitHub threads).
 """
@@ -203,6 +204,16 @@ KNOWN_CAUSES: list[Cause] = [
         r"number of required GPUs exceeds the total number of available GPUs|"
         r"Not enough resources to allocate \d+ placement groups?"),
         TOO_MANY_GPUS),
+    # A container's user that cannot write its home or the caches under it (OpenShift runs an arbitrary UID with HOME=/,
+    # a volume belongs to another user, the root filesystem is read-only), or that has no passwd entry: vLLM, Triton,
+    # FlashInfer and the hub write caches there at start.
+    Cause("container_user", re.compile(r"Permission denied: '[^']*(/\.[\w-]+|\.cache|huggingface|triton)|"
+                                       r"getpwuid\(\): uid not found|\[Errno 30\] Read-only file system"),
+          "the server's user cannot write where it keeps its caches (a container's arbitrary or non-root user, a "
+          "volume owned by another user, a read-only root filesystem), or is unknown to the container: point HOME at a "
+          "writable directory in rollout.server.env (HOME=/tmp, or a mounted volume), or each cache (HF_HOME, "
+          "XDG_CACHE_HOME, XDG_CONFIG_HOME, VLLM_CACHE_ROOT, TRITON_CACHE_DIR); set USER too where getpwuid() fails; "
+          "or give the container's user the mounted cache"),
     Cause("model_not_found", re.compile(
         r"is not a local folder and is not a valid model identifier|Invalid repository ID or local directory|"
         r"RepositoryNotFoundError|GatedRepoError|Repo id must be in the form|does not appear to have a file named|"
@@ -246,10 +257,21 @@ KNOWN_CAUSES: list[Cause] = [
           "the model's attention heads (or another of its widths) do not split evenly over the tensor parallel "
           "size: pass a --tensor-parallel-size (vLLM) or --tp (SGLang) that divides them (e.g. 1, 2, 4) in "
           "rollout.server.extra_args"),
-    Cause("no_gpu", re.compile(r"Failed to infer device type|No CUDA GPUs are available|Found no NVIDIA driver"),
-          "the server sees no GPU: check CUDA_VISIBLE_DEVICES in rollout.server.env, that the driver works "
-          "(nvidia-smi) and that the server's torch is a CUDA build; vLLM says why with VLLM_LOGGING_LEVEL=DEBUG in "
-          "rollout.server.env"),
+    # torch's words on a CUDA build and a ROCm (HIP) one, and HIP's own.
+    Cause("no_gpu", re.compile(r"Failed to infer device type|No (CUDA|HIP) GPUs are available|Found no NVIDIA driver|"
+                               r"no ROCm-capable device is detected"),
+          "the server sees no GPU: check CUDA_VISIBLE_DEVICES (AMD: HIP_VISIBLE_DEVICES) in rollout.server.env, that "
+          "the driver works (nvidia-smi, rocm-smi) and that the server's torch is a CUDA (ROCm) build; in a container, "
+          "pass the GPUs (--gpus; AMD: --device /dev/kfd --device /dev/dri, its user in their render/video group); a "
+          "Ray actor must be given GPUs (num_gpus); vLLM says why with VLLM_LOGGING_LEVEL=DEBUG in rollout.server.env"),
+    # The CPU backends bind each rank's OpenMP threads, and move its memory, to a NUMA node: a container's default
+    # seccomp profile and capabilities refuse the page migration (EPERM), and automatic binding needs a NUMA node per
+    # rank.
+    Cause("numa_binding", re.compile(r"\bnuma_\w+ failed\b|Not enough allowed NUMA nodes to bind threads"),
+          "the CPU backend could not bind its ranks' threads and memory to NUMA nodes: a container refuses the NUMA "
+          "calls unless given --cap-add SYS_NICE --security-opt seccomp=unconfined (or --privileged; Kubernetes: the "
+          "SYS_NICE capability); with more ranks than NUMA nodes, name each rank's CPUs in rollout.server.env "
+          "(VLLM_CPU_OMP_THREADS_BIND or SGLANG_CPU_OMP_THREADS_BIND, e.g. 0-31|32-63), or use fewer ranks"),
     # vLLM's CPU backend has had one engine at a time: V0 until V1 was ported to it, V1 only after (0.10).
     Cause("cpu_engine", re.compile(r"CPU backend only supports V\d|VLLM_USE_V1=\d is not supported with device "
                                    r"type=cpu"),
@@ -361,13 +383,15 @@ KNOWN_CAUSES: list[Cause] = [
           "the server's request to itself went through an HTTP proxy (http_proxy/https_proxy in its environment): "
           "add no_proxy=127.0.0.1,localhost,0.0.0.0 (and rollout.server.host) to rollout.server.env"),
     # NCCL's own WARN line of a failed call (ibv_*, a socket, CUDA) comes before the error it returns, if any.
+    # torch's word for a NCCL communicator that could not be set up (its unique id not received from rank 0).
     Cause("nccl", re.compile(r"NCCL error|nccl(System|Internal|UnhandledCuda|InvalidUsage|Remote)Error|"
-                             r"NCCL WARN .*(fail|[Ee]rror|timed out)"),
+                             r"NCCL WARN .*(fail|[Ee]rror|timed out)|is setting up NCCL communicator"),
           "GPUs failed to talk (NCCL): add NCCL_DEBUG=INFO to rollout.server.env to see why; an \"unhandled system "
           "error\" is most often /dev/shm full (stale nccl-* files; grpo's weight syncs too: set "
           "rollout.server.weights_dir on disk) or too small (a container's 64 MB: docker --shm-size or --ipc=host); "
           "NCCL_P2P_DISABLE=1 where GPUs have no peer-to-peer link, NCCL_IB_DISABLE=1 where InfiniBand fails between "
-          "machines (an ibv_* call), or use fewer GPUs",
+          "machines (an ibv_* call), or use fewer GPUs; a group joined with a trainer (a weight-update group) forms "
+          "only where both reach its address and port and agree on its ranks and size",
           (Detail(re.compile(r"^Last error:\s*\n(.+)$", re.MULTILINE), r"last error: \1"),)),
     # gloo's transport names the peer connection it lost, never why: the peer (another rank) failed first.
     Cause("peer_lost", re.compile(r"gloo/transport/tcp/\w+\.cc:\d+\]"),
@@ -389,7 +413,7 @@ KNOWN_CAUSES: list[Cause] = [
           "torch, CUDA or the driver (reinstall them together in the server's environment); in an attention kernel "
           "(flashinfer), pass another attention backend (SGLang: --attention-backend in rollout.server.extra_args; "
           "vLLM: VLLM_ATTENTION_BACKEND in rollout.server.env); in NCCL, add NCCL_DEBUG=INFO to rollout.server.env to "
-          "see why",
+          "see why (oneCCL, Intel XPUs' collective library: CCL_LOG_LEVEL=info)",
           (Detail(re.compile(r"^Current thread .*\n\s*File \"(?:[^\"]*/)?([^/\"]+)\", line (\d+) in (\S+)",
                              re.MULTILINE), r"in \3 (\1:\2)"),
            Detail(re.compile(r"^(?:\S+:\d+: )?PC: @\s+0x[0-9a-f]+\s+\S+\s+(\w+)\(\)", re.MULTILINE), r"in \1"),
@@ -435,8 +459,8 @@ KNOWN_CAUSES: list[Cause] = [
           "it made no progress for its own timeout (a stuck kernel or NCCL collective): let grpo restart it; if one "
           "step may take that long, raise it: --watchdog-timeout, or --dist-timeout for a NCCL collective (SGLang) "
           "in rollout.server.extra_args; SGLANG_HEALTH_CHECK_TIMEOUT (SGLang's health check, 20 s), "
-          "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM's RPC to its workers) or VLLM_ENGINE_ITERATION_TIMEOUT_S (vLLM V0's "
-          "engine step, 60 s) in rollout.server.env", symptom=True),
+          "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM's RPC to its workers) or VLLM_ENGINE_ITERATION_TIMEOUT_S (vLLM "
+          "V0's engine step, 60 s) in rollout.server.env", symptom=True),
 ]
 # A child process's death as its parent logged it: `process` names the child, `code` its exit code
 # (multiprocessing's, negative for a signal) where the line gives one (vLLM may log "None": read too soon).
@@ -487,10 +511,10 @@ LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRIT
 # is followed by the error its backend raised).
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)|"
                       r"\braised:$")
-# What a log collector puts before the server's line: docker compose's service ("vllm  | "), a timestamp (docker
-# --timestamps, Kubernetes: "2026-11-27T12:00:00.123456789Z"), a supervisor's Python logger (logging's
-# "%(asctime)s - %(name)s - %(levelname)s - ": its level, not the server's).
-COLLECTOR = re.compile(r"^([\w.-]+\s+\|\s)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+)?"
+# What a log collector puts before the server's line: a launcher's task label (srun --label: "0: "), docker compose's
+# service ("vllm  | "), a timestamp (docker --timestamps, Kubernetes: "2026-11-27T12:00:00.123456789Z"), a supervisor's
+# Python logger (logging's "%(asctime)s - %(name)s - %(levelname)s - ": its level, not the server's).
+COLLECTOR = re.compile(r"^(\d{1,5}: )?([\w.-]+\s+\|\s)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+)?"
                        r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [\w.]+ - [A-Z]+ - )?")
 # What the server puts before its message: torch's rank ("[rank0]: "), vLLM's process (after a container's name, where
 # a log collector adds one: "kserve-container (EngineCore_0 pid=58)"; each of them where one process prints another's
@@ -529,7 +553,10 @@ SERVER_BUG = Category(
 CATEGORIES = (UNSUPPORTED_FEATURE, SERVER_BUG)
 NOT_SUPPORTED = re.compile(r"^([\w.]*\.)?NotImplementedError\b|\b(is|are) not (yet )?supported\b|"
                            r"\bdoes not (yet )?support\b|\bonly supported (for|with|on|by|in)\b")
-INVARIANT = re.compile(r"^([\w.]*\.)?AssertionError\b|'NoneType'")
+# An invariant of the server's own objects broken: an assertion, a None where it expected a value, an object of a class
+# lacking what the code calling it expects (SGLang's NGRAMWorker without update_weights_from_tensor).
+INVARIANT = re.compile(r"^([\w.]*\.)?AssertionError\b|'NoneType'|"
+                       r"^([\w.]*\.)?AttributeError: '\w+' object has no attribute")
 NOT_CODE = re.compile(r"^([\w.]*\.)?(OSError|IOError|\w*ConnectionError|TimeoutError|FileNotFoundError|"
                       r"PermissionError|BrokenPipeError|ImportError|ModuleNotFoundError|MemoryError|ValueError|"
                       r"KeyboardInterrupt)\b")

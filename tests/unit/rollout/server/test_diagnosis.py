@@ -157,6 +157,16 @@ def test_an_unknown_error_is_quoted_without_a_knob_and_a_wrapper_is_not_the_erro
     assert server_error(["INFO serving", "INFO done"]) == (None, None)
 
 
+def test_an_object_lacking_an_attribute_is_the_servers_bug_a_module_lacking_one_is_not():
+    # an object of the server's own classes missing what its code calls; a module missing a name is another version's
+    worker = "AttributeError: 'NGRAMWorker' object has no attribute 'update_weights_from_tensor'"
+    assert read_log([worker]) == Reading(worker, SERVER_BUG.name, SERVER_BUG.knob)
+    module = "AttributeError: module 'transformers' has no attribute 'Qwen9Config'"
+    assert read_log([module]) == Reading(module, None, None)
+    # a launcher's task label (srun --label) is no part of the line
+    assert read_log([f"0: {worker}"]).line == worker
+
+
 DETOKENIZER = "Subprocess detokenizer (pid=9) crashed with exit code 1."
 SEGFAULT = "Subprocess scheduler_0 (pid=9) crashed with exit code -11."
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
