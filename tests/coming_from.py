@@ -1,7 +1,6 @@
 """Checks shared by the pages for users of other trainers (docs/coming-from-verl.md, coming-from-areal.md,
-coming-from-openrlhf.md) and
-the one-line refusals behind them (grpo.config.foreign_names): the names tables against the code, every grpo key
-and setting a page gives, the defaults a page states."""
+coming-from-openrlhf.md, coming-from-swift.md) and the one-line refusals behind them (grpo.config.foreign_names):
+the names tables against the code, every grpo key and setting a page gives, the defaults a page states."""
 
 from __future__ import annotations
 

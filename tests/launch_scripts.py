@@ -1,20 +1,22 @@
-"""Real launch scripts of other trainers (tests/data/verl_scripts/, tests/data/openrlhf_scripts/), read as their
-trainers read them: each script runs under bash with its launchers (python, ray, conda) and its side effects (cd,
-mkdir, tee) replaced by shell functions, and the words it passes to a trainer module (`python3 -m MODULE WORDS`) are
-recorded; nothing is launched."""
+"""Real launch scripts of other trainers (tests/data/verl_scripts/, tests/data/openrlhf_scripts/,
+tests/data/swift_scripts/), read as their trainers read them: each script runs under bash with its launchers (python,
+ray, conda, ms-swift's `swift`) and its side effects (cd, mkdir, tee) replaced by shell functions, and the words it
+passes to a trainer module (`python3 -m MODULE WORDS`) are recorded; nothing is launched."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-# `ray job submit ... -- CMD` runs CMD; each `python3 -m MODULE WORDS` call writes its words NUL-ended and then an
-# end-of-call mark (the record separator, which no script passes).
+# `ray job submit ... -- CMD` runs CMD; `swift SUBCOMMAND WORDS` runs `python -m swift.cli.SUBCOMMAND WORDS`, as
+# ms-swift's command does (a dash in the subcommand an underscore); each `python3 -m MODULE WORDS` call writes its
+# words NUL-ended and then an end-of-call mark (the record separator, which no script passes).
 _END = "\x1e"
 _STUBS = r"""
 python3() { if [ "$1" = "-m" ]; then printf '%s\0' "$@" >> "$TRAINER_CALLS"; printf '\036\0' >> "$TRAINER_CALLS"; fi; }
 python() { python3 "$@"; }
 ray() { while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; "$@"; }
+swift() { local sub="$1"; shift; python3 -m "swift.cli.${sub//-/_}" "$@"; }
 conda() { :; }
 cd() { :; }
 mkdir() { :; }

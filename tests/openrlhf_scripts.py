@@ -1,40 +1,23 @@
 """Real OpenRLHF launch scripts (tests/data/openrlhf_scripts/), read as OpenRLHF's argparse reads them: the flags
 each passes to `openrlhf.cli.train_ppo_ray`, as bash expands them (tests/launch_scripts.py), and the truth's answer
-for each (truth.yaml)."""
+for each (truth.yaml; tests/script_flags.py)."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from tests import script_flags
 from tests.launch_scripts import module_words
-from tests.verl_scripts import Expected, as_written
+from tests.script_flags import Flag, answered, flags
+from tests.verl_scripts import Expected
 
 SCRIPTS = Path(__file__).parent / "data" / "openrlhf_scripts"
 MODULE = "openrlhf.cli.train_ppo_ray"
 TRUTH = yaml.safe_load((SCRIPTS / "truth.yaml").read_text())["keys"]
 
-
-@dataclass(frozen=True)
-class Flag:
-    """One flag as argparse reads it: its name, and its words (none for a switch; several for a list)."""
-
-    name: str
-    words: tuple[str, ...]
-
-    @property
-    def raw(self) -> str:
-        """Its value as a user writes it after `name=`: a switch is true, several words a list."""
-        if not self.words:
-            return "true"
-        return self.words[0] if len(self.words) == 1 else "[" + ",".join(self.words) + "]"
-
-    @property
-    def override(self) -> str:
-        return f"{self.name}={self.raw}"
+__all__ = ["SCRIPTS", "TRUTH", "answered", "expected", "flags", "script_words"]
 
 
 def script_words(script: Path, tmp: Path) -> list[str]:
@@ -42,39 +25,6 @@ def script_words(script: Path, tmp: Path) -> list[str]:
     return module_words(script, tmp, MODULE)
 
 
-def flags(words: list[str]) -> list[Flag]:
-    """`--name value...` and `--name=value`: each flag takes the words up to the next `--`."""
-    parsed: list[Flag] = []
-    for word in words:
-        if word.startswith("--"):
-            name, sep, value = word[2:].partition("=")
-            parsed.append(Flag(name, (value,) if sep else ()))
-        else:
-            parsed[-1] = Flag(parsed[-1].name, (*parsed[-1].words, word))
-    return parsed
-
-
 def expected(script: Path, flag: Flag) -> Expected:
     """The truth's answer for `flag` in `script`."""
-    truth = TRUTH[flag.name]
-    written = None
-    write = truth.get("write")
-    if "per_script" in truth:
-        written = truth["per_script"].get(script.stem)
-    elif isinstance(write, str):
-        written = write.format(as_written(flag.raw))
-    elif isinstance(write, dict):
-        written = write.get(flag.raw)
-    return Expected(flag.name, written, tuple(truth["grpo"]))
-
-
-def answered(message: str, want: Expected) -> bool:
-    """Whether `message` answers the flag as the truth does: it names the flag and gives the override, or names
-    grpo's keys, or (grpo having none) says that grpo has no key for it."""
-    if not re.search(rf"(?<![\w.]){re.escape(want.key)}(?![\w.])", message):
-        return False
-    if want.override is not None:
-        return re.search(re.escape(want.override) + r"(?![\w.])", message) is not None
-    if want.grpo:
-        return all(re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message) for key in want.grpo)
-    return "grpo has no" in message
+    return script_flags.expected(TRUTH, script, flag)

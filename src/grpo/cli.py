@@ -332,10 +332,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args, extra = parser.parse_known_args(argv)
     if hasattr(args, "overrides") and any(word.startswith("--") for word in extra):
-        # OpenRLHF's `--flag value` words become `flag=value` overrides, which the config loader answers.
-        from grpo.config.openrlhf_names import flag_overrides
+        # OpenRLHF's and ms-swift's `--flag value` words become `flag=value` overrides, which the config loader
+        # answers; ms-swift's command words (`swift rlhf`) pasted before them are left out.
+        from grpo.config.foreign_names import flag_overrides
+        from grpo.config.openrlhf_names import OPENRLHF
+        from grpo.config.swift_names import SWIFT
 
-        translated = flag_overrides(sys.argv[1:] if argv is None else argv, extra)
+        translated = flag_overrides((OPENRLHF, SWIFT), sys.argv[1:] if argv is None else argv, extra)
         if translated is not None:
             args, extra = parser.parse_known_args(translated[0])
             extra = [*extra, *translated[1]]

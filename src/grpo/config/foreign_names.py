@@ -1,15 +1,20 @@
 """Another trainer's setting names and grpo's keys for them, and the one-line errors that answer them: a name given
 to grpo is refused naming grpo's key and, where the values say the same, the override to write, instead of a list
 of sections; several names given together are answered in one message. The tables are TRL's
-(grpo.config.trl_names), verl's (grpo.config.verl_names) and OpenRLHF's (grpo.config.openrlhf_names)."""
+(grpo.config.trl_names), verl's (grpo.config.verl_names), OpenRLHF's (grpo.config.openrlhf_names) and ms-swift's
+(grpo.config.swift_names). A launch script's `--flag value` words, given to grpo's command, are read here as
+`flag=value` overrides for the loader to answer (`flag_overrides`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from grpo.config.schema import RunConfig
 
 # The override from a name's value and every name given with it (its own included), for a name whose meaning
 # depends on others (a warm-up ratio of a step count, a KL coefficient of its switch); None where they do not say it.
@@ -35,6 +40,7 @@ class NameTable:
     families: Mapping[str, ForeignName] = field(default_factory=dict)  # `prefix.`: every name under it
     stranger: str = ""  # said of a name the table lacks, given with its names
     why_none: bool = False  # a name grpo has no key for is said with why (its note), not alone
+    command: tuple[str, ...] = ()  # the trainer's command words a pasted command line keeps before its flags
 
     def entry(self, name: str) -> ForeignName | None:
         if name in self.names:
@@ -86,6 +92,25 @@ def name_error(table: NameTable, key: str, name: str, value: Any) -> str | None:
     return message + (f" ({entry.note})" if entry.note else "")
 
 
+def most_names_error(table: NameTable, others: Sequence[NameTable], given: Mapping[Any, Any]) -> str | None:
+    """The error for the top level's unknown keys `given` where `table` knows more of them than each of `others`
+    (trainers share names: TRL's `temperature` is OpenRLHF's and ms-swift's too): one message for all of them (one
+    line naming grpo's key for a single name). None otherwise."""
+    names = [str(name) for name in given]
+    ours = _known(table, names)
+    if ours == 0 or any(ours <= _known(other, names) for other in others):
+        return None
+    flat = {str(name): value for name, value in given.items()}
+    if len(flat) == 1:
+        ((name, value),) = flat.items()
+        return name_error(table, name, name, value)
+    return names_error(table, "the top level", flat)
+
+
+def _known(table: NameTable, names: list[str]) -> int:
+    return sum(table.entry(name) is not None for name in names)
+
+
 def names_error(table: NameTable, where: str, given: Mapping[str, Any]) -> str | None:
     """One error for several unknown keys of `where` when any is one of the table's names: every one translated at
     once, not one error per start. None when none is."""
@@ -134,7 +159,7 @@ def _override(entry: ForeignName, value: Any, given: Mapping[str, Any]) -> str |
         return entry.beside(value, given)
     if not (entry.keys and entry.carries):
         return None
-    if entry.values and _known(value, entry.values):
+    if entry.values and _known_value(value, entry.values):
         written = as_yaml(entry.values[value])
     elif entry.values and entry.only_values:
         return None
@@ -145,5 +170,56 @@ def _override(entry: ForeignName, value: Any, given: Mapping[str, Any]) -> str |
     return entry.form.format(written) if entry.form else f"{entry.keys[0]}={written}"
 
 
-def _known(value: Any, values: Mapping[Any, Any]) -> bool:
+def _known_value(value: Any, values: Mapping[Any, Any]) -> bool:
     return not isinstance(value, (list, dict)) and value in values
+
+
+_TOP_LEVEL = {field.name for field in dataclasses.fields(RunConfig)} | {"resume_from"}  # grpo's keys without a dot
+
+
+def flag_overrides(tables: Sequence[NameTable], words: list[str], unknown: Collection[str]
+                   ) -> tuple[list[str], list[str]] | None:
+    """A command line's flags of another trainer as `flag=value` overrides, for the loader to answer: -> (the other
+    words, the overrides), where the flags argparse did not know (`unknown`: `--flag` or `--flag=value` words) hold a
+    name one of `tables` knows; None otherwise. A flag takes the words after it up to the next `--` word or `key=value`
+    override: none is a switch (true), several a list. A table's command words pasted before the flags (`swift
+    rlhf`) are left out."""
+    strangers = {word.partition("=")[0] for word in unknown if word.startswith("--")}
+    if not any(table.entry(name[2:]) is not None for table in tables for name in strangers):
+        return None
+    kept: list[str] = []
+    flags: list[tuple[str, list[str]]] = []
+    taking = False  # the words after a flag are its values, up to a `--` word or an override
+    for word in words:
+        name, sep, value = word.partition("=")
+        if word.startswith("--") and name in strangers:
+            flags.append((name[2:], [value] if sep else []))
+            taking = not sep
+        elif taking and not word.startswith("--") and not _is_override(word):
+            flags[-1][1].append(word)
+        else:
+            taking = False
+            kept.append(word)
+    for command in (table.command for table in tables if table.command):
+        kept = _without(kept, list(command))
+    return kept, [f"{name}={_as_value(values)}" for name, values in flags]
+
+
+def _without(words: list[str], run: list[str]) -> list[str]:
+    """`words` without the first place where `run` stands in them, word after word."""
+    for start in range(len(words) - len(run) + 1):
+        if words[start:start + len(run)] == run:
+            return words[:start] + words[start + len(run):]
+    return words
+
+
+def _is_override(word: str) -> bool:
+    """A grpo override (`section.key=value`, `run_dir=...`), not a flag's value."""
+    key, sep, _ = word.partition("=")
+    return bool(sep) and ("." in key or key in _TOP_LEVEL) and key.replace(".", "").replace("_", "").isalnum()
+
+
+def _as_value(words: list[str]) -> str:
+    if not words:
+        return "true"
+    return words[0] if len(words) == 1 else "[" + ",".join(words) + "]"

@@ -3,9 +3,9 @@ schema's dataclasses (`grpo.config.schema`); and writing one back as YAML.
 
 Every key is checked against the dataclasses: an unknown or mistyped key is an error that names the
 valid keys, so a typo never silently falls back to a default. A key that moved is refused in one line
-naming its new place (`_without_moved_faults`); TRL's, verl's, AReaL's and OpenRLHF's names are answered
-with grpo's keys (`grpo.config.trl_names`, `grpo.config.verl_names`, `grpo.config.areal_names`,
-`grpo.config.openrlhf_names`).
+naming its new place (`_without_moved_faults`); TRL's, verl's, AReaL's, OpenRLHF's and ms-swift's names are
+answered with grpo's keys (`grpo.config.trl_names`, `grpo.config.verl_names`, `grpo.config.areal_names`,
+`grpo.config.openrlhf_names`, `grpo.config.swift_names`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import yaml
 from grpo.config.areal_names import areal_names_error, is_areal_name
 from grpo.config.openrlhf_names import OPENRLHF, openrlhf_names_error
 from grpo.config.schema import FaultsConfig, RunConfig, validate
+from grpo.config.swift_names import SWIFT, swift_names_error
 from grpo.config.trl_names import TRL, trl_name_error, trl_names_error
 from grpo.config.verl_names import VERL, verl_names_error
 from grpo.errors import ConfigError
@@ -164,13 +165,19 @@ def _merge_section(cls: type, base: Any, data: dict[str, Any], path: str) -> Any
     unknown = {key: value for key, value in data.items() if key not in names}
     # AReaL's sections share names with grpo's (actor, rollout, recover): its names are read from the whole config;
     # a name another trainer's table also knows (seed, critic.*) does not alone make it AReaL's.
-    areal = areal_names_error(data, lambda name: any(table.entry(name) is not None for table in (TRL, VERL, OPENRLHF))
-                              ) if not path else None
+    areal = areal_names_error(data, lambda name: any(table.entry(name) is not None
+                                                     for table in (TRL, VERL, OPENRLHF, SWIFT))) if not path else None
     if areal is not None:
         raise ConfigError(areal)
     verl = verl_names_error(unknown) if not path and unknown else None
     if verl is not None:
         raise ConfigError(verl)
+    if not path and unknown:
+        # Beside unknown keys, a section given a value is another trainer's flag too (ms-swift's `--model NAME`).
+        swift = swift_names_error({key: value for key, value in data.items() if key in unknown or (
+            dataclasses.is_dataclass(hints[key]) and not isinstance(value, dict))})
+        if swift is not None:
+            raise ConfigError(swift)
     openrlhf = openrlhf_names_error(unknown) if not path and unknown else None
     if openrlhf is not None:
         raise ConfigError(openrlhf)

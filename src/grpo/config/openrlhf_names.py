@@ -1,5 +1,6 @@
 """OpenRLHF's `train_ppo_ray` flags and grpo's keys for them, so an OpenRLHF launch script's flags given to grpo,
-as `--flag value` words (`flag_overrides` reads them as `flag=value`) or as `flag=value` overrides, are answered
+as `--flag value` words (grpo.config.foreign_names.flag_overrides reads them as `flag=value`) or as `flag=value`
+overrides, are answered
 in one message: each flag's grpo override where the meaning is the same, grpo's keys where it must be set by hand,
 or what grpo does instead. Each equivalence is checked against OpenRLHF's code (openrlhf/cli/train_ppo_ray.py's
 flags, the flat ones of 2024 to March 2026; ppo_utils/experience_maker.py's advantages; models/utils.py's KL
@@ -9,8 +10,7 @@ people; a test keeps them in step."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +20,15 @@ from grpo.config.foreign_names import (
     NameTable,
     as_yaml,
     integer,
-    name_error,
-    names_error,
+    most_names_error,
     number,
 )
-from grpo.config.schema import RunConfig
 from grpo.config.trl_names import TRL
 
 # OpenRLHF's defaults, where a flag's meaning depends on another the script leaves out.
 _DEFAULTS = {"init_kl_coef": 0.01, "train_batch_size": 128, "rollout_batch_size": 1024, "n_samples_per_prompt": 1,
              "max_epochs": 1, "wandb_project": "openrlhf_train_ppo"}
 _DATA_FILES = (".json", ".jsonl", ".parquet", ".csv")  # the files both read; OpenRLHF's .arrow and .py grpo does not
-_TOP_LEVEL = {field.name for field in dataclasses.fields(RunConfig)} | {"resume_from"}  # grpo's keys without a dot
 
 
 def _given(given: Mapping[str, Any], name: str) -> Any:
@@ -401,48 +398,4 @@ def openrlhf_names_error(given: Mapping[Any, Any]) -> str | None:
     """The error for the top level's unknown keys `given` when they hold OpenRLHF's flags: where OpenRLHF's table
     knows more of them than TRL's (the two share a few: temperature, seed, bf16), one message for all of them (one
     line naming grpo's key for a single flag). None otherwise."""
-    names = [str(name) for name in given]
-    ours = sum(OPENRLHF.entry(name) is not None for name in names)
-    if ours == 0 or ours <= sum(TRL.entry(name) is not None for name in names):
-        return None
-    flat = {str(name): value for name, value in given.items()}
-    if len(flat) == 1:
-        ((name, value),) = flat.items()
-        return name_error(OPENRLHF, name, name, value)
-    return names_error(OPENRLHF, "the top level", flat)
-
-
-def flag_overrides(words: list[str], unknown: Collection[str]) -> tuple[list[str], list[str]] | None:
-    """A command line's OpenRLHF flags as `flag=value` overrides, for the loader to answer: -> (the other words, the
-    overrides), where the flags argparse did not know (`unknown`: `--flag` or `--flag=value` words) hold an OpenRLHF
-    flag; None otherwise. A flag takes the words after it up to the next `--` word or `key=value` override: none is
-    a switch (true), several a list."""
-    strangers = {word.partition("=")[0] for word in unknown if word.startswith("--")}
-    if not any(OPENRLHF.entry(name[2:]) is not None for name in strangers):
-        return None
-    kept: list[str] = []
-    flags: list[tuple[str, list[str]]] = []
-    taking = False  # the words after a flag are its values, up to a `--` word or an override
-    for word in words:
-        name, sep, value = word.partition("=")
-        if word.startswith("--") and name in strangers:
-            flags.append((name[2:], [value] if sep else []))
-            taking = not sep
-        elif taking and not word.startswith("--") and not _is_override(word):
-            flags[-1][1].append(word)
-        else:
-            taking = False
-            kept.append(word)
-    return kept, [f"{name}={_as_value(values)}" for name, values in flags]
-
-
-def _is_override(word: str) -> bool:
-    """A grpo override (`section.key=value`, `run_dir=...`), not a flag's value."""
-    key, sep, _ = word.partition("=")
-    return bool(sep) and ("." in key or key in _TOP_LEVEL) and key.replace(".", "").replace("_", "").isalnum()
-
-
-def _as_value(words: list[str]) -> str:
-    if not words:
-        return "true"
-    return words[0] if len(words) == 1 else "[" + ",".join(words) + "]"
+    return most_names_error(OPENRLHF, (TRL,), given)
