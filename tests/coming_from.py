@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grpo.cli import main
 from grpo.config import RunConfig, load_config, to_dict
 from grpo.config.foreign_names import ForeignName
 from grpo.errors import ConfigError
@@ -37,6 +38,19 @@ def refusal(*overrides: str, config: str = "tiny") -> str:
     message = str(info.value)
     assert "\n" not in message
     return message
+
+
+def told(argv: list[str], capsys) -> str:
+    """What `grpo` says, in one line, refusing `argv` (exit 2, argparse's refusals included), without the
+    "config error: " before it."""
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = int(exit_.code or 0)
+    assert status == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message
+    return message.removeprefix("config error: ")
 
 
 def written(message: str, page: str) -> dict[str, str]:

@@ -4,12 +4,18 @@ written before grpo read them)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tests.launch_scripts import module_words
 from tests.verl_scripts import Expected, as_written
+
+DATA = Path(__file__).parent / "data"
 
 
 @dataclass(frozen=True)
@@ -67,3 +73,35 @@ def answered(message: str, want: Expected) -> bool:
     if want.grpo:
         return all(re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message) for key in want.grpo)
     return "grpo has no" in message
+
+
+@dataclass(frozen=True)
+class FlagScripts:
+    """A folder of real launch scripts (tests/data/FOLDER/) calling `python -m MODULE --flag value ...`, and the
+    truth.yaml beside them."""
+
+    folder: str
+    module: str
+
+    @property
+    def root(self) -> Path:
+        return DATA / self.folder
+
+    @functools.cached_property
+    def truth(self) -> dict[str, Any]:
+        return yaml.safe_load((self.root / "truth.yaml").read_text())["keys"]
+
+    def files(self) -> list[Path]:
+        return sorted(self.root.glob("*.sh"))
+
+    def words(self, script: Path, tmp: Path) -> list[str]:
+        """The words `script` passes to the trainer module, in its order."""
+        return module_words(script, tmp, self.module)
+
+    def unanswered(self, script: Path, given: list[Flag], message: str) -> list[str]:
+        """The flags of `script` that `message` does not answer as the truth does."""
+        return [flag.override for flag in given if not answered(message, expected(self.truth, script, flag))]
+
+
+OPENRLHF = FlagScripts("openrlhf_scripts", "openrlhf.cli.train_ppo_ray")
+SWIFT = FlagScripts("swift_scripts", "swift.cli.rlhf")  # `swift rlhf`

@@ -12,9 +12,9 @@ from grpo.cli import main
 from grpo.config import load_config
 from grpo.config.openrlhf_names import FORK_NAMES, OPENRLHF_NAMES
 from tests import coming_from
-from tests.coming_from import check_defaults_table, check_grpo_settings, check_names_table, refusal
+from tests.coming_from import check_defaults_table, check_grpo_settings, check_names_table, refusal, told
 from tests.docs import DOCS
-from tests.openrlhf_scripts import SCRIPTS, flags, script_words
+from tests.script_flags import OPENRLHF, flags
 
 PAGE = DOCS / "coming-from-openrlhf.md"
 TABLES = ("## Names", "## Names of OpenRLHF's forks")
@@ -22,14 +22,6 @@ TABLES = ("## Names", "## Names of OpenRLHF's forks")
 
 def written(message: str) -> dict[str, str]:
     return coming_from.written(message, "docs/coming-from-openrlhf.md")
-
-
-def told(argv: list[str], capsys) -> str:
-    """What `grpo` says, in one line, refusing `argv`."""
-    assert main(argv) == 2
-    message = capsys.readouterr().err.strip()
-    assert "\n" not in message
-    return message.removeprefix("config error: ")
 
 
 @pytest.mark.parametrize("heading,table", zip(TABLES, (OPENRLHF_NAMES, FORK_NAMES)))
@@ -121,9 +113,9 @@ def test_a_local_dataset_directory_is_task_path(tmp_path):
     assert f": task.name=dataset task.path={tmp_path} (" in message
 
 
-@pytest.mark.parametrize("script", sorted(SCRIPTS.glob("*.sh")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("script", OPENRLHF.files(), ids=lambda p: p.stem)
 def test_every_override_a_script_s_message_writes_is_one_grpo_takes(script, tmp_path):
-    given = flags(script_words(script, tmp_path))
+    given = flags(OPENRLHF.words(script, tmp_path))
     said = written(refusal(*(flag.override for flag in given), config="quickstart"))
     assert len(said) >= 15
     load_config("quickstart", [word for override in said for word in override.split()])

@@ -11,13 +11,12 @@ import shlex
 import pytest
 import yaml
 
-from grpo.cli import main
 from grpo.config import load_config
 from grpo.config.swift_names import SWIFT_OWN_NAMES, SWIFT_TRL_NAMES
 from tests import coming_from
-from tests.coming_from import check_defaults_table, check_grpo_settings, check_names_table, refusal
+from tests.coming_from import check_defaults_table, check_grpo_settings, check_names_table, refusal, told
 from tests.docs import DOCS
-from tests.swift_scripts import SCRIPTS, flags, script_words
+from tests.script_flags import SWIFT, flags
 
 PAGE = DOCS / "coming-from-swift.md"
 TABLES = ("## Names", "## Names ms-swift shares with TRL")
@@ -33,14 +32,6 @@ def loads(overrides) -> None:
     words = [word for override in overrides for word in shlex.split(override)]
     weights = [yaml.safe_load(word.partition("=")[2]) for word in words if word.startswith("task.reward_weights=")]
     load_config("tiny", words + [f"task.reward=[{','.join(['math'] * len(each))}]" for each in weights])
-
-
-def told(argv: list[str], capsys) -> str:
-    """What `grpo` says, in one line, refusing `argv`."""
-    assert main(argv) == 2
-    message = capsys.readouterr().err.strip()
-    assert "\n" not in message
-    return message.removeprefix("config error: ")
 
 
 @pytest.mark.parametrize("heading,table", zip(TABLES, (SWIFT_OWN_NAMES, SWIFT_TRL_NAMES)))
@@ -132,9 +123,9 @@ def test_lora_flags_with_full_training_and_vllm_knobs_on_a_server_write_nothing(
     assert list(said) == ["model.lora.rank=0", "rollout.engine=vllm"]
 
 
-@pytest.mark.parametrize("script", sorted(SCRIPTS.glob("*.sh")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("script", SWIFT.files(), ids=lambda p: p.stem)
 def test_every_override_a_script_s_message_writes_is_one_grpo_takes(script, tmp_path):
-    given = flags(script_words(script, tmp_path))
+    given = flags(SWIFT.words(script, tmp_path))
     said = written(refusal(*(flag.override for flag in given), config="quickstart"))
     assert len(said) >= 12
     loads(said)

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from grpo.config.foreign_names import ForeignName, NameTable, as_yaml, name_error, names_error
+from grpo.config.foreign_names import ForeignName, NameTable, as_yaml, integer, name_error, names_error, number
 from grpo.config.schema import RunConfig
 
 # AReaL's defaults, where a name's meaning depends on another the config leaves out.
@@ -38,20 +38,6 @@ _OWN_FLAGS = {"model_path", "model", "random_seed", "seed", "dtype", "skip_token
 
 def _given(given: Mapping[str, Any], name: str) -> Any:
     return given.get(name, _DEFAULTS.get(name))
-
-
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _number(value: Any) -> float | None:
-    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
 
 
 def _whole(value: float) -> Any:
@@ -113,7 +99,7 @@ def _engine(value: Any, given: Mapping[str, Any]) -> str | None:
 def _concurrency(rollouts: Any, given: Mapping[str, Any]) -> str | None:
     """max_concurrent_rollouts counts prompts over all servers, each with its gconfig.n_samples requests; grpo's
     count is of requests per server."""
-    allocation, samples, count = _allocation(given), _count(given.get("gconfig.n_samples")), _count(rollouts)
+    allocation, samples, count = _allocation(given), integer(given.get("gconfig.n_samples")), integer(rollouts)
     if allocation is None or samples is None or count is None:
         return None
     servers = allocation[1].get("d", 1)
@@ -125,12 +111,12 @@ def _staleness(lag: Any, given: Mapping[str, Any]) -> str | None:
     """max_head_offpolicyness, and async_training=false (each batch generated in turn)."""
     if given.get("async_training") is False:
         return "rollout.max_staleness=0"
-    return f"rollout.max_staleness={lag}" if _count(lag) is not None and lag >= 0 else None
+    return f"rollout.max_staleness={lag}" if integer(lag) is not None and lag >= 0 else None
 
 
 def _clip(low: Any, given: Mapping[str, Any]) -> str | None:
     """eps_clip: both bounds, or the lower one where eps_clip_higher is given."""
-    if _number(low) is None:
+    if number(low) is None:
         return None
     if "actor.eps_clip_higher" in given:
         return f"algo.clip_low={as_yaml(low)}"
@@ -139,7 +125,7 @@ def _clip(low: Any, given: Mapping[str, Any]) -> str | None:
 
 def _betas(value: Any, given: Mapping[str, Any]) -> str | None:
     betas = [_given(given, "actor.optimizer.beta1"), _given(given, "actor.optimizer.beta2")]
-    return f"actor.betas={as_yaml(betas)}" if all(_number(b) is not None for b in betas) else None
+    return f"actor.betas={as_yaml(betas)}" if all(number(b) is not None for b in betas) else None
 
 
 def _lora(value: Any, given: Mapping[str, Any]) -> str | None:
@@ -147,7 +133,7 @@ def _lora(value: Any, given: Mapping[str, Any]) -> str | None:
     use = given.get("actor.use_lora", given.get("rollout.use_lora"))
     if use is False:
         return "model.lora.rank=0"
-    rank = _count(_given(given, "actor.lora_rank"))
+    rank = integer(_given(given, "actor.lora_rank"))
     return f"model.lora.rank={rank}" if use is True and rank is not None else None
 
 
@@ -156,7 +142,7 @@ def _every(steps_or_secs: str, key: str, per: float) -> Callable[[Any, Mapping[s
     def beside(value: Any, given: Mapping[str, Any]) -> str | None:
         given_here = [given[n] for n in (f"saver.freq_{steps_or_secs}", f"recover.freq_{steps_or_secs}")
                       if n in given]
-        if any(v is not None and (_number(v) is None or v <= 0) for v in given_here):
+        if any(v is not None and (number(v) is None or v <= 0) for v in given_here):
             return None
         frequencies = [float(v) for v in given_here if v is not None]
         return f"{key}={_whole(min(frequencies) / per) if frequencies else 0}"
@@ -171,18 +157,18 @@ def _wandb(value: Any, given: Mapping[str, Any]) -> str | None:
 
 def _retries(tries: Any, given: Mapping[str, Any]) -> str | None:
     """request_retries counts the tries in all, grpo's max_retries the retries after the first."""
-    count = _count(tries)
+    count = integer(tries)
     return f"rollout.max_retries={count - 1}" if count is not None and count >= 1 else None
 
 
 def _temperature(value: Any, given: Mapping[str, Any]) -> str | None:
     """actor.temperature: the trained log-probs'; grpo's one temperature is both the sampler's and the trainer's."""
     sampled = given.get("gconfig.temperature", value)
-    return f"rollout.temperature={as_yaml(value)}" if _number(value) is not None and sampled == value else None
+    return f"rollout.temperature={as_yaml(value)}" if number(value) is not None and sampled == value else None
 
 
 def _kl(coef: Any, given: Mapping[str, Any]) -> str | None:
-    return f"algo.kl_coef={as_yaml(coef)}" if _number(coef) == 0 else None
+    return f"algo.kl_coef={as_yaml(coef)}" if number(coef) == 0 else None
 
 
 def _advantages(value: Any, given: Mapping[str, Any]) -> str | None:
@@ -192,12 +178,12 @@ def _advantages(value: Any, given: Mapping[str, Any]) -> str | None:
     if any(given.get(f"actor.adv_norm.{level}") is not None for level in ("mean_level", "std_level")):
         return None
     mean, std = given.get("actor.reward_norm.mean_level"), given.get("actor.reward_norm.std_level")
-    scale = _number(_given(given, "actor.reward_scaling"))
+    scale = number(_given(given, "actor.reward_scaling"))
     if mean != "group" or _given(given, "actor.reward_norm.mean_leave1out") or not scale or scale <= 0:
         return None
     if std is None and "actor.reward_norm.std_level" in given:
         return "algo.advantage_norm=none" if scale == 1 else None
-    eps = _number(_given(given, "actor.reward_norm.eps"))
+    eps = number(_given(given, "actor.reward_norm.eps"))
     if std != "group" or eps is None:
         return None
     spread = "sample" if _given(given, "actor.reward_norm.std_unbiased") else "population"
@@ -255,7 +241,7 @@ def _engine_names(engine: str, model: str, seed: str, fraction: str, batch: str)
                                              "rollout.server.max_concurrent_requests as the server's batch limit; "
                                              "null: it is still passed", beside=lambda v, g: (
                                                  f"rollout.server.max_concurrent_requests={v}"
-                                                 if _count(v) is not None and v > 0 else None))}
+                                                 if integer(v) is not None and v > 0 else None))}
 
 
 AREAL_NAMES: dict[str, ForeignName] = {
