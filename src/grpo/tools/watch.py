@@ -14,8 +14,9 @@ to its end and then the new file from its start, a truncated one from its new st
 just before the truncation, from logrotate's copy when there is one), and a torn last line is held
 until its newline arrives. Each poll reads only what is new and feeds it to the reader, which keeps
 the run's record (not its lines), so a poll costs what was written since the last one plus one
-judgement. Directories (a grpo run, a TRL output directory), TensorBoard event files and wandb runs are
-read again whole when one of their files changes (a poll then costs one reading of them).
+judgement. Directories (a grpo run, a TRL output directory), TensorBoard event files, wandb runs and metrics
+files (a CSV or JSON lines a trainer writes a row a step) are read again whole when one of their files changes (a
+poll then costs one reading of them). A compressed log does not grow: it is read whole, as the doctor reads it.
 
 Exit status, as the doctor's: 0 the run ended healthy (or the watch was interrupted on a healthy
 run), 1 a problem, 2 nothing readable (permission denied, or the trainer exited before its files
@@ -37,6 +38,7 @@ from grpo.tools.doctor import (
     grpo_run,
     judge,
     logreader,
+    metricfiles,
     read,
     render,
     tensorboard,
@@ -44,6 +46,7 @@ from grpo.tools.doctor import (
     verl,
     wandb_run,
 )
+from grpo.tools.doctor.compressed import is_compressed
 from grpo.tools.doctor.logreader import LogReader
 from grpo.tools.doctor.record import Diagnosis, RunRecord, UnreadableRun
 from grpo.tools.doctor.textlog import CHUNK, LineSplitter, open_regular
@@ -284,6 +287,8 @@ def identify(path: Path) -> Follower | None:
         if tensorboard.find_event_files(path):
             return DirectoryFollower("TensorBoard event files (read again as they grow)", path,
                                      tensorboard.find_event_files)
+        if metricfiles.find(path):  # with the console log beside them, read as the doctor reads the folder
+            return DirectoryFollower("metrics files (read again as they grow)", path)
         found = logreader.find_console_log(path)
         return _console(*found) if found is not None else None
     if path.is_file() or (path.exists() and not path.is_dir()):
@@ -291,6 +296,10 @@ def identify(path: Path) -> Follower | None:
             return DirectoryFollower(TRL_DIRECTORY, path.parent, _trl_files)
         if tensorboard.is_event_file(path):
             return DirectoryFollower("a TensorBoard event file (read again as it grows)", path, lambda file: [file])
+        if metricfiles.is_metrics_file(path):
+            return DirectoryFollower("a metrics file (read again as it grows)", path, lambda file: [file])
+        if is_compressed(path):
+            return DirectoryFollower("a compressed log (it does not grow: read whole)", path, lambda file: [file])
         if areal.find_trainer_log(path) is not None:
             return _areal(path)
         if verl.looks_like_verl(path):

@@ -226,3 +226,34 @@ def test_mutated_event_files_and_wandb_runs_never_crash_the_doctor_or_the_watch(
         watched(root)
     except UnreadableRun:
         pass
+
+
+METRICS = Path(__file__).parents[2] / "data" / "real_runs"
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("name", ["trl_humor_wandb_exports_lr1e6", "custom_grpo_prm_metrics_csv_30",
+                                  "verl_resize_file_logger_score_zero", "tinker_rubric_rl_context_window_crash_step7",
+                                  "verl_agentr1_issue30_nan_gzip"])
+def test_mutated_metrics_files_and_compressed_logs_never_crash_the_doctor_or_the_watch(tmp_path, capsys, name, seed):
+    """The real hand-overs with hostile values (`mutate`: huge numbers, 5000 brackets, junk, a cut), a quote left
+    open, and their bytes mutated compressed (a flipped bit, a cut, junk): a verdict, or one line."""
+    rng = random.Random(seed)
+    root = Path(shutil.copytree(METRICS / name, tmp_path / name))
+    for path in [p for p in root.iterdir() if p.name != "SOURCE"]:
+        if path.suffix == ".gz":
+            path.write_bytes(mutate_bytes(path.read_bytes(), rng))
+            continue
+        text = path.read_text()
+        for _ in range(rng.randrange(1, 4)):
+            text = mutate(text, rng)
+        if rng.random() < 0.3:
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + '"' + text[at:]
+        path.write_text(text, errors="surrogatepass")
+    for target in [root, *(p for p in root.iterdir() if p.name != "SOURCE")]:
+        doctor(target, capsys)
+        try:
+            watched(target)
+        except UnreadableRun:
+            pass

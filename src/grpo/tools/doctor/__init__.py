@@ -1,13 +1,15 @@
 """`grpo doctor PATH`: explain a GRPO run after the fact, from the files it left behind, whatever
 trained it: a grpo run directory, an AReaL `trainer.log` (with `llm_server.log` beside it), a verl
 console log, a TRL output directory or console log, an Open-Reasoner-Zero or prime-rl console log, any
-other framework's console log whose lines show steps and their metrics (`generic`), or the TensorBoard event
-files or wandb run directory any of them logged to.
+other framework's console log whose lines show steps and their metrics (`generic`), the TensorBoard event
+files or wandb run directory any of them logged to, or a metrics file (`metricfiles`: a CSV with a step column,
+wandb's chart export, TensorBoard's Download CSV, JSON lines such as verl's file logger's). A compressed log or
+metrics file (`.gz`, `.bz2`, `.xz`, a `.zip` of one) is read as what it holds (`compressed`).
 
-Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`, `orz`, `primerl`, `tensorboard`, `wandb_run`)
-that turns its files into one `RunRecord`; `timeline` finds every anomaly with its first step, and `cause` decides what went
-wrong, infrastructure before the model. It only reads, and never crashes on what it reads: a path
-it cannot read at all is an `UnreadableRun` (one line, exit 2).
+Each source has its reader (`grpo_run`, `areal`, `verl`, `trl`, `orz`, `primerl`, `tensorboard`, `wandb_run`,
+`metricfiles`) that turns its files into one `RunRecord`; `timeline` finds every anomaly with its first step, and
+`cause` decides what went wrong, infrastructure before the model. It only reads, and never crashes on what it
+reads: a path it cannot read at all is an `UnreadableRun` (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from grpo.tools.doctor import (
     cause,
     grpo_run,
     logreader,
+    metricfiles,
     orz,
     primerl,
     scalars,
@@ -56,11 +59,13 @@ def _read(path: Path) -> RunRecord:
         return _wandb(run)
     if tensorboard.is_event_file(path):
         return tensorboard.read_record(path, [path])
+    if metricfiles.is_metrics_file(path):
+        return metricfiles.read_record(path)
     record = _read_logs(path)
     if record is not None and (record.steps() or not path.is_dir()):
         return record
     # A directory whose console log shows no step (its logger wrote them elsewhere), or that holds no log at all:
-    # the metrics its TensorBoard or wandb logger wrote beside it.
+    # the metrics its TensorBoard, wandb or file logger wrote beside it.
     logged = _logged_in(path)
     if logged is not None:
         return scalars.merge(record, logged, str(path)) if record is not None else logged
@@ -113,15 +118,18 @@ def _with_events(record: RunRecord, root: Path) -> RunRecord:
 
 
 def _logged_in(folder: Path) -> RunRecord | None:
-    """The run's metrics as its TensorBoard logger (event files under `folder`) or its wandb logger (the latest
-    run in `folder`/wandb) wrote them, or None."""
+    """The run's metrics as its TensorBoard logger (event files under `folder`), its wandb logger (the latest
+    run in `folder`/wandb) or a file logger (metrics files in `folder`: CSV, JSON lines) wrote them, or None."""
     if not folder.is_dir():
         return None
     files = tensorboard.find_event_files(folder)
     if files:
         return tensorboard.read_record(folder, files)
     run = wandb_run.find_run(folder / "wandb") if (folder / "wandb").is_dir() else None
-    return wandb_run.read_record(run) if run is not None else None
+    if run is not None:
+        return wandb_run.read_record(run)
+    files = metricfiles.find(folder)
+    return metricfiles.read_record(folder, files) if files else None
 
 
 READERS = {"verl": verl.VerlReader, "trl": trl.TrlLogReader, orz.SOURCE: orz.OrzReader,
@@ -140,8 +148,10 @@ KNOWN = ("a grpo run directory (config.yaml, metrics.jsonl, events.jsonl or chec
          "or a TRL console log ({'loss': ..., 'reward': ...} lines), an Open-Reasoner-Zero or prime-rl console log, "
          "a console log of any framework whose lines show a step and its metrics (step 12 | loss: 0.3 | reward: 0.5), "
          "any of their console logs that ended in a traceback or shows a trainer's client refused or left waiting by "
-         "its inference server, a TensorBoard log directory (events.out.tfevents.*) "
-         "or a wandb run directory (wandb/run-*/, or wandb/ for its latest run)")
+         "its inference server, a TensorBoard log directory (events.out.tfevents.*), "
+         "a wandb run directory (wandb/run-*/, or wandb/ for its latest run), "
+         "or a metrics file or a folder of them (a .csv with a step column, wandb's chart export, TensorBoard's "
+         "Download CSV, a .jsonl of one object per step); any of these files may be .gz, .bz2, .xz or a .zip of one")
 
 
 def examine(path: Path) -> tuple[Diagnosis, RunRecord]:

@@ -11,9 +11,9 @@ a cell `name number` of a `|`- or comma-separated list, or a table's name cell a
 Two shapes spread a step over lines: a step line without metrics followed at once by its metrics (a key/value
 table, a pretty-printed dict), and a table whose header names a step column and metric columns, one row a step.
 Names are known by their words, whatever their case, separators or role prefix (`train/`, `actor/`, `critic/`,
-`rollout/`, `policy/`): `avg_reward`, `Train/Reward`, `Total rewards mean` and `critic/score/mean` are the
-reward, and the task's raw score ranks over a shaped reward on one line (slime's `rollout/raw_reward` over its
-normalised `rollout/rewards`).
+`rollout/`, `policy/`, tinker's `env/all/` and `optim/`): `avg_reward`, `Train/Reward`, `Total rewards mean`,
+`env/all/reward/total` and `critic/score/mean` are the reward, and the task's raw score ranks over a shaped reward
+on one line (slime's `rollout/raw_reward` over its normalised `rollout/rewards`).
 
 A line that says it saved a checkpoint whose folder names the step (`.../global_step_350`, `.../checkpoint-500`)
 is that step's checkpoint, the one to resume from when a later step goes wrong.
@@ -92,7 +92,7 @@ _EDGES = " \t{}[]():"
 # Words that only say whose number it is, dropped from a name's start (`actor/pg_loss` is `pg_loss`). A
 # critic's loss and gradient norm are its own; its other numbers (verl's `critic/score/mean`) are the run's.
 _ROLES = frozenset({"train", "training", "actor", "critic", "rollout", "rollouts", "policy", "trainer", "metrics",
-                    "ppo", "grpo", "agent", "objective", "batch"})
+                    "ppo", "grpo", "agent", "objective", "batch", "optim", "env", "envs", "all"})
 _MEAN = frozenset({"mean", "avg", "average"})
 _OTHER_STATS = frozenset({"std", "stdev", "min", "max", "var", "variance", "median", "sum", "p50", "p90", "p95",
                           "p99", "count"})
@@ -104,7 +104,8 @@ _NAMES = {
     # is the group-normalised reward (about 0 by construction), verl's `critic/rewards` the score less the KL.
     **dict.fromkeys(("score", "scores", "task_reward", "raw_reward", "raw_rewards", "episode_reward", "reward_score"),
                     (REWARD, 0)),
-    **dict.fromkeys(("reward", "rewards", "total_reward", "total_rewards", "grouped_reward", "grouped_rewards"),
+    **dict.fromkeys(("reward", "rewards", "total_reward", "total_rewards", "reward_total", "grouped_reward",
+                     "grouped_rewards"),
                     (REWARD, 1)),
     **dict.fromkeys(("acc", "accuracy", "correct", "correctness", "correct_ratio", "pass@1", "pass_at_1",
                      "pass_rate", "solve_rate", "success_rate"), (ACCURACY, 0)),
@@ -370,6 +371,12 @@ def _ranked(pairs: list[tuple[str, float]]) -> dict[str, tuple[float, int]]:
         if known is not None and (known[0] not in found or known[1] < found[known[0]][1]):
             found[known[0]] = (value, known[1])
     return found
+
+
+def known(pairs: list[tuple[str, float]]) -> dict[str, float]:
+    """The metrics among `(name, value)` pairs the doctor knows by their names' words, under its names (of two
+    names for one measure, the task's own score over a shaped reward)."""
+    return _values(_ranked(pairs))
 
 
 def _values(ranked: dict[str, tuple[float, int]]) -> dict[str, float]:

@@ -45,20 +45,36 @@ from grpo.tools.doctor.record import (
     Evidence,
     Mark,
     RunRecord,
+    UnreadableRun,
 )
-from grpo.tools.doctor.textlog import read_lines
-
-RUN_FILES = ("config.yaml", "metrics.jsonl", "events.jsonl", "checkpoints")
+from grpo.tools.doctor.textlog import iter_lines, read_lines
 
 
 def is_run_dir(path: Path) -> bool:
     """grpo's own files, or a checkpoints/ directory of grpo's step_NNNNNN ones (other frameworks
-    have checkpoints/ directories too)."""
+    have checkpoints/ directories too, and a metrics.jsonl of their own: tinker-cookbook, prime-rl)."""
     if not path.is_dir():
         return False
-    if any((path / name).exists() for name in RUN_FILES if name != "checkpoints"):
+    if (path / "config.yaml").exists() or (path / "events.jsonl").exists():
         return True
+    if (path / "metrics.jsonl").exists():
+        return _grpo_metrics(path / "metrics.jsonl")
     return (path / "checkpoints").is_dir() and any((path / "checkpoints").glob("step_*"))
+
+
+def _grpo_metrics(path: Path) -> bool:
+    """Whether a metrics.jsonl is grpo's: its first line names grpo's metrics (or there is none yet)."""
+    try:
+        first = next((line for line in iter_lines(path) if line.strip()), None)
+    except UnreadableRun:
+        return True  # grpo's reader says what is wrong with it
+    if first is None:
+        return True
+    try:
+        line = json.loads(first)
+    except (ValueError, RecursionError):
+        return True
+    return isinstance(line, dict) and any(key in line for key in _CANONICAL)
 
 
 def details(run_dir: Path) -> list[str]:

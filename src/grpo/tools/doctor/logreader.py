@@ -16,7 +16,7 @@ from typing import Iterable
 from grpo.tools.doctor import generic
 from grpo.tools.doctor.crashes import FATAL, FRAME, TEARDOWN, TRACEBACK, UNCAUGHT, CrashScanner
 from grpo.tools.doctor.record import Checkpoint, Evidence, Mark, RunRecord
-from grpo.tools.doctor.textlog import clean, iter_lines, read_ends
+from grpo.tools.doctor.textlog import clean, iter_lines, log_suffix, read_ends
 
 # What a framework prints at launch (its modules in a traceback, its config dump, its actors): enough
 # to name the framework of a log that crashed before its first step.
@@ -148,7 +148,7 @@ def find_console_log(path: Path) -> tuple[Path, str] | None:
         candidates = [path]
     elif path.is_dir():
         try:
-            candidates = sorted(p for p in path.iterdir() if p.suffix in LOG_SUFFIXES and p.is_file())
+            candidates = sorted(p for p in path.iterdir() if log_suffix(p) in LOG_SUFFIXES and p.is_file())
         except OSError:
             return None
     else:

@@ -87,8 +87,8 @@ class RunRecord:
     total_steps: int | None = None
     finished: bool = False  # the source says the run ended normally
     running: bool = False  # a trainer holds the run now (grpo runs only can tell)
-    console: bool = False  # read from a console log: its last line is the last the run printed (a checkpoint's
-                           # trainer_state.json is a snapshot, never the run's end)
+    console: bool = False  # read from a console log or a metrics file written a row a step: its last line is the
+                           # last the run printed (a checkpoint's trainer_state.json is a snapshot, never the run's end)
     stop_checkpoint: str | None = None  # the last good checkpoint the guard named when it stopped the run
     notes: list[str] = field(default_factory=list)  # torn lines skipped, files missing: said, never fatal
     crashes: list[Crash] = field(default_factory=list)  # tracebacks and fatal lines read from a console log

@@ -4,7 +4,9 @@ Each framework logs the same names there as it shows elsewhere, so each is read 
 TRL through `trl.put_entry` (transformers' TensorBoard and wandb callbacks prefix every key with `train/`, or
 `eval/` for `eval_`), verl through `verl.metrics_of` (`critic/score/mean`, `actor/pg_loss`, ... as its console
 prints them), AReaL through `areal.put_stat` (`grpo_actor/task_reward/avg`, ...). OpenRLHF's names (`train/
-reward`, `train/policy_loss`, ...) are here, as no other reader of the doctor's reads them.
+reward`, `train/policy_loss`, ...) are here, as no other reader of the doctor's reads them. Any other framework's
+names (a metrics file of a trainer the doctor has no reader for, a TensorBoard tag like `train_reward`) are read by
+their words, as `generic` reads a console's (`env/all/reward/total` is the reward).
 
 A reader hands over its steps as `Start`s, one per trainer start (an event file, a wandb run): a start that
 begins at or before a step already read, or whose own steps go back, resumed the run there, and the steps it
@@ -16,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from grpo.tools.doctor import areal, trl, verl
+from grpo.tools.doctor import areal, generic, trl, verl
 from grpo.tools.doctor.record import (
     CRITIC_LOSS,
     ENTROPY,
@@ -47,6 +49,16 @@ class Row:
 
 
 @dataclass
+class Table:
+    """What one metrics file holds (a CSV table, JSON lines): its rows in the file's order, and what its reader says
+    about it."""
+
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    total_steps: int | None = None  # the run's steps, where the file says them
+
+
+@dataclass
 class Start:
     """What one trainer start logged, in order: one event file, or one wandb run."""
 
@@ -70,16 +82,16 @@ def framework_of(tags: set[str]) -> str | None:
 
 def build(source: str, what: str, path: str, starts: list[Start]) -> RunRecord:
     """The record of the starts' rows, under the framework their names say (`source`, the files' kind, while
-    nothing was logged yet). what: the files, in words."""
+    nothing was logged yet or when no framework's names are among them). what: the files, in words."""
     tags = {tag for start in starts for row in start.rows for tag in row.values}
     framework = framework_of(tags)
     if not tags:
         return RunRecord(source, path)
-    if framework is None:
+    if framework is None and not generic.known([(tag, 0.0) for tag in tags]):
         shown = ", ".join(sorted(tags)[:8]) or "no scalar"
         raise UnreadableRun(f"{path}: its {what} hold none of a GRPO framework's metric names ({FRAMEWORKS}), "
                             f"only {shown}: give the doctor the run's console log instead")
-    record = RunRecord(framework, path)
+    record = RunRecord(framework or source, path)
     last: int | None = None
     for start in starts:
         if start.purge_step is not None and last is not None:
@@ -95,7 +107,7 @@ def build(source: str, what: str, path: str, starts: list[Start]) -> RunRecord:
     return record
 
 
-def _put(record: RunRecord, framework: str, row: Row) -> None:
+def _put(record: RunRecord, framework: str | None, row: Row) -> None:
     step, values = row.step, row.values
     if framework == "trl":
         entry = {_trl_key(tag): value for tag, value in values.items()}
@@ -114,10 +126,14 @@ def _put(record: RunRecord, framework: str, row: Row) -> None:
         for tag, value in values.items():
             areal.put_stat(record, step, tag, value, row.evidence)
         return
-    for tag, value in values.items():
-        if tag in _OPENRLHF:
-            record.put(step, _OPENRLHF[tag], value)
-            record.evidence_by_step.setdefault(step, row.evidence)
+    if framework == "openrlhf":
+        named = {_OPENRLHF[tag]: value for tag, value in values.items() if tag in _OPENRLHF}
+    else:
+        named = generic.known(list(values.items()))
+    for name, value in named.items():
+        record.put(step, name, value)
+    if named:
+        record.evidence_by_step.setdefault(step, row.evidence)
 
 
 def _trl_key(tag: str) -> str:

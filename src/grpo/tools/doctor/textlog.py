@@ -5,6 +5,9 @@ or a device) is an `UnreadableRun`: the caller says so in one line. Everything i
 taken as it is: undecodable bytes are replaced, NUL bytes (copytruncate under `> train.log` leaves
 runs of them) are dropped, a torn last line is just a shorter line.
 
+A compressed log (`.gz`, `.bz2`, `.xz`, a `.zip` of one file) is read as its content (`compressed`), so every
+reader reads `train.log.gz` as it reads `train.log`.
+
 Lines are counted as editors count them: a line ends at `\\n` only (a `\\r` inside is a progress bar
 redrawn, not a new line). Files are streamed, so memory stays bounded however large the log; a line
 longer than `MAX_LINE` keeps its head (a 10 MB config dump on one line is not worth a regex's time).
@@ -17,6 +20,7 @@ colours, so each reader sees the line its framework printed.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -25,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
+from grpo.tools.doctor import compressed
 from grpo.tools.doctor.record import UnreadableRun
 
 CHUNK = 1 << 20
@@ -47,6 +52,17 @@ def open_regular(path: Path):
         raise UnreadableRun(f"{exc.filename or path} cannot be read (Permission denied): check its permissions") from None
     except OSError as exc:
         raise UnreadableRun(f"{path} cannot be read ({exc.strerror or exc}): check its permissions") from None
+
+
+def open_log(path: Path):
+    """A log opened for reading its bytes (its content, when it is compressed), or one line saying why not."""
+    raw = open_regular(path)
+    return compressed.content(raw, path) if compressed.is_compressed(path) else raw
+
+
+def log_suffix(path: Path) -> str:
+    """The suffix of what the file holds: `.log` for `train.log` and for `train.log.gz`."""
+    return Path(compressed.inner_name(path)).suffix if compressed.is_compressed(path) else Path(path).suffix
 
 
 def _kind(mode: int) -> str:
@@ -111,7 +127,7 @@ def _decode(data: bytes | bytearray) -> str:
 
 def iter_lines(path: Path) -> Iterator[str]:
     """Every line of the file, streamed (the torn last one included)."""
-    with open_regular(path) as f:
+    with open_log(path) as f:
         splitter = LineSplitter()
         while True:
             try:
@@ -132,6 +148,9 @@ def read_lines(path: Path) -> list[str]:
 def read_ends(path: Path) -> str:
     """The file's first HEAD bytes and its last TAIL bytes, as text: where a log says what wrote it
     (launch lines, config dumps) and how it ended (a traceback)."""
+    if compressed.is_compressed(path):
+        info = os.stat(path)
+        return _compressed_ends(str(path), info.st_mtime_ns, info.st_size)
     with open_regular(path) as f:
         head = f.read(HEAD)
         size = os.fstat(f.fileno()).st_size
@@ -139,6 +158,19 @@ def read_ends(path: Path) -> str:
             return _decode(head)
         f.seek(max(HEAD, size - TAIL))
         return _decode(head) + "\n" + _decode(f.read(TAIL))
+
+
+@functools.lru_cache(maxsize=8)
+def _compressed_ends(path: str, mtime_ns: int, size: int) -> str:
+    """read_ends of a compressed file: its content streamed once to its end (no seeking back into compressed
+    data), kept for the readers that each ask which format it is (the file's time and size key it)."""
+    with open_log(Path(path)) as f:
+        head = f.read(HEAD)
+        tail = bytearray()
+        while data := f.read(CHUNK):
+            tail += data
+            del tail[:-TAIL]
+    return _decode(head) + ("\n" + _decode(tail) if tail else "")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")

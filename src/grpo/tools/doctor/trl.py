@@ -37,7 +37,7 @@ from grpo.tools.doctor.record import (
     RunRecord,
     UnreadableRun,
 )
-from grpo.tools.doctor.textlog import MAX_LINE, as_step, number, read_ends, read_lines
+from grpo.tools.doctor.textlog import MAX_LINE, as_step, log_suffix, number, read_ends, read_lines
 
 STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -240,7 +240,7 @@ def find_log(path: Path) -> Path | None:
     if path.is_file():
         return path if looks_like_log(path) else None
     if path.is_dir():
-        for candidate in sorted(p for p in path.iterdir() if p.suffix in LOG_SUFFIXES):
+        for candidate in sorted(p for p in path.iterdir() if log_suffix(p) in LOG_SUFFIXES):
             if candidate.is_file() and looks_like_log(candidate):
                 return candidate
     return None

@@ -45,7 +45,7 @@ from grpo.tools.doctor.record import (
     Mark,
     RunRecord,
 )
-from grpo.tools.doctor.textlog import as_step, clean, number, read_ends
+from grpo.tools.doctor.textlog import as_step, clean, log_suffix, number, read_ends
 
 _STEP = re.compile(r"(?:^|[\s)])step:(\d+) - (.*)$")
 _CHECKPOINT = re.compile(r"global_step_(\d+)")
@@ -86,11 +86,16 @@ def looks_like_verl(path: Path) -> bool:
     return any(_STEP.search(clean(line)) for line in read_ends(path).splitlines() if "step:" in line)
 
 
+_LOG_ORDER = {".log": 0, ".txt": 1, ".out": 2}  # which of a directory's files is verl's log, first
+
+
 def find_log(path: Path) -> Path | None:
     if path.is_file():
         return path if looks_like_verl(path) else None
     if path.is_dir():
-        for candidate in sorted(path.glob("*.log")) + sorted(path.glob("*.txt")) + sorted(path.glob("*.out")):
+        for candidate in sorted(path.iterdir(), key=lambda p: (_LOG_ORDER.get(log_suffix(p), 3), p.name)):
+            if log_suffix(candidate) not in _LOG_ORDER:
+                continue
             if candidate.is_file() and looks_like_verl(candidate):
                 return candidate
     return None
