@@ -92,6 +92,8 @@ WRAPPERS = re.compile(r"ChildFailedError|JobException|^Killed$|Error executing j
 _FATAL_HINTS = ("Watchdog", "Killed", "Segmentation", "Fatal Python", "terminate called", "ChildFailedError",
                 "RayOutOfMemoryError", "*** SIG", "CUDA error", "CUDA Error", "NCCL", "Error executing job",
                 "Assertion", "low on memory", "memory pressure", "watchdog", "[F", "HYDRA_FULL_ERROR")
+# One search for any of them: cheaper than a test per hint on every line.
+_FATAL_HINT = re.compile("|".join(map(re.escape, _FATAL_HINTS)))
 HYDRA_CLOSING = "^Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace"
 # What Hydra prints between its error's message and its closing line: where it looked for the config.
 _HYDRA_TRAILER = re.compile(r"^(Config search path:|provider=)")
@@ -201,11 +203,11 @@ class CrashScanner:
 
     def feed(self, line_no: int, line: str, step: int) -> None:
         if line.strip():
-            if not TEARDOWN.search(line):
+            if self._last is not None and not TEARDOWN.search(line):
                 self._last = None  # the log went on after it: not what ended the run
             self._recent.append(line.strip())
         if self._frames is None and "Traceback" not in line and "ray::" not in line and 'File "' not in line \
-                and "Error" not in line and "Exception" not in line and not any(hint in line for hint in _FATAL_HINTS):
+                and "Error" not in line and "Exception" not in line and not _FATAL_HINT.search(line):
             return  # most lines: neither a traceback nor a fatal line
         stripped = line.strip()
         if not stripped:
@@ -246,7 +248,7 @@ class CrashScanner:
             if line_no - self._traceback_line > 400:  # never closed: not a traceback after all
                 self._frames, self._ignored, self._chained, self._in_engine = None, False, None, False
             return
-        if any(hint in stripped for hint in _FATAL_HINTS) and FATAL.search(stripped) \
+        if _FATAL_HINT.search(stripped) and FATAL.search(stripped) \
                 and not self._repeats(line_no, stripped):
             self._add(line_no, self._hydra_message(stripped) or _BAR_BEFORE.sub("", stripped), step, [])
 
