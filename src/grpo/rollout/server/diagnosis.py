@@ -6,13 +6,18 @@ start's cause is often far above the log's last 20 lines (vLLM-CPU refusing to s
 prints a traceback in its worker, then wrappers of it, then a shutdown). The line that says why is read
 by what it is, the first kind found winning:
 
+0. a stop asked of the server (a user's Ctrl-C, a supervisor's or scheduler's SIGTERM at the end of a job), no fault:
+   the server itself begins an orderly shutdown (vLLM's "[shutdown] API server: shutdown triggered", uvicorn's
+   "Shutting down", SGLang's draining on SIGTERM, a KeyboardInterrupt) where no line before it says why; quoted at the
+   signal the log tells, if it does; the errors after it are its teardown's (vLLM's EngineDeadError);
 1. a child process killed by a signal from outside (SGLang: "Subprocess scheduler_0 (pid=6766) crashed with
    exit code -9"; SIGKILL, SIGTERM, SIGINT, SIGHUP): nothing else a server logs explains the kill of its child;
    a child's own crash (SIGSEGV, SIGBUS, SIGABRT...) is read after the causes grpo knows, which may explain it
    (a full disk, NCCL), and before any error line (those after it are its consequences); a child ended by SIGQUIT,
    SGLang's own signal to end its processes once one failed, is neither: the error before it says why; and a kill the
-   log tells where no line before it says why (vLLM's engine: "trigger received signal=SIGTERM", SGLang's "SIGTERM
-   received", Ray's memory monitor: "Ray killed this worker"), after which the errors are its consequences;
+   log tells where no line before it says why and the server did not begin to shut down (vLLM's engine alone: "trigger
+   received signal=SIGTERM", its API server finding it dead; Ray's memory monitor: "Ray killed this worker"), after
+   which the errors are its consequences;
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too small
    for one sequence, a full disk, a /dev/shm too small, a GPU the build has no kernels for, an NVIDIA driver that does
    not fit the build's CUDA (or Triton's kernels), an attention backend without kernels for the model's head size or its
@@ -52,8 +57,10 @@ by what it is, the first kind found winning:
 
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read, but for
 a full disk: what writes first is often told so in a warning, and the server dies of it later without a word.
-What goes before a message (a log collector's: a launcher's task label, docker compose's service, a timestamp, a
-supervisor's Python logger; the server's: torch's rank, vLLM's processes and level, SGLang's time) is no part of it.
+What goes before a message (a log collector's or launcher's, each in turn where they nest: a terminal's ^C, srun's task
+label, kubectl's --prefix, docker compose's service, journald's time, host and unit, a timestamp, a supervisor's Python
+logger, a launcher's time, level and source; the server's: torch's rank, vLLM's processes and level, SGLang's time) and
+after it (Ray's "[repeated 8x across cluster]") is no part of it: a level a collector adds is not the server's.
 Real logs of each failure are kept in tests/data/server_logs/ (made here) and its real/ (GPU machines,
 from GitHub threads).
 """
@@ -121,7 +128,9 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("kv_cache_too_small", re.compile(
         r"larger than the available KV cache memory|No available memory for the cache blocks|"
         r"larger than the maximum number of tokens that can be stored in KV cache|"
-        r"Not enough memory\. Please try to increase --mem-fraction-static"),
+        r"Not enough memory\. Please try to increase --mem-fraction-static|"
+        # a vLLM plugin's word (vllm-rbln, on a Rebellions NPU)
+        r"Not enough memory for \d+ blocks of KV cache"),
         "raise rollout.server.memory_fraction (on a GPU the KV cache gets what the weights leave of it; vLLM-CPU: "
         "rollout.server.kv_cache_gib), or pass a smaller --max-model-len (vLLM) or --context-length (SGLang) in "
         "rollout.server.extra_args"),
@@ -482,9 +491,18 @@ OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, sign
 CLEANUP_SIGNALS = frozenset({signal.SIGQUIT})
 # A kill from outside told where no parent logs a signal's number: by the process killed (vLLM's engine: "[shutdown]
 # EngineCore: trigger received signal=SIGTERM", when systemd ends a session or Kubernetes a pod; SGLang's "SIGTERM
-# received") or by what killed it (Ray's memory monitor, for the node's memory).
+# received", unless the server then shuts down: STOP_REQUESTED) or by what killed it (Ray's memory monitor, for the
+# node's memory).
 OUTSIDE_KILL = re.compile(r"received signal=SIG(TERM|INT|HUP|KILL)\b|\bSIG(TERM|INT|HUP) received\b|"
                           r"Ray killed this worker|Task was killed due to the node running low on memory")
+# The server itself beginning an orderly shutdown, as it does when asked to stop (a user's Ctrl-C, a supervisor's or
+# scheduler's SIGTERM at the end of a job): vLLM's API server ("[shutdown] API server: shutdown triggered"; before 0.2x
+# "Shutting down FastAPI HTTP server", uvicorn's "Shutting down"), SGLang's draining on SIGTERM, Python's
+# KeyboardInterrupt. Where no line before it says why, it was stopped on request, not failed; a signal a child logs
+# alone, its parent going on, is a kill (OUTSIDE_KILL).
+STOP_REQUESTED = re.compile(r"\[shutdown\] API server: shutdown triggered|Shutting down FastAPI HTTP server|"
+                            r"^(INFO:\s+)?Shutting down$|\bSIG(TERM|INT) received\b.*\bshutting down\b|"
+                            r"^KeyboardInterrupt\b")
 # bash's word for a child of it that SIGKILL ended (a script's bash adds where: "run.sh: line 3: 4567 Killed").
 SHELL_KILLED = re.compile(r"^(.*: line \d+: +\d+ +)?Killed(\s|$)")
 # Lines that never say why: a warning, an import SGLang ignores, an optional API it turns off.
@@ -511,11 +529,21 @@ LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRIT
 # is followed by the error its backend raised).
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)|"
                       r"\braised:$")
-# What a log collector puts before the server's line: a launcher's task label (srun --label: "0: "), docker compose's
-# service ("vllm  | "), a timestamp (docker --timestamps, Kubernetes: "2026-11-27T12:00:00.123456789Z"), a supervisor's
-# Python logger (logging's "%(asctime)s - %(name)s - %(levelname)s - ": its level, not the server's).
-COLLECTOR = re.compile(r"^(\d{1,5}: )?([\w.-]+\s+\|\s)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+)?"
-                       r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [\w.]+ - [A-Z]+ - )?")
+# What a log collector or launcher puts before the server's line, each stripped in turn where they nest (journald
+# around docker compose around a timestamp): a terminal's echo of Ctrl-C ("^C"), a launcher's task label (srun --label:
+# "0: "), kubectl's --prefix ("[pod/vllm-0/vllm] "), docker compose's service ("vllm-1  | "), journald's or syslog's
+# time, host and unit ("Nov 27 12:00:00 host vllm[123]: ", or with ISO time), a timestamp (docker or kubectl
+# --timestamps: "2026-11-27T12:00:00.123456789Z"), a supervisor's Python logger ("%(asctime)s - %(name)s -
+# %(levelname)s - ", a tag after it: "[container] "), a launcher's time, level and source (Lemonade's "2026-11-27
+# 12:00:00.123 [Error] (Process) "). The levels in them are the collector's, not the server's.
+COLLECTOR = re.compile(r"^(\^C|\d{1,5}: |\[pod/[^\]]+\] |[\w.-]+\s+\|\s|"
+                       r"([A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) +(\S+ +)?[\w.@/-]+\[\d+\]: |"
+                       r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d +\S+ +[\w.@/-]+: |"
+                       r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+|"
+                       r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - ([\w.]+ - )?[A-Z]+ - (\[[\w.-]+\] )?|"
+                       r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \[[A-Z][a-z]+\] \([\w.-]+\) )")
+# What a collector puts after it: Ray's log deduplication ("... [repeated 8x across cluster] (Ray deduplicates ...)").
+COLLECTOR_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 # What the server puts before its message: torch's rank ("[rank0]: "), vLLM's process (after a container's name, where
 # a log collector adds one: "kserve-container (EngineCore_0 pid=58)"; each of them where one process prints another's
 # output: "(APIServer pid=7) (EngineCore_DP0 pid=9)") and level, SGLang's time and rank.
@@ -597,6 +625,19 @@ def explains(logged: str, said: str) -> bool:
 FRAME = re.compile(r"^[│┃]\s*|\s*[│┃]$")
 
 
+def as_logged(line: str) -> str:
+    """A line of the log as the server logged it: a log viewer's frame and what collectors added around it dropped."""
+    line = COLLECTOR_SUFFIX.sub("", FRAME.sub("", line.strip()))
+    while (found := COLLECTOR.match(line)) and found.end():
+        line = line[found.end():]
+    return line
+
+
+def message(line: str) -> str:
+    """What the server said on a line: what collectors added and the server's own prefixes (process, level) dropped."""
+    return PREFIX.sub("", as_logged(line))
+
+
 def one_line(text: str, limit: int = 200) -> str:
     """Text a server sent, as one line of at most `limit` characters (an HTML page's tags dropped, not a repr's
     angle brackets: "<Response [502]>")."""
@@ -621,7 +662,8 @@ def crash(line: str | None) -> tuple[str | None, int | None] | None:
 @dataclass(frozen=True)
 class Reading:
     """What a failed server's log says: the line that says why, the cause grpo knows it as, or the kind of error it is
-    (None: an error it cannot tell, or a child's death), and what to change (None where grpo has no advice)."""
+    (None: an error it cannot tell, or a child's death; "killed", "stopped": ended from outside, stopped on request),
+    and what to change (None where grpo has no advice)."""
 
     line: str | None
     cause: str | None
@@ -630,17 +672,26 @@ class Reading:
 
 def read_log(lines: list[str]) -> Reading:
     """The line of the server's log that says why it failed, read as the module's docstring says."""
-    logged = [COLLECTOR.sub("", FRAME.sub("", line.strip())) for line in lines]
+    logged = [as_logged(line) for line in lines]
     said = [PREFIX.sub("", line) for line in logged]
+    own = [(i, line) for i, (raw, line) in enumerate(zip(logged, said)) if not HARMLESS.search(raw)]
+
+    def unexplained(until: int) -> bool:  # no line before says why: an error, a known cause, a death (even warned of)
+        return not any(crash(line) for line in said[:until]) and not any(
+            explains(logged[i], line) for i, line in own if i < until)
+
+    stop = next((i for i, line in own if STOP_REQUESTED.search(line)), None)
+    if stop is not None and unexplained(stop):  # what follows a stop asked for is its teardown
+        asked = next((line for i, line in own if i <= stop and OUTSIDE_KILL.search(line)), said[stop])
+        return Reading(one_line(asked, 400), "stopped", None)
     crashes = [(line, found) for line in said if (found := crash(line))]
     signalled = [(line, -code) for line, (_, code) in crashes
                  if code is not None and code < 0 and -code not in CLEANUP_SIGNALS and not SHELL_KILLED.match(line)]
     killed = [line for line, number in signalled if number in OUTSIDE_SIGNALS]
     if killed:  # the first death: the others follow from it
         return Reading(one_line(killed[0], 400), "killed", None)
-    own = [(i, line) for i, (raw, line) in enumerate(zip(logged, said)) if not HARMLESS.search(raw)]
     kill = next((i for i, line in own if OUTSIDE_KILL.search(line)), None)
-    if kill is not None and not any(explains(logged[i], line) for i, line in own if i < kill):
+    if kill is not None and unexplained(kill):
         return Reading(one_line(said[kill], 400), "killed", None)  # what follows a kill is its consequence
     first_error = next((i for i, line in own if ERROR_LINE.search(line) and not WRAPPERS.search(line)), len(said))
     for cause in KNOWN_CAUSES:
@@ -712,6 +763,9 @@ def likely_cause(failure: dict[str, Any], attached: bool) -> str:
     quoted = (f"; the server said: \"{said}\"" if said else "") + (f": {knob}" if knob else "")
     if failure.get("stopped_by_grpo"):
         return f"grpo stopped it ({reason}){quoted}"
+    if failure.get("server_cause") == "stopped":
+        return ("it was stopped on request, no fault of its own: something outside grpo asked it to stop (a user's "
+                f"Ctrl-C, a scheduler's or container supervisor's SIGTERM){quoted}")
     child = crash(said)
     who, how = "it", ended(exit_)
     if child:

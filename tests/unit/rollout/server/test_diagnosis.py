@@ -14,6 +14,7 @@ from grpo.rollout.server.diagnosis import (
     UNSUPPORTED_FEATURE,
     Reading,
     likely_cause,
+    message,
     one_line,
     read_log,
     same_failure,
@@ -91,15 +92,12 @@ KNOBS = {kind.name: kind.knob for kind in (*KNOWN_CAUSES, *CATEGORIES)}
 
 def test_every_log_from_elsewhere_has_its_expected_cause():
     assert sorted(p.stem for p in REAL.glob("*.log")) == sorted(case.log for case in EXPECTED)
-    assert {case.cause for case in EXPECTED} <= {*KNOBS, "unknown", "killed", "none"}
+    assert {case.cause for case in EXPECTED} <= {*KNOBS, "unknown", "killed", "stopped"}
 
 
 @pytest.mark.parametrize("case", EXPECTED, ids=[case.log for case in EXPECTED])
 def test_a_real_log_from_elsewhere_reads_as_its_cause_with_what_to_change(case):
     reading = read_log(case.lines())
-    if case.cause == "none":  # a server that stopped cleanly: nothing to quote
-        assert reading == Reading(None, None, None)
-        return
     cause = None if case.cause == "unknown" else case.cause  # an error grpo has no advice for: quoted alone
     assert (reading.cause, reading.line and case.quote in reading.line) == (cause, True), reading.line
     assert reading.knob == KNOBS.get(case.cause)
@@ -324,9 +322,9 @@ def test_an_unknown_error_is_found_behind_a_log_collectors_prefix_and_under_any_
     assert server_error(["2025-08-13 04:39:39,839 - __main__ - WARNING - ERROR 08-13 04:39:39 engine.py:400] "
                          "KeyError: 'rope_scaling'"]) == ("KeyError: 'rope_scaling'", None)
     assert read_log(real("worker_vllm_llama31_rope_scaling")).line.startswith("ValueError: `rope_scaling` must be")
-    # an error raised without a message is its name alone; an interrupt is no error
+    # an error raised without a message is its name alone; an interrupt is no error but a stop asked (Ctrl-C)
     assert server_error(["    raise StopEngineError", "StopEngineError"]) == ("StopEngineError", None)
-    assert server_error(["    time.sleep(1)", "KeyboardInterrupt"]) == (None, None)
+    assert read_log(["    time.sleep(1)", "KeyboardInterrupt"]) == Reading("KeyboardInterrupt", "stopped", None)
 
 
 def test_a_childs_own_crash_lets_a_known_cause_speak_but_a_kill_from_outside_does_not():
@@ -357,6 +355,57 @@ def test_a_kill_from_outside_told_in_the_log_is_read_unless_a_line_before_it_say
     assert read_log(real("sglang_detokenizer_heartbeat_hang")).cause == "hang"
     assert read_log(["INFO starting", "[2026-04-27 03:20:18] SIGTERM received. signum=None frame=None."]).cause == (
         "killed")
+
+
+def test_a_stop_asked_of_the_server_is_no_fault_and_a_signal_its_child_alone_logs_a_kill():
+    ctrl_c = read_log(real("vllm_shutdown_ctrl_c_tp4"))  # the signal the log tells, not the shutdown after it
+    assert ctrl_c == Reading("[shutdown] EngineCore: trigger received signal=SIGINT", "stopped", None)
+    # the engine core's SIGTERM is its API server's own, sent while it shuts down: no kill
+    assert read_log(real("vllm_test_harness_sigterm")).line == "[shutdown] API server: shutdown triggered"
+    # the same signal with no shutdown of the server's: its engine killed under it
+    assert read_log(real("vllm_enginecore_external_sigterm")).cause == "killed"
+    # errors after the stop are its teardown's (vLLM's EngineDeadError as the engine goes)...
+    assert read_log(real("vllm_test_harness_sigterm") + real("vllm_enginecore_external_sigterm")).cause == "stopped"
+    # ...an error, a known cause or a death before it is why the server was ended, a death told in a warning too
+    assert read_log(real("vllm_offloading_prefix_cache_assert") + real("vllm_shutdown_ctrl_c_tp4")).cause == (
+        "server_bug")
+    assert read_log(real("sglang_detokenizer_heartbeat_hang")).cause == "hang"
+    assert read_log(real("sglang_detokenizer_heartbeat_hang")[-1:]).cause == "stopped"  # SGLang draining on SIGTERM
+    assert read_log(server_log("vllm_enginecore_killed")).cause == "died"
+    reading = read_log(real("vllm_test_harness_sigterm"))
+    stopped = {"exit": "exited with status 0", "server_error": reading.line, "server_cause": reading.cause}
+    assert likely_cause(stopped, attached=False) == (
+        "it was stopped on request, no fault of its own: something outside grpo asked it to stop (a user's Ctrl-C, a "
+        "scheduler's or container supervisor's SIGTERM); the server said: "
+        "\"[shutdown] API server: shutdown triggered\"")
+
+
+# Real lines as collectors printed them (the threads are named in tests/data/server_logs/real/SOURCE's thirteenth round
+# where their logs are kept; the others: vllm-project/vllm#12474 and community-scripts/ProxmoxVED#2047 (journald),
+# vllm-project/vllm#43410 (a launcher's Python logger), vllm-project/vllm#28658 (a Ray job's nested workers)).
+@pytest.mark.parametrize("line, said", [
+    ("Jan 28 10:40:07 localhost bash[367371]: RuntimeError: Engine process failed to start. See stack trace for the "
+     "root cause.", "RuntimeError: Engine process failed to start. See stack trace for the root cause."),
+    ("Jan 28 10:40:08 localhost systemd[1]: vllm3.service: Main process exited, code=exited, status=1/FAILURE",
+     "vllm3.service: Main process exited, code=exited, status=1/FAILURE"),
+    ("Aug 19 18:34:30 vllm vllm[8707]: (APIServer pid=8707)     return cls(", "return cls("),
+    ("2026-05-29 09:14:45,594 - INFO - [container] (APIServer pid=557)     return cls(", "return cls("),
+    ("(EngineCore_DP0 pid=1769) (RayWorkerWrapper pid=274, ip=10.2.1.15) [Gloo] Rank 0 is connected to 0 peer ranks. "
+     "Expected number of connected peer ranks is : 0 [repeated 8x across cluster] (Ray deduplicates logs by default. "
+     "Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/en/master/ray-observability/"
+     "user-guides/configure-logging.html#log-deduplication for more options.)",
+     "[Gloo] Rank 0 is connected to 0 peer ranks. Expected number of connected peer ranks is : 0"),
+    (real("vllm_shutdown_ctrl_c_tp4")[0], "[shutdown] EngineCore: trigger received signal=SIGINT"),
+])
+def test_what_collectors_and_launchers_add_around_a_line_is_no_part_of_it(line, said):
+    assert message(line) == said
+
+
+def test_a_launchers_level_is_not_the_servers():
+    """Lemonade prints the engine's INFO lines as [Error] where it reads them from stderr: the OOM is what is read."""
+    lines = real("lemonade_vllm_rocm_hip_oom")
+    assert message(lines[0]) == message(lines[2])  # the error raw on stderr, and logged by the engine's logger
+    assert read_log(lines).line.startswith("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 12.95 GiB.")
 
 
 def test_a_process_printing_anothers_lines_adds_its_prefix_to_theirs():
