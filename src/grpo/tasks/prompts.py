@@ -94,8 +94,13 @@ def unfilled_template_columns(tokenizer: PreTrainedTokenizerBase, problems: list
     template = load_chat_template(cfg.chat_template) or tokenizer.chat_template
     if not isinstance(template, str) or all(is_raw(p, cfg) for p in problems):
         return []
-    variables = jinja2.meta.find_undeclared_variables(
-        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template))
+    try:
+        variables = jinja2.meta.find_undeclared_variables(
+            jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template))
+    except jinja2.TemplateSyntaxError:
+        # A tokenizer's template may use transformers' own tags ({% generation %}), which only its renderer
+        # parses: its variables are unknown here, and rendering it reports its own errors.
+        return []
     named = dict.fromkeys(name for p in problems for name in p.columns
                           if name in variables and name not in cfg.chat_template_kwargs)
     notes = []
