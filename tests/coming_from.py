@@ -4,6 +4,7 @@ the names tables against the code, every grpo key and setting a page gives, the 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from grpo.cli import main
-from grpo.config import RunConfig, load_config, to_dict
+from grpo.config import RunConfig, load_config
 from grpo.config.foreign_names import ForeignName
 from grpo.errors import ConfigError
 from tests.docs import grpo_settings_load, in_backticks, table_under
@@ -20,14 +21,17 @@ from tests.docs import grpo_settings_load, in_backticks, table_under
 COMMAND_LINE = frozenset({"resume_from"})  # grpo train's override that is not a config key
 
 
-def grpo_defaults(section: dict | None = None, prefix: str = "") -> dict[str, object]:
-    """Every dotted key of grpo's config -> its default."""
+def grpo_defaults(section: object = None, prefix: str = "") -> dict[str, object]:
+    """Every dotted key of grpo's config -> its default; a key whose value is a mapping
+    (task.chat_template_kwargs) is one key, not a section."""
     out: dict[str, object] = {}
-    for name, value in (to_dict(RunConfig()) if section is None else section).items():
-        if isinstance(value, dict):
-            out |= grpo_defaults(value, f"{prefix}{name}.")
+    config = RunConfig() if section is None else section
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            out |= grpo_defaults(value, f"{prefix}{field.name}.")
         else:
-            out[prefix + name] = value
+            out[prefix + field.name] = value
     return out
 
 

@@ -16,6 +16,7 @@ from grpo.config import TaskConfig
 from grpo.dist import SINGLE, Ranks
 from grpo.rewards import (
     Reward,
+    Scores,
     TrainerState,
     extract_answer,
     math_batch_reward,
@@ -120,7 +121,8 @@ def evaluate(
     prompts = [encode_prompt(tokenizer, p, task_cfg, max_prompt_tokens) for p in problems]
     retries = {"max_retries": max_retries, "retry_backoff_s": retry_backoff_s, "ranks": ranks}
     greedy, retried = generate_answers(engine, prompts, SamplingParams(max_new_tokens, temperature=0.0), **retries)
-    rewards = _score(reward_fns, problems, greedy, state)
+    scores = _score(reward_fns, problems, greedy, state)
+    rewards = scores.total
     rows = [i for i, r in enumerate(rewards) if r is not None]  # the scored rows: every figure's denominator
     scored = [rewards[i] for i in rows]
     result = {
@@ -132,6 +134,7 @@ def evaluate(
         "empty": sum(c.status == SampleStatus.EMPTY for c in greedy),
         "retried": retried,  # answers the engine failed to produce at first: generated again, never scored
         "mean_length": sum(len(c.token_ids) for c in greedy) / max(len(greedy), 1),
+        **(_parts(scores.parts) if len(reward_fns) > 1 else {}),
     }
     answers = [{"id": p.id, "question": p.question, "gold": p.gold, "completion": c.text, "reward": r,
                 "status": c.status.value, "correct": r is not None and r >= threshold, "scored": r is not None}
@@ -140,7 +143,7 @@ def evaluate(
         params = SamplingParams(max_new_tokens, temperature=temperature)
         seeds = [sample_seed(seed, i, j) for i in range(len(prompts)) for j in range(samples)]
         sampled, _ = generate_answers(engine, [p for p in prompts for _ in range(samples)], params, seeds, **retries)
-        sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled, state)
+        sample_rewards = _score(reward_fns, [p for p in problems for _ in range(samples)], sampled, state).total
         reads_last_number = any(r.fn in (math_batch_reward, math_format_reward) for r in reward_fns)
         for i, answer in enumerate(answers):
             answer["samples"] = [{"completion": c.text, "reward": r, "status": c.status.value,
@@ -176,10 +179,20 @@ def _rate(count: float, of: int) -> float:
     return count / of if of else 0.0
 
 
-def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list, state: TrainerState
-           ) -> list[float | None]:
+def _score(reward_fns: Sequence[Reward], problems: list[Problem], completions: list, state: TrainerState) -> Scores:
     inputs = reward_inputs(problems, [c.text for c in completions], [c.token_ids for c in completions])
-    return score(reward_fns, {**inputs, "trainer_state": state}).total
+    return score(reward_fns, {**inputs, "trainer_state": state})
+
+
+def _parts(parts: dict[str, list[float | None]]) -> dict[str, float | int | None]:
+    """Each reward function's own mean over the greedy answers it scored (its None left out, as TRL's
+    eval_rewards/NAME/mean), and how many it scored: where several are summed, which one moved."""
+    figures: dict[str, float | int | None] = {}
+    for name, values in parts.items():
+        scored = [v for v in values if v is not None]
+        figures[f"reward/{name}/mean"] = sum(scored) / len(scored) if scored else None
+        figures[f"reward/{name}/scored"] = len(scored)
+    return figures
 
 
 def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -196,6 +209,10 @@ def merge_evaluations(parts: list[dict[str, Any]]) -> dict[str, Any]:
         elif key in ("empty", "retried", "unscorable_samples"):
             merged[key] = sum(p[key] for p in parts)
     merged["mean_length"] = sum(p["mean_length"] * p["n"] for p in parts) / max(n, 1)
+    for key in (key for key in parts[0] if key.startswith("reward/") and key.endswith("/mean")):
+        count = key.removesuffix("/mean") + "/scored"
+        merged[count] = sum(p[count] for p in parts)
+        merged[key] = (sum(p[key] * p[count] for p in parts if p[count]) / merged[count]) if merged[count] else None
     if "answers" in parts[0]:
         merged["answers"] = [a for p in parts for a in p["answers"]]
     return merged

@@ -382,3 +382,17 @@ def test_a_prompt_template_is_text_from_the_command_line_and_not_set_beside_a_pr
     with pytest.raises(ConfigError) as info:
         load_config("tiny", [r"task.prompt_template={question}\n{options}", "task.prompt_column=question"])
     assert "keep one" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_mapping_value_keeps_the_types_yaml_gives_its_entries_and_refuses_what_it_cannot_be():
+    """task.chat_template_kwargs: `false` stays a boolean (Qwen3's enable_thinking), a number a number; its entries
+    one by one on the command line too."""
+    cfg = load_config("tiny", ["task.chat_template_kwargs={enable_thinking: false, reasoning_effort: low, n: 3}"])
+    assert cfg.task.chat_template_kwargs == {"enable_thinking": False, "reasoning_effort": "low", "n": 3}
+    assert load_config("tiny", ["task.chat_template_kwargs.reasoning_effort=high"]).task.chat_template_kwargs == {
+        "reasoning_effort": "high"}
+    with pytest.raises(ConfigError, match=r"^task.chat_template_kwargs must be a mapping of names to values"):
+        load_config("tiny", ["task.chat_template_kwargs=low"])
+    with pytest.raises(ConfigError, match=r"^task.chat_template_kwargs sets the template's own variables; .*"
+                                          r"tools, .* are apply_chat_template's arguments, set by grpo"):
+        load_config("tiny", ["task.chat_template_kwargs={tools: none}"])

@@ -64,6 +64,29 @@ def test_ranks_shares_merge_over_the_scored_rows():
     assert merged["mean_length"] == 3.0  # over every greedy answer
 
 
+def test_several_rewards_report_each_one_s_own_mean_over_the_answers_it_scored():
+    """As TRL's eval_rewards/NAME/mean: a reward's None (it does not apply) is left out of its own mean."""
+    def some(completions, **kwargs):
+        return [None if c == "wrong" else 2.0 for c in completions]
+
+    problems = ArithTask(ArithConfig()).eval_problems(4)
+    result = evaluate(AnswerEngine(["right", "wrong", "right", "wrong"]), build_char_tokenizer(), problems,
+                      TaskConfig(), [Reward("shaped", shaped), Reward("some", some)], max_new_tokens=4)
+    assert abs(result["reward/shaped/mean"] - (1.125 + 0.1) / 2) < 1e-9 and result["reward/shaped/scored"] == 4
+    assert result["reward/some/mean"] == 2.0 and result["reward/some/scored"] == 2
+    alone = evaluate(AnswerEngine(["right"]), build_char_tokenizer(), problems, TaskConfig(),
+                     [Reward("shaped", shaped)], max_new_tokens=4)
+    assert not any(key.startswith("reward/") for key in alone)  # one reward's mean is mean_reward
+
+
+def test_ranks_shares_of_a_reward_s_own_mean_merge_over_the_answers_it_scored():
+    base = {"n": 2, "scored": 2, "unscorable": 0, "accuracy": 0.0, "mean_reward": 0.0, "empty": 0, "retried": 0,
+            "mean_length": 1.0}
+    merged = merge_evaluations([{**base, "reward/fmt/mean": 1.0, "reward/fmt/scored": 1},
+                                {**base, "reward/fmt/mean": 4.0, "reward/fmt/scored": 2}])
+    assert merged["reward/fmt/scored"] == 3 and abs(merged["reward/fmt/mean"] - 3.0) < 1e-9
+
+
 def boxed_five(completions, **kwargs):
     """A reward of one's own that reads the boxed answer."""
     return [float("\\boxed{5}" in c) for c in completions]

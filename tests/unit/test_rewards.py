@@ -9,7 +9,10 @@ import pytest
 
 from grpo.errors import ConfigError
 from grpo.rewards import (
+    ExtraColumns,
+    Reward,
     RewardError,
+    TrainerState,
     check_golds,
     extract_answer,
     get_reward,
@@ -19,6 +22,7 @@ from grpo.rewards import (
     parse_number,
     register_reward,
     resolve_rewards,
+    score,
     score_completions,
 )
 
@@ -223,6 +227,31 @@ def test_score_completions_falls_back_per_sample() -> None:
     rewards, errors = score_completions(picky, ["a", "bad", "c"], {"gold": ["a", "b", "x"]})
     assert rewards == [1.0, None, 0.0]
     assert errors == [None, "RuntimeError: cannot score this", None]
+
+
+def test_trl_s_log_extra_columns_land_at_each_completion_s_place_when_scored_one_by_one() -> None:
+    """TRL's log_extra(column, values): one value per completion of the call; a batch that raised is scored one by
+    one, and each of those calls writes at its own completion's place."""
+    def parsed(completions, gold, log_extra, **kwargs):
+        if len(completions) > 1 and "bad" in completions:
+            raise RuntimeError("the batch breaks")
+        log_extra("seen", [f"{c}/{g}" for c, g in zip(completions, gold)])
+        return [float(c == g) for c, g in zip(completions, gold)]
+
+    for completions in (["a", "b", "c"], ["a", "bad", "c"]):
+        extra = ExtraColumns(3)
+        score([Reward("parsed", parsed)], {"completions": completions, "gold": ["a", "x", "c"],
+                                           "trainer_state": TrainerState(0, 1), "log_extra": extra})
+        assert [extra.of(i) for i in range(3)] == [{"seen": f"{c}/{g}"} for c, g in zip(completions, "axc")]
+
+
+def test_a_reward_using_trl_s_log_extra_passes_the_start_s_check_where_nothing_is_logged() -> None:
+    def needs_it(completions, log_extra, **kwargs):
+        log_extra("length", [len(c) for c in completions])
+        return [1.0] * len(completions)
+
+    scores = score([Reward("needs_it", needs_it)], {"completions": ["ab"], "trainer_state": TrainerState(0, 1)})
+    assert scores.total == [1.0]
 
 
 def test_score_completions_wrong_length_raises() -> None:

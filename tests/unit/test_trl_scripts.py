@@ -1,4 +1,4 @@
-"""Real TRL GRPOTrainer scripts, two rounds of them (tests/data/trl_scripts/README.md: their SOURCEs, what TRL does
+"""Real TRL GRPOTrainer scripts, three rounds of them (tests/data/trl_scripts/README.md: their SOURCEs, what TRL does
 with each, the blind runs) run on grpo the way a TRL user does after reading docs/coming-from-trl.md: rows in each script's
 shape, its reward functions written here in their shapes, the settings the docs' tables translate, grpo's tiny
 model. TRL's side is written from what its GRPOTrainer does: a text prompt tokenized as it is, a message list
@@ -27,7 +27,7 @@ from grpo.tasks.context import fit_prompts, model_context, prompt_lengths
 from grpo.tasks.prompts import encode_prompt
 
 from .tasks.test_files import write_rows
-from .test_trl_rewards import GSM8K, STATE, Shape, trl_rewards
+from .test_trl_rewards import GSM8K, R1, STATE, WILLCB, Shape, trl_rewards
 
 DATA = Path(__file__).parents[1] / "data"
 TOKENIZER = build_char_tokenizer()
@@ -45,7 +45,8 @@ class Script:
     settings: tuple[str, ...] = ()  # the script's GRPOConfig as grpo's overrides, written from the docs' tables
     weights: tuple[float, ...] | None = None
     max_prompt_length: int | None = None  # the script's, where it sets one: TRL kept a prompt's last N tokens
-    chat_template: str | None = None  # one the script set on the tokenizer, which TRL then renders
+    chat_template: str | None = None  # one the script set on the tokenizer (or the model's own), which TRL renders
+    template_variables: dict[str, Any] | None = None  # what TRL's renderer gave the template beyond the messages
 
     def shape(self) -> Shape:
         return Shape(self.rows, self.completions)
@@ -110,6 +111,35 @@ DAPO_ROWS, DAPO_PROMPT_LENGTH = kept_under_ninetieth_percentile([
      "ability": "MATH", "reward_model": {"ground_truth": a, "style": "rule-lighteval/MATH_v2"},
      "extra_info": {"index": f"gsm8k-{i}"}, "answer": a} for i, (q, a) in enumerate(GSM8K)], QWEN3_TEMPLATE)
 STORY = "My neighbour's cat has started visiting every morning and sits by the window until I let it in. "
+
+# Round 3's notebooks (README, S16 to S21).
+R1_SYSTEM = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
+             "assistant first thinks about the reasoning process in the mind and then provides the user with the "
+             "answer.")
+QLORA_SYSTEM = ("A conversation between User and Assistant. The reasoning process is enclosed strictly within <think> "
+                "and </think> tags. After closing </think>, the assistant MUST provide the final answer in plain text.")
+SOLUTION_TAGS = ("You are a mathematical reasoning assistant.\nWhen given a math problem:\n1. Show your step-by-step "
+                 "work between <start_working_out> and <end_working_out>\n2. Provide your final numerical answer "
+                 "between <SOLUTION> and </SOLUTION>")
+BOXED = ("Think step by step between <think> and </think> and thenoutput your answer. Output the final answer in "
+         "\\boxed{} format.")
+MATMUL = ("Create a new fast matrix multiplication function using only native Python code.\nYou are given a list of "
+          "list of numbers.\nOutput your new function in backticks.")
+# A template in gpt-oss's shape: the system block says the reasoning effort, the template's default medium.
+GPT_OSS = ("{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
+           "<|start|>system<|message|>You are ChatGPT.\nReasoning: {{ reasoning_effort }}<|end|>"
+           "{% for m in messages %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|end|>{% endfor %}"
+           "{% if add_generation_prompt %}<|start|>assistant{% endif %}")
+# The notebook's max_prompt_length: the prompt's tokens as text, without the chat template, + 1.
+MATMUL_PROMPT_LENGTH = len(TOKENIZER(MATMUL)["input_ids"]) + 1
+SEVEN = "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
+LFM_ROWS, LFM_PROMPT_LENGTH = kept_under_ninetieth_percentile([
+    {"prompt": conversation(BOXED, q), "solution": a, "data_source": "math_dapo",
+     "source_prompt": [{"content": f"Solve the following math problem step by step.\n\n{q}", "role": "user"}],
+     "ability": "MATH", "reward_model": {"ground_truth": a, "style": "rule-lighteval/MATH_v2"},
+     "extra_info": {"index": f"gsm8k-{i}"}, "answer": a} for i, (q, a) in enumerate(GSM8K)], None)
+KERNEL = ("```python\ndef matmul(A, B):\n    return [[sum(a * b for a, b in zip(row, col)) for col in zip(*B)] "
+          "for row in A]\n```")
 
 SCRIPTS = {
     "trl-gspo": Script(  # huggingface/trl examples/scripts/gspo.py: make_conversation, `messages`, `problem` removed
@@ -201,6 +231,60 @@ SCRIPTS = {
          for a, b in ((2, 3), (7, 8))],
         ("reward_object:reward_system",), ["<think>two and three make five</think> 5", "15"],
         ("rollout.samples_per_problem=2", "rollout.problems_per_step=2", "task.text_prompts=raw")),
+    # Round 3, test-sized likewise.
+    "cookbook-vllm": Script(  # huggingface/cookbook grpo_vllm_online_training.ipynb: NuminaMath, `solution` kept
+        [{"prompt": conversation(R1_SYSTEM, p), "solution": s} for p, s in R1],
+        ("numina_think_answer:think_then_answer_reward", "numina_think_answer:solution_or_pass_reward"),
+        ["<think>add</think> <answer>$\\frac{2}{3}$</answer>", "<think>2^10</think><answer>$1000$</answer>", "7"],
+        ("model.lora.rank=8", "model.lora.alpha=32", "model.lora.dropout=0.1",
+         "model.lora.target_modules=[q_proj,v_proj]", "actor.lr=1e-5", "actor.schedule=linear", "train.epochs=1",
+         "rollout.samples_per_problem=8", "rollout.problems_per_step=2", "task.max_prompt_tokens=512",
+         "task.truncate_prompts=left"),
+        max_prompt_length=512),
+    "cookbook-advanced": Script(  # huggingface/cookbook trl_grpo_reasoning_advanced_reward.ipynb: `question` kept
+        [{"question": q, "answer": a, "prompt": conversation(SOLUTION_TAGS, q)} for q, a in GSM8K],
+        ("solution_tags:whole_layout_reward", "solution_tags:tag_by_tag_reward", "solution_tags:graded_solution_reward",
+         "solution_tags:solution_number_reward"),
+        ["<start_working_out>48 + 24<end_working_out><SOLUTION>72</SOLUTION>",
+         "<start_working_out>12 * 50 / 60<end_working_out><SOLUTION>11</SOLUTION>", "<SOLUTION>five</SOLUTION>"],
+        ("model.lora.rank=16", "model.lora.alpha=32", "model.lora.dropout=0.1",
+         "model.lora.target_modules=[q_proj,v_proj]", "actor.lr=5e-6", "actor.schedule=linear",
+         "rollout.problems_per_step=2", "rollout.samples_per_problem=8", "task.max_prompt_tokens=1024",
+         "task.truncate_prompts=left", "actor.max_grad_norm=0.1"),
+        max_prompt_length=1024),
+    "unsloth-llama31": Script(  # unslothai/notebooks Llama3.1_(8B)-GRPO: willccbb's GSM8K data and five rewards
+        WILLCB.rows, ("gsm8k_tags:tag_tally_reward", "gsm8k_tags:loose_layout_reward",
+                      "gsm8k_tags:strict_layout_reward", "gsm8k_tags:integer_answer_reward",
+                      "gsm8k_tags:answer_reward"),
+        WILLCB.completions,
+        ("model.lora.rank=32", "model.lora.alpha=32", SEVEN, "model.gradient_checkpointing=true", "actor.lr=5e-6",
+         "actor.betas=[0.9,0.99]", "actor.weight_decay=0.001", "actor.warmup_steps=25", "actor.schedule=cosine",
+         "actor.max_grad_norm=0.1", "rollout.problems_per_step=1", "rollout.samples_per_problem=6",
+         "task.max_prompt_tokens=256", "task.truncate_prompts=left"), max_prompt_length=256),
+    "unsloth-lfm25": Script(  # unslothai/notebooks LFM2.5_(1.2B)-GRPO: DAPO mapped, nested columns kept
+        LFM_ROWS, ("boxed_after_think:boxed_after_think_reward", "boxed_after_think:think_tags_reward",
+                   "boxed_after_think:boxed_answer_reward", "boxed_after_think:first_number_reward"),
+        ["<think>48 + 24</think> so \\boxed{72}</s>", "<think>12 * 50 / 60</think> \\boxed{11}",
+         "<think></think> five"][:len(LFM_ROWS)],
+        ("model.lora.rank=32", "model.lora.alpha=64",
+         "model.lora.target_modules=[q_proj,k_proj,v_proj,out_proj,in_proj,w1,w2,w3]", "actor.lr=5e-6",
+         "actor.weight_decay=0.01", "actor.warmup_steps=1", "actor.schedule=linear", "rollout.samples_per_problem=4",
+         "rollout.problems_per_step=1", f"task.max_prompt_tokens={LFM_PROMPT_LENGTH}")),
+    "trl-qlora": Script(  # huggingface/trl examples/notebooks/grpo_trl_lora_qlora.ipynb: TRL's built-in rewards
+        [{"prompt": conversation(QLORA_SYSTEM, p), "solution": s} for p, s in R1],
+        ("trl_builtin:think_first_reward", "reasoning_accuracy:after_think_accuracy_reward"),
+        ["<think>add</think> $\\boxed{\\frac{2}{3}}$", "<think>2^10</think> \\boxed{1000}", "</think> 7"],
+        ("model.lora.rank=32", "model.lora.alpha=32", SEVEN, "model.attn_implementation=sdpa", "model.dtype=float32",
+         "actor.lr=2e-5", "actor.schedule=linear", "rollout.problems_per_step=1", "rollout.samples_per_problem=8")),
+    "unsloth-gpt-oss": Script(  # unslothai/notebooks gpt-oss-(20B)-GRPO: an int gold and a `reasoning_effort` column
+        [{"prompt": conversation(None, MATMUL), "answer": 0, "reasoning_effort": "low"}] * 2,
+        ("matmul_kernel:kernel_compiles_reward", "matmul_kernel:stdlib_only_reward",
+         "matmul_kernel:kernel_correct_reward"),
+        [KERNEL, "```python\ndef matmul(A, B):\n    import numpy\n    return numpy.matmul(A, B)\n```"],
+        (f"task.chat_template={GPT_OSS}", "model.lora.rank=4", "model.lora.alpha=8", SEVEN, "actor.lr=5e-5",
+         "actor.weight_decay=0.001", "actor.warmup_steps=10", "actor.schedule=linear", "rollout.samples_per_problem=2",
+         "rollout.problems_per_step=1", f"task.max_prompt_tokens={MATMUL_PROMPT_LENGTH}", "task.truncate_prompts=left"),
+        max_prompt_length=MATMUL_PROMPT_LENGTH, chat_template=GPT_OSS, template_variables={"reasoning_effort": "low"}),
 }
 NAMES = sorted(SCRIPTS)
 
@@ -219,16 +303,18 @@ def loaded(tmp_path: Path, script: Script):
     return cfg, build_task(cfg.task).eval_problems(None)
 
 
-def trl_prompt_ids(row: dict[str, Any], max_prompt_length: int | None, chat_template: str | None = None) -> list[int]:
+def trl_prompt_ids(row: dict[str, Any], max_prompt_length: int | None, chat_template: str | None = None,
+                   template_variables: dict[str, Any] | None = None) -> list[int]:
     """The prompt TRL's GRPOTrainer generates from: a text prompt tokenized as it is, a message list through the
-    tokenizer's chat template (`chat_template` where the script set its own); TRL 0.14 to 0.2x then kept its last
+    tokenizer's chat template (`chat_template` where the script set its own, with `template_variables`: TRL's
+    chat_template_kwargs, or the row's columns Unsloth's trainer renders); TRL 0.14 to 0.2x then kept its last
     max_prompt_length tokens."""
     prompt = row["prompt"]
     if isinstance(prompt, str):
         ids = TOKENIZER(prompt)["input_ids"]
     else:
         text = TOKENIZER.apply_chat_template(prompt, chat_template=chat_template, tokenize=False,
-                                             add_generation_prompt=True)
+                                             add_generation_prompt=True, **(template_variables or {}))
         ids = TOKENIZER(text, add_special_tokens=False)["input_ids"]
     return ids[-max_prompt_length:] if max_prompt_length else ids
 
@@ -243,7 +329,8 @@ def test_the_prompt_grpo_sends_is_the_one_trl_sends(tmp_path, name):
                       model_context({"max_position_embeddings": TINY_POSITIONS}), cfg.rollout.max_new_tokens,
                       "rollout.max_new_tokens", cfg.task, "training prompts")
     sent = [encode_prompt(TOKENIZER, p, cfg.task, fit.limit) for p in problems]
-    assert sent == [trl_prompt_ids(row, script.max_prompt_length, script.chat_template) for row in script.rows]
+    assert sent == [trl_prompt_ids(row, script.max_prompt_length, script.chat_template, script.template_variables)
+                    for row in script.rows]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -332,21 +419,83 @@ def test_a_tracker_asked_for_without_its_package_is_refused_before_the_run_direc
     assert not (tmp_path / "r").exists()
 
 
-# The TRL settings each round-2 script's user tried as they are (README, "TRL names tried"): each answered with
-# grpo's key or why there is none, never the top level's section list.
+# The TRL settings each round-2 and round-3 script's user tried as they are (README, "TRL names tried"): each
+# answered with grpo's key or why there is none, never the top level's section list or another trainer's name.
 TRIED = ["vllm_max_model_length=3584", "disable_dropout=true", "save_only_model=true", "optim=paged_adamw_8bit",
          "log_completions=true", "remove_unused_columns=false", "bf16=true", "report_to=[wandb]", "min_p=0.1",
          "vllm_sampling_params={min_p: 0.1, top_p: 1.0}", "max_seq_length=2048", "num_iterations=3",
          f"reward_model_name_or_path={REWARD_MODEL}", "reward_funcs=[think_format_reward]",
-         "generation_kwargs={do_sample: true, temperature: 0.85, top_k: 50, top_p: 0.95, num_beams: 1}"]
+         "generation_kwargs={do_sample: true, temperature: 0.85, top_k: 50, top_p: 0.95, num_beams: 1}",
+         "report_to=[trackio]", "project=Qwen2-0-5B-GRPO-vllm-trl", "trackio_space_id=sergiopaniego/Qwen2-0-5B-GRPO",
+         "push_to_hub=true", "save_strategy=steps", "max_lora_rank=32", "random_state=3407", "load_in_4bit=true",
+         "fast_inference=true", "use_gradient_checkpointing=unsloth", "eval_strategy=steps", "eval_steps=1",
+         "per_device_eval_batch_size=4", "eval_accumulation_steps=1", "fp16_full_eval=true", "use_liger_kernel=true",
+         "quantization_config={load_in_4bit: true}", "chat_template_kwargs={reasoning_effort: low}",
+         "model_init_kwargs={attn_implementation: sdpa, dtype: float32}", "report_to=none"]
 
 
 @pytest.mark.parametrize("setting", TRIED)
 def test_each_trl_setting_the_scripts_users_tried_is_answered_with_grpo_s_key(setting):
+    """Blind, round 3's users got the section list for 9 of their 42 tries (project, trackio_space_id, max_lora_rank,
+    ...) and use_liger_kernel was called OpenRLHF's."""
     name = setting.partition("=")[0]
     with pytest.raises(ConfigError, match=rf"^{name} is TRL's name; grpo") as info:
         load_config(None, [setting])
     assert "valid keys in the top level" not in str(info.value)
+
+
+@pytest.mark.parametrize(("setting", "written"), [
+    ("report_to=none", "logging.tensorboard=false"), ("report_to=[tensorboard]", "logging.tensorboard=true"),
+    ("model_init_kwargs={attn_implementation: sdpa, dtype: float32}",
+     "model.attn_implementation=sdpa model.dtype=float32"),
+    ("chat_template_kwargs={reasoning_effort: low}", "task.chat_template_kwargs={reasoning_effort: low}")])
+def test_a_trl_setting_whose_value_grpo_can_say_is_written_as_grpo_s_overrides(setting, written):
+    """Blind: report_to=none and model_init_kwargs named grpo's keys without the overrides; chat_template_kwargs was
+    an unknown key."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [setting])
+    assert str(info.value).partition(" (")[0].endswith(f": {written}")
+    overrides = re.findall(r"\S+=(?:\{[^}]*\}|\S+)", written)
+    load_config("tiny", overrides)  # grpo takes what it writes
+
+
+def test_an_evaluation_during_training_reports_each_reward_s_own_mean(tmp_path, fixtures_importable):
+    """Unsloth's LFM2.5 notebook with its evaluation lines uncommented (eval_strategy steps, eval_steps 1): TRL logs
+    eval_rewards/NAME/mean for each of its four rewards; blind, grpo's evaluation gave their sum alone."""
+    script = SCRIPTS["unsloth-lfm25"]
+    result = api.train(None, dataset=script.rows[:-1], eval_dataset=script.rows[-1:], rewards=list(script.rewards),
+                       overrides=[*SMALL, *script.settings, "eval.every_steps=1", f"run_dir={tmp_path / 'r'}"])
+    [line] = [json.loads(text) for text in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    means = [line[f"eval/reward/{spec.rpartition(':')[2]}/mean"] for spec in script.rewards]
+    assert line["eval/scored"] == 1 and line["eval/mean_reward"] == pytest.approx(sum(means))  # one row, weights 1
+
+
+def test_what_a_reward_gives_trl_s_log_extra_is_in_the_step_s_samples(tmp_path, fixtures_importable):
+    """TRL's reasoning_accuracy_reward hands its parsed gold and answer to log_extra (TRL's QLoRA notebook trains
+    with it); blind, grpo did not pass the keyword and the columns were dropped without a word."""
+    script = SCRIPTS["trl-qlora"]
+    result = api.train(None, dataset=script.rows, rewards=list(script.rewards),
+                       overrides=[*SMALL, *script.settings, "logging.samples_per_step=4", f"run_dir={tmp_path / 'r'}"])
+    samples = [json.loads(text) for text in (result.run_dir / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(set(sample["extra"]) == {"gold_parsed", "answer_parsed"} for sample in samples)
+
+
+def test_a_column_the_chat_template_reads_is_said_and_chat_template_kwargs_renders_it(tmp_path, fixtures_importable):
+    """Unsloth's gpt-oss notebook puts reasoning_effort "low" in every row, which Unsloth's trainer renders and TRL's
+    does not; blind, grpo rendered the template's default without a word, and TRL's chat_template_kwargs (the way
+    to set it) was an unknown key."""
+    script = SCRIPTS["unsloth-gpt-oss"]
+    result = api.train(None, dataset=script.rows, rewards=list(script.rewards),
+                       overrides=[*SMALL, *script.settings, f"run_dir={tmp_path / 'r'}"])
+    said = (result.run_dir / "train.log").read_text()
+    assert re.search(r"column 'reasoning_effort' is a variable the chat template reads; .*: "
+                     r"task.chat_template_kwargs=\{reasoning_effort: low\} renders it in every prompt\n", said)
+    whole = Script(script.rows, script.rewards, script.completions,
+                   (f"task.chat_template={GPT_OSS}", "task.chat_template_kwargs={reasoning_effort: low}"))
+    _, problems = loaded(tmp_path, whole)
+    low = trl_prompt_ids(script.rows[0], None, GPT_OSS, {"reasoning_effort": "low"})  # TRL's chat_template_kwargs
+    assert encode_prompt(TOKENIZER, problems[0], loaded(tmp_path, whole)[0].task) == low
+    assert low != trl_prompt_ids(script.rows[0], None, GPT_OSS)  # the template's default, medium
 
 
 def test_trl_s_command_line_given_as_overrides_is_answered_once_with_what_means_the_same_written():

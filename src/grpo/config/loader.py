@@ -223,6 +223,10 @@ def _coerce(value: Any, hint: Any, path: str, current: Any = None) -> Any:
         if value not in args:
             raise ConfigError(f"{path} must be one of {', '.join(map(str, args))}; got {value!r}")
         return value
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+            raise ConfigError(f"{path} must be a mapping of names to values ({{name: value, ...}}), got {value!r}")
+        return {key: _as_typed(v, args[1], f"{path}.{key}") for key, v in value.items()}
     if origin is list:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             value = [value]
@@ -253,6 +257,15 @@ def _coerce(value: Any, hint: Any, path: str, current: Any = None) -> Any:
             raise ConfigError(f"{path} must be a string, got {value!r}")
         return str(value)
     return value
+
+
+def _as_typed(value: Any, hint: Any, path: str) -> Any:
+    """A mapping's value kept as YAML typed it where it is one of `hint`'s types (`false` stays a boolean where text
+    is allowed too), else coerced to the first that takes it."""
+    allowed = tuple(t for t in (typing.get_args(hint) or (hint,)) if isinstance(t, type))
+    if isinstance(value, allowed) and (bool in allowed or not isinstance(value, bool)):
+        return value
+    return _coerce(value, hint, path)
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -16,6 +16,11 @@ from grpo.checks import CHECKS
 from grpo.config.keys import Rule, above, at_least, finite, knob, problems, rule, within
 from grpo.errors import ConfigError
 
+# apply_chat_template's own arguments, which grpo sets when it renders a prompt: not template variables.
+TEMPLATE_ARGUMENTS = frozenset({"conversation", "messages", "chat_template", "tools", "documents",
+                                "add_generation_prompt", "continue_final_message", "tokenize", "padding",
+                                "truncation", "max_length", "return_tensors", "return_dict",
+                                "return_assistant_tokens_mask", "tokenizer_kwargs"})
 
 @dataclass
 class TinyModelConfig:
@@ -122,6 +127,11 @@ class TaskConfig:
     system_prompt: str | None = knob(None, "a system message before each text prompt")
     instruction: str = knob("Put your final answer within \\boxed{}.", "appended to text prompts on a new line")
     chat_template: str | None = knob(None, "a Jinja chat template, or a file holding one; null: the tokenizer's")
+    chat_template_kwargs: dict[str, str | bool | int | float] = knob(factory=dict, help=(
+        "variables the chat template reads, given to every prompt it renders (TRL's chat_template_kwargs): "
+        "{enable_thinking: false} for Qwen3, {reasoning_effort: low} for gpt-oss; {}: the template's defaults"),
+        check=rule(lambda v: not set(v) & TEMPLATE_ARGUMENTS, "sets the template's own variables; "
+                   + ", ".join(sorted(TEMPLATE_ARGUMENTS)) + " are apply_chat_template's arguments, set by grpo"))
     text_prompts: Literal["chat", "raw"] = knob("chat", help=(
         "chat: a text prompt is sent as a user message through the chat template, task.instruction appended and "
         "task.system_prompt before it; raw: as it is, as TRL sends one (tokenized with the tokenizer's own special "

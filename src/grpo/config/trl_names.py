@@ -42,11 +42,40 @@ def _every(key: str) -> Beside:
     return steps
 
 
+def _trackers(value: Any, given: Mapping[str, Any]) -> str | None:
+    """report_to as grpo's logging keys, where they say the same: none (or no tracker) and tensorboard alone."""
+    names = value if isinstance(value, list) else [value]
+    if names in ([], [None], ["none"]):
+        return "logging.tensorboard=false"
+    if names == ["tensorboard"]:
+        return "logging.tensorboard=true"
+    return None
+
+
+def _model_init(value: Any, given: Mapping[str, Any]) -> str | None:
+    """model_init_kwargs as grpo's model keys, where each of its entries is one: its dtype and attention."""
+    if not isinstance(value, dict) or not value:
+        return None
+    written = []
+    for key, given_value in value.items():
+        if key in ("dtype", "torch_dtype") and given_value in _DTYPE:
+            written.append(f"model.dtype={_DTYPE[given_value]}")
+        elif key == "attn_implementation" and given_value in _ATTENTION:
+            written.append(f"model.attn_implementation={given_value}")
+        else:
+            return None
+    return " ".join(written)
+
+
 _STEP = "a step is rollout.problems_per_step prompts x rollout.samples_per_problem; see docs/coming-from-trl.md"
 _LOSS = {"dapo": "token_mean", "bnpo": "token_mean", "grpo": "seq_mean", "dr_grpo": "seq_sum_norm"}
 _SCALE = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
 _SCHEDULE = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
 _DTYPE = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16", "auto": "auto"}
+_ATTENTION = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash_attention_2"}
+_TRACKIO = ("trackio's, which grpo does not log to: TensorBoard is logging.tensorboard, W&B "
+            "logging.wandb_project=PROJECT")
+_QUANTIZED = "grpo trains unquantised weights"
 _LORA = "LoRA is on when model.lora.rank > 0"
 _ENGINE = {True: "vllm", False: "embedded"}
 _SAMPLING = "grpo samples with rollout.temperature and rollout.top_p alone"
@@ -110,8 +139,11 @@ TRL_NAMES: dict[str, TrlName] = {
     "eval_steps": TrlName(("eval.every_steps",), "every N steps; TRL's fraction below 1 is of max_steps",
                           beside=_every("eval.every_steps")),
     "eval_on_start": TrlName(("eval.before_training",)),
-    "report_to": TrlName(("logging.tensorboard", "logging.wandb_project"), "true / a W&B project name",
-                         carries=False),
+    "report_to": TrlName(("logging.tensorboard", "logging.wandb_project"), "none: logging.tensorboard=false; "
+                         "tensorboard: logging.tensorboard=true; wandb: logging.wandb_project=PROJECT; grpo logs to "
+                         "none of the others (trackio, mlflow, comet_ml, ...)", beside=_trackers),
+    "project": TrlName((), _TRACKIO),
+    "trackio_space_id": TrlName((), _TRACKIO),
     "logging_steps": TrlName((), "grpo logs every step"),
     "log_completions": TrlName(("logging.samples_per_step",), "how many completions a step writes to samples.jsonl",
                                carries=False),
@@ -123,8 +155,16 @@ TRL_NAMES: dict[str, TrlName] = {
                                     carries=False),
     "gradient_checkpointing": TrlName(("model.gradient_checkpointing",)),
     "bf16": TrlName(("model.dtype",), "auto, bfloat16 or float32", carries=False),
-    "model_init_kwargs": TrlName(("model.dtype", "model.attn_implementation"), carries=False),
+    "model_init_kwargs": TrlName(("model.dtype", "model.attn_implementation"), "its dtype and attn_implementation; "
+                                 "no key for its other entries", beside=_model_init),
     "peft_config": TrlName(("model.lora.rank", "model.lora.alpha", "model.lora.target_modules"), carries=False),
+    "quantization_config": TrlName((), _QUANTIZED),
+    "chat_template_kwargs": TrlName(("task.chat_template_kwargs",)),
+    "use_liger_kernel": TrlName((), "fused kernels for speed, which grpo has not: leave it out"),
+    "eval_accumulation_steps": TrlName((), "grpo's evaluation scores answers, keeping no logits to gather: leave "
+                                           "it out"),
+    **dict.fromkeys(("fp16_full_eval", "bf16_full_eval"), TrlName((), "grpo evaluates with the weights it trains, in "
+                                                                     "model.dtype: leave it out")),
     "vllm_gpu_memory_utilization": TrlName(("rollout.server.memory_fraction",)),
     "vllm_max_model_length": TrlName(("rollout.server.extra_args",), "vLLM's --max-model-len",
                                      form="rollout.server.extra_args=[--max-model-len,{}]"),
@@ -148,16 +188,15 @@ SCRIPT_NAMES: dict[str, TrlName] = {
     "model_revision": TrlName((), "grpo loads a model's default revision: give a local directory for another"),
     "dtype": TrlName(("model.dtype",), "", _DTYPE),
     "torch_dtype": TrlName(("model.dtype",), "", _DTYPE),
-    "attn_implementation": TrlName(("model.attn_implementation",), "", {"eager": "eager", "sdpa": "sdpa",
-                                                                         "flash_attention_2": "flash_attention_2"}),
+    "attn_implementation": TrlName(("model.attn_implementation",), "", _ATTENTION),
     "use_peft": TrlName(("model.lora.rank",), f"{_LORA}; TRL's lora_r default: model.lora.rank=16", carries=False),
     "lora_r": TrlName(("model.lora.rank",)),
     "lora_alpha": TrlName(("model.lora.alpha",)),
     "lora_dropout": TrlName(("model.lora.dropout",), "TRL's default 0.05, grpo's 0"),
     "lora_target_modules": TrlName(("model.lora.target_modules",), "a list; TRL's default (PEFT's per model, e.g. "
                                    "q_proj and v_proj) is not grpo's [all-linear]"),
-    "load_in_4bit": TrlName((), "grpo trains unquantised weights"),
-    "load_in_8bit": TrlName((), "grpo trains unquantised weights"),
+    "load_in_4bit": TrlName((), _QUANTIZED),
+    "load_in_8bit": TrlName((), _QUANTIZED),
     "dataset_name": TrlName(("task.path",), "task.name=dataset task.path=hub:ORG/NAME (or a saved dataset's folder)",
                             carries=False),
     "dataset_config": TrlName(("task.path",), "task.path=hub:ORG/NAME:CONFIG", carries=False),
@@ -187,6 +226,10 @@ SCRIPT_NAMES: dict[str, TrlName] = {
     "gpu_memory_utilization": TrlName(("rollout.server.memory_fraction",)),
     "use_gradient_checkpointing": TrlName(("model.gradient_checkpointing",), "",
                                           {True: True, "unsloth": True, False: False}),
+    "max_lora_rank": TrlName(("model.lora.rank",), "the largest adapter rank Unsloth's vLLM serves; grpo's serves "
+                             "model.lora.rank's adapters", carries=False),
+    "random_state": TrlName(("train.seed",), "the adapters' initialisation seed in Unsloth's get_peft_model; "
+                            "train.seed seeds the whole run", carries=False),
 }
 ALL_NAMES: dict[str, TrlName] = {**TRL_NAMES, **SCRIPT_NAMES}
 TRL = NameTable("TRL", "docs/coming-from-trl.md", ALL_NAMES, stranger="not TRL's either")

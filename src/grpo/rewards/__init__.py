@@ -25,6 +25,7 @@ from __future__ import annotations
 from grpo.rewards.builtin import FORMAT_BONUS, digit_fraction_reward, math_batch_reward, math_format_reward
 from grpo.rewards.extraction import extract_answer, parse_number
 from grpo.rewards.harness import (
+    ExtraColumns,
     Reward,
     RewardError,
     Scores,
@@ -39,6 +40,7 @@ from grpo.rewards.math_score import gsm8k_gold, math_reward
 from grpo.rewards.registry import RewardFn, get_reward, register_reward, registered_rewards, resolve_rewards
 
 __all__ = [
+    "ExtraColumns",
     "FORMAT_BONUS",
     "Reward",
     "RewardError",

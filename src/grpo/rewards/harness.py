@@ -1,8 +1,9 @@
 """Scoring a batch of completions with reward functions, and checking what each one returned.
 
 Reward functions take TRL's contract as is: they are called by keyword with ``prompts``,
-``completions``, ``completion_ids``, ``trainer_state`` and every column of the data but the prompt's
-(one list per column, one value per completion), and return one float, or None, per completion. Several
+``completions``, ``completion_ids``, ``trainer_state``, TRL's ``log_metric`` and ``log_extra`` and every column
+of the data but the prompt's (one list per column, one value per completion), and return one float, or None, per
+completion. Several
 functions are summed with their weights; a function's None or NaN means "does not apply to this sample"
 (TRL's ``nansum``), and a sample that no function scores is unscorable. An infinite reward is an error.
 An ``async def`` function is awaited (grpo.rewards.async_loop), as TRL does; rewards may be any real
@@ -55,6 +56,29 @@ class TrainerState:
         """As at the end of a run of `steps` (1 when unknown): an evaluation outside training scores with
         the reward the run ends on."""
         return cls(steps or 1, steps or 1)
+
+
+@dataclass
+class ExtraColumns:
+    """TRL's ``log_extra`` keyword: ``log_extra(column, values)`` adds a column to the completions table, one
+    value per completion of the call. A call on one sample alone (a batch that raised, scored one by one) writes
+    at that sample's place (``offset``)."""
+
+    size: int
+    columns: dict[str, list[Any]] = field(default_factory=dict)
+    offset: int = 0
+
+    def __call__(self, column: str, values: Sequence[Any]) -> None:
+        row = self.columns.setdefault(str(column), [None] * self.size)
+        for i, value in enumerate(list(values)[: self.size - self.offset]):
+            row[self.offset + i] = value
+
+    def at(self, offset: int) -> ExtraColumns:
+        return ExtraColumns(self.size, self.columns, offset)
+
+    def of(self, i: int) -> dict[str, Any]:
+        """Completion i's values, by column."""
+        return {column: values[i] for column, values in self.columns.items()}
 
 
 @dataclass
@@ -123,8 +147,10 @@ def _call_all(fns: Sequence[RewardFn], inputs: dict[str, Any]) -> list[tuple[Any
 
 
 def _row(inputs: dict[str, Any], i: int) -> dict[str, Any]:
-    """Sample i's inputs: one-element lists, and the values shared by the batch (trainer_state) as they are."""
-    return {key: [value[i]] if isinstance(value, list) else value for key, value in inputs.items()}
+    """Sample i's inputs: one-element lists, the extra columns written at its place, and the values shared by the
+    batch (trainer_state) as they are."""
+    return {key: [value[i]] if isinstance(value, list) else value.at(i) if isinstance(value, ExtraColumns) else value
+            for key, value in inputs.items()}
 
 
 def _check_lengths(inputs: dict[str, Any]) -> None:
@@ -134,21 +160,24 @@ def _check_lengths(inputs: dict[str, Any]) -> None:
             raise ValueError(f"column {key!r} has {len(values)} rows for {n} completions")
 
 
-def _discard(name: str, value: float) -> None:
-    """TRL's `log_metric` keyword where no step's metrics are being written (the start's check, an evaluation)."""
+def _discard(name: str, value: Any) -> None:
+    """TRL's `log_metric` and `log_extra` keywords where no step's metrics or samples are being written (the
+    start's check, an evaluation)."""
 
 
-def _with_log_metric(inputs: dict[str, Any]) -> dict[str, Any]:
-    """`inputs` of TRL's whole call (those with `trainer_state`) with TRL's `log_metric` keyword too: the caller's
-    (a training step's, whose values join its metrics), else one that discards them."""
-    return inputs if "log_metric" in inputs or "trainer_state" not in inputs else {**inputs, "log_metric": _discard}
+def _with_loggers(inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` of TRL's whole call (those with `trainer_state`) with TRL's `log_metric` and `log_extra` keywords
+    too: the caller's (a training step's, whose values join its metrics and samples), else ones that discard them."""
+    if "trainer_state" not in inputs:
+        return inputs
+    return {**inputs, **{name: _discard for name in ("log_metric", "log_extra") if name not in inputs}}
 
 
 def call_reward(fn: RewardFn, inputs: dict[str, Any]) -> tuple[list[float | None], list[str | None]]:
     """One function's rewards and per-sample error strings for a batch (``inputs["completions"]``). If the
     batch call raises, each sample is scored alone, so one bad sample costs only its own reward (None)."""
     _check_lengths(inputs)
-    inputs = _with_log_metric(inputs)
+    inputs = _with_loggers(inputs)
     return _rewards(fn, inputs, *_call_all([fn], inputs)[0])
 
 
@@ -197,7 +226,7 @@ def score(rewards: Sequence[Reward], inputs: dict[str, Any]) -> Scores:
     """Every reward function on the batch, and their weighted sum per sample."""
     n = len(inputs["completions"])
     _check_lengths(inputs)
-    inputs = _with_log_metric(inputs)
+    inputs = _with_loggers(inputs)
     scores = Scores(total=[None] * n, errors=[None] * n)
     for reward, outcome in zip(rewards, _call_all([r.fn for r in rewards], inputs)):
         values, errors = _rewards(reward.fn, inputs, *outcome)
@@ -226,7 +255,7 @@ def check_rewards(rewards: Sequence[Reward], inputs: dict[str, Any], what: str) 
     """Call each function once on `inputs` (`what` says which rows, for the message): a function that
     raises or returns the wrong shape or type is a one-line error now, not a crash mid-run."""
     n = len(inputs["completions"])
-    inputs = _with_log_metric(inputs)
+    inputs = _with_loggers(inputs)
     for reward, (out, exc) in zip(rewards, _call_all([r.fn for r in rewards], inputs)):
         if exc is not None:  # user code: reported in one line, with how it was called
             raise ConfigError(

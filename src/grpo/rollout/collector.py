@@ -25,7 +25,7 @@ from grpo import metric_keys as keys
 from grpo.algo.advantages import zero_variance_groups
 from grpo.config import RolloutConfig, TaskConfig
 from grpo.dist import SINGLE, Ranks
-from grpo.rewards import Reward, TrainerState, check_rewards, score
+from grpo.rewards import ExtraColumns, Reward, TrainerState, check_rewards, score
 from grpo.rollout.engines import Completion, RolloutEngine, SampleStatus, SamplingParams
 from grpo.rollout.seeds import sample_seed
 from grpo.tasks import Problem, Task, reward_inputs
@@ -43,6 +43,7 @@ class Sample:
     reward: float | None = None  # the weighted total of the reward functions
     error: str | None = None
     reward_parts: dict[str, float | None] = field(default_factory=dict)  # each reward function's own
+    extra: dict[str, Any] = field(default_factory=dict)  # what reward functions gave TRL's log_extra, by column
 
 
 @dataclass
@@ -214,11 +215,13 @@ class RolloutCollector:
             inputs = reward_inputs([s.problem for s in scorable], [s.completion.text for s in scorable],
                                    [s.completion.token_ids for s in scorable])
             # TRL scores step N's samples before its optimizer step: N - 1 steps are complete.
+            extra = ExtraColumns(len(scorable))
             scores = score(self.rewards, {**inputs, "trainer_state": TrainerState(step - 1, self.max_steps),
-                                          "log_metric": batch.log_metric})
+                                          "log_metric": batch.log_metric, "log_extra": extra})
             for i, (sample, reward, error) in enumerate(zip(scorable, scores.total, scores.errors)):
                 sample.reward = reward
                 sample.reward_parts = {name: values[i] for name, values in scores.parts.items()}
+                sample.extra = extra.of(i)
                 if reward is None:
                     batch.attempts[sample.status.value] -= 1
                     batch.attempts[SampleStatus.UNSCORABLE.value] += 1
@@ -263,9 +266,9 @@ def sample_records(batch: RolloutBatch, tokenizer, k: int) -> list[dict]:
     return [{
         "problem": s.problem.id, "prompt": tokenizer.decode(s.prompt_ids, skip_special_tokens=False),
         "completion": s.completion.text, "reward": s.reward, "status": s.status.value, "error": s.error,
-        "tokens": len(s.completion.token_ids), **({"source": f"{s.completion.meta['server']}#"
-                                                   f"{s.completion.meta['incarnation']}"}
-                                                  if "server" in s.completion.meta else {}),
+        "tokens": len(s.completion.token_ids), **({"extra": s.extra} if s.extra else {}),
+        **({"source": f"{s.completion.meta['server']}#{s.completion.meta['incarnation']}"}
+           if "server" in s.completion.meta else {}),
     } for s in picked[:k]]
 
 

@@ -6,6 +6,8 @@ import functools
 from pathlib import Path
 
 import jinja2
+import jinja2.meta
+import yaml
 from transformers import PreTrainedTokenizerBase
 
 from grpo.config import TaskConfig
@@ -75,13 +77,41 @@ def template_markers(tokenizer: PreTrainedTokenizerBase, cfg: TaskConfig) -> tup
         return ()
     try:
         probe = tokenizer.apply_chat_template([{"role": "user", "content": "."}], chat_template=load_chat_template(
-            cfg.chat_template), tokenize=False, add_generation_prompt=True)
+            cfg.chat_template), tokenize=False, add_generation_prompt=True, **cfg.chat_template_kwargs)
     except jinja2.TemplateError:
         # A template that refuses a lone user message (one that wants a system message first) shows no markers
         # here; rendering the real prompts reports its own error, naming the problem.
         return ()
     specials = [t.content for t in tokenizer.added_tokens_decoder.values() if t.special]
     return tuple(t for t in specials if len(t) > 1 and t in probe)
+
+
+def unfilled_template_columns(tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: TaskConfig
+                              ) -> list[str]:
+    """The start's words for data columns named as variables the chat template reads (gpt-oss's
+    `reasoning_effort`): grpo, as TRL's GRPOTrainer, passes them to the rewards and renders the template's own
+    default for them (Unsloth's trainer renders the column's value), which the data's author may not expect."""
+    template = load_chat_template(cfg.chat_template) or tokenizer.chat_template
+    if not isinstance(template, str) or all(is_raw(p, cfg) for p in problems):
+        return []
+    try:
+        variables = jinja2.meta.find_undeclared_variables(
+            jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template))
+    except jinja2.TemplateSyntaxError:
+        # A tokenizer's template may use transformers' own tags ({% generation %}), which only its renderer
+        # parses: its variables are unknown here, and rendering it reports its own errors.
+        return []
+    named = dict.fromkeys(name for p in problems for name in p.columns
+                          if name in variables and name not in cfg.chat_template_kwargs)
+    notes = []
+    for name in named:
+        values = {yaml.safe_dump({name: p.columns.get(name)}, default_flow_style=True).strip() for p in problems}
+        fix = (f"task.chat_template_kwargs={values.pop()} renders it in every prompt" if len(values) == 1 else
+               "its values differ between rows, and task.chat_template_kwargs gives one value to every prompt")
+        notes.append(f"column {name!r} is a variable the chat template reads; grpo, as TRL's GRPOTrainer, passes the "
+                     f"column to the reward functions but renders the template's own default for it (Unsloth's "
+                     f"trainer renders the column's value): {fix}")
+    return notes
 
 
 def check_not_templated(problem: Problem, markers: tuple[str, ...]) -> None:
@@ -107,7 +137,8 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, cfg: Tas
     prefill = prefills(problem)
     try:
         return tokenizer.apply_chat_template(build_messages(problem, cfg), chat_template=template, tokenize=False,
-                                             add_generation_prompt=not prefill, continue_final_message=prefill)
+                                             add_generation_prompt=not prefill, continue_final_message=prefill,
+                                             **cfg.chat_template_kwargs)
     except jinja2.TemplateError as exc:
         which = "task.chat_template" if template is not None else "the tokenizer's chat template"
         raise ConfigError(f"{which} failed on problem {problem.id}: {type(exc).__name__}: {exc}") from exc

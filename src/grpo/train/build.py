@@ -32,6 +32,7 @@ from grpo.rollout.engines.select import resolve_engine
 from grpo.rollout.queue import RolloutQueue
 from grpo.tasks import Task, build_task
 from grpo.tasks.context import fit_prompts, model_context, problems_to_check, prompt_lengths
+from grpo.tasks.prompts import unfilled_template_columns
 from grpo.train.signals import SignalWatch
 
 if TYPE_CHECKING:
@@ -128,6 +129,8 @@ def _fit_prompts(cfg: RunConfig, task: Task, policy: Policy, total_steps: int, e
         splits.append((task.eval_problems(cfg.eval.max_samples), cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
                        "eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens",
                        "held-out prompts"))
+    for note in unfilled_template_columns(policy.tokenizer, splits[0][0], cfg.task):
+        log.warning("%s", note)
     limits = []
     for problems, budget, budget_key, what in splits:
         lengths = prompt_lengths(policy.tokenizer, problems, cfg.task)

@@ -160,7 +160,8 @@ def test_reward_functions_get_every_column_of_the_problems_rows(tmp_path):
     c = RolloutCollector(engine, build_char_tokenizer(), build_task(task_cfg), task_cfg,
                          RolloutConfig(problems_per_step=2, samples_per_problem=2), [Reward("target", target_reward)], 0, 10)
     batch = c.collect(step=1, data_index=0)
-    assert sorted(seen[0]) == ["completion_ids", "gold", "label", "log_metric", "prompts", "question", "trainer_state"]
+    assert sorted(seen[0]) == ["completion_ids", "gold", "label", "log_extra", "log_metric", "prompts", "question",
+                               "trainer_state"]
     by_target = {g.problem.columns["target"]: [s.reward for s in g.samples] for g in batch.groups}
     assert by_target == {"x": [1.0, 1.0], "y": [0.0, 0.0]}
     assert sorted(seen[0]["question"]) == ["Say x", "Say x", "Say y", "Say y"]

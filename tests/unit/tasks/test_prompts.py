@@ -7,7 +7,7 @@ from grpo.errors import ConfigError
 from grpo.policy.models import build_char_tokenizer
 from grpo.tasks import Problem, build_task
 from grpo.tasks.context import prompt_lengths
-from grpo.tasks.prompts import encode_prompt, load_chat_template
+from grpo.tasks.prompts import encode_prompt, load_chat_template, unfilled_template_columns
 
 TEXT = Problem("t-0", "What is 1 + 1?", "2")
 CHAT = Problem("c-0", "Say a", "a", messages=({"role": "system", "content": "Be brief."},
@@ -154,3 +154,40 @@ def test_a_prompt_ending_with_the_assistants_message_is_continued_as_trl_continu
     assert encoded(tokenizer, begun) == tokenizer.apply_chat_template(
         list(begun.messages), tokenize=False, add_generation_prompt=False, continue_final_message=True)
     assert encoded(tokenizer, CHAT).endswith("<|im_start|>assistant\n")  # a user message last: a new turn
+
+
+EFFORT = ("{%- if effort is not defined %}{%- set effort = 'medium' %}{%- endif %}[effort {{ effort }}] "
+          + BRACKETS)
+
+
+def with_effort(problem: Problem, effort: str) -> Problem:
+    return Problem(problem.id, problem.question, problem.gold, problem.messages, {"effort": effort, "level": 1})
+
+
+def test_chat_template_kwargs_are_the_template_s_variables_for_every_prompt(tokenizer):
+    """TRL's chat_template_kwargs: given to apply_chat_template for each prompt, the generation prompt still grpo's."""
+    assert encoded(tokenizer, CHAT, chat_template=EFFORT) == (
+        "[effort medium] [system] Be brief.\n[user] Say a\n[assistant] ")
+    assert encoded(tokenizer, CHAT, chat_template=EFFORT, chat_template_kwargs={"effort": "low"}) == (
+        "[effort low] [system] Be brief.\n[user] Say a\n[assistant] ")
+
+
+def test_a_column_named_as_a_template_variable_is_said_with_the_setting_that_renders_it(tokenizer):
+    """Unsloth's gpt-oss notebook puts reasoning_effort in every row: TRL's GRPOTrainer renders the template's
+    default, as grpo does, so the start says so; a column the template does not read (level) is not named."""
+    same = [with_effort(CHAT, "low"), with_effort(CHAT, "low")]
+    [note] = unfilled_template_columns(tokenizer, same, TaskConfig(chat_template=EFFORT))
+    assert note.startswith("column 'effort' is a variable the chat template reads") and note.endswith(
+        "task.chat_template_kwargs={effort: low} renders it in every prompt")
+    [differ] = unfilled_template_columns(tokenizer, [with_effort(CHAT, "low"), with_effort(CHAT, "high")],
+                                         TaskConfig(chat_template=EFFORT))
+    assert differ.endswith("its values differ between rows, and task.chat_template_kwargs gives one value to every "
+                           "prompt")
+    assert unfilled_template_columns(tokenizer, same, TaskConfig(chat_template=EFFORT,
+                                                                 chat_template_kwargs={"effort": "low"})) == []
+    assert unfilled_template_columns(tokenizer, same, TaskConfig()) == []  # the tokenizer's template reads no effort
+
+
+def test_a_template_only_transformers_parses_leaves_its_variables_unknown(tokenizer):
+    tokenizer.chat_template = "{% for m in messages %}{% generation %}{{ m['content'] }}{% endgeneration %}{% endfor %}"
+    assert unfilled_template_columns(tokenizer, [with_effort(CHAT, "low")], TaskConfig()) == []
