@@ -189,17 +189,19 @@ _PREFIXES = re.compile(
 _PREFIX_STARTS = frozenset("0123456789[(")
 _LISTED = "', '"  # between two strings of a list's repr
 LISTED_MIN = 3  # strings a list of log lines holds at least
-LISTED_LENGTH = 20  # their mean length at least: a config's list of names (`['q_proj', 'v_proj']`) is no log
+LISTED_LENGTH = 20  # their median length at least
 
 
 def listed_lines(line: str) -> list[str]:
     """The log lines a cleaned line holds: several where it is a list of them printed by Python
-    (`['12:00 SUCCESS Step 5 | Reward: 0.3', '', '12:01 SUCCESS Step 6 | ...']`), else the line itself. A dict's
+    (`['12:00 SUCCESS Step 5 | Reward: 0.3', '', '12:01 SUCCESS Step 6 | ...']`), else the line itself. Most of
+    a list of log lines are long and hold spaces; a list of names, arguments or paths (`['python', '-u', '-m',
+    'openrlhf.cli.train_ppo']` in a launcher's line, a config's `['q_proj', 'v_proj']`) does not, and a dict's
     pairs (`'loss': '0.3', 'kl': ...`, as TRL prints them) are one line."""
     if line.count(_LISTED) < LISTED_MIN - 1 or "': " in line:
         return [line]
     pieces = line.strip().strip("[]").strip("'").split(_LISTED)
-    if sum(map(len, pieces)) < LISTED_LENGTH * len(pieces):
+    if sorted(map(len, pieces))[len(pieces) // 2] < LISTED_LENGTH or 2 * sum(" " in p for p in pieces) <= len(pieces):
         return [line]
     return [clean(piece) for piece in pieces]
 

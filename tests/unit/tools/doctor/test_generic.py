@@ -219,8 +219,12 @@ def test_a_log_printed_as_a_list_of_its_lines_is_read_line_by_line(tmp_path):
     log = _log(tmp_path, ["Starting run", repr(["", *lines, "12:00:04 INFO done"])])
     record = examine(log)[1]
     assert record.steps() == [1, 2, 3] and record.series(REWARD) == [(1, 0.2), (2, 0.3), (3, 0.4)]
-    assert textlog.listed_lines("target_modules=['q_proj', 'k_proj', 'v_proj']") == [
-        "target_modules=['q_proj', 'k_proj', 'v_proj']"]
+    for line in ("target_modules=['q_proj', 'k_proj', 'v_proj']",
+                 "[2024-08-02 01:25:00,501] [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', '-m', "
+                 "'openrlhf.cli.train_ppo'] exits with return code = 1",
+                 "data.train_files=['/data/gsm8k/train_part_1.parquet', '/data/gsm8k/train_part_2.parquet', "
+                 "'/data/gsm8k/train_part_3.parquet']"):
+        assert textlog.listed_lines(line) == [line]
     dict_line = "{'loss': '0.0123', 'grad_norm': '0.5', 'reward': '0.25', 'epoch': '0.01'}"
     assert textlog.listed_lines(dict_line) == [dict_line]
 
