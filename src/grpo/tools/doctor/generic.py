@@ -9,7 +9,10 @@ A line is a step's when it names a step (`step 12`, `step: 12`, `Step 12/500` wi
 `"global_step/max_steps": "12/500"`, LLaMA-Factory's `"current_steps": 12` beside `"total_steps": 500`) and at least two metrics the doctor knows: `name: number`, `name=number`,
 a cell `name number` of a `|`- or comma-separated list, or a table's name cell and the number cell after it.
 Two shapes spread a step over lines: a step line without metrics followed at once by its metrics (a key/value
-table, a pretty-printed dict), and a table whose header names a step column and metric columns, one row a step.
+table, a pretty-printed dict), and a table whose header names a step column and metric columns, one row a step:
+its cells parted by `|` or tabs, or aligned by runs of spaces (pandas' print of a metrics frame, its index
+column dropped; a user's own summary), a row of ellipses in it (rows the printer or the user left out) not
+its end.
 Names are known by their words, whatever their case, separators or role prefix (`train/`, `actor/`, `critic/`,
 `rollout/`, `policy/`, tinker's `env/all/` and `optim/`): `avg_reward`, `Train/Reward`, `Total rewards mean`,
 `env/all/reward/total` and `critic/score/mean` are the reward, and the task's raw score ranks over a shaped reward
@@ -74,6 +77,8 @@ _FINISHED = re.compile(r"\btrain(?:ing)? (?:is |has )?(?:complete[ds]?|finished|
 _CELLS = re.compile(r"\s*(?:\||│|┃| - |[,;\t])\s*")
 _TABLE = re.compile(r"\||│|┃|\t")
 _BORDER = re.compile(r"^[\s|│┃+=:\-─━═╒╤╕╞╪╡╘╧╛├┼┤└┴┘┌┬┐╭╮╰╯]*$")
+_ELIDED = re.compile(r"^[\s|│┃]*(?:(?:\.{2,}|…)[\s|│┃]*)+$")  # a table's left-out rows: `...`, pandas' `..  ...`
+_SPACED = re.compile(r"\s{2,}")  # the gap between the columns of a table aligned by spaces
 _NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?:nan|inf(?:inity)?)\b)"
 _WRAPPED = r"(?:np\.float(?:16|32|64)\(|(?:torch\.)?tensor\()?"
 _NAME = r"[A-Za-z_][\w/.@-]*"
@@ -118,8 +123,8 @@ _NAMES = {
                      "seq_length", "seq_len", "seqlen", "sequence_length", "resp_len", "response_lengths"),
                     (LENGTH, 0)),
     **dict.fromkeys(("response_length_clip_ratio", "completions_clipped_ratio", "completion_clipped_ratio",
-                     "truncated", "truncated_frac", "truncated_ratio", "truncation_rate", "truncation_ratio",
-                     "no_eos_ratio", "no_eos_ratios"), (TRUNCATED, 0)),
+                     "clipped_ratio", "truncated", "truncated_frac", "truncated_ratio", "truncation_rate",
+                     "truncation_ratio", "no_eos_ratio", "no_eos_ratios"), (TRUNCATED, 0)),
     **dict.fromkeys(("vf_loss", "value_loss"), (CRITIC_LOSS, 0)),
 }
 _CRITIC = {LOSS: CRITIC_LOSS, GRAD_NORM: CRITIC_GRAD_NORM}
@@ -191,6 +196,7 @@ class _Columns:
     width: int
     step: int
     names: dict[int, tuple[str, int]]
+    spaced: bool = False  # its cells aligned by runs of spaces, not parted by `|` or tabs
 
 
 @dataclass
@@ -230,8 +236,8 @@ class StepReader:
 
     def _piece(self, number: int, line: str) -> list[Found]:
         if self._columns is not None:
-            if _BORDER.match(line) and line.strip():
-                return []  # the separator under the header
+            if (_BORDER.match(line) or _ELIDED.match(line)) and line.strip():
+                return []  # the separator under the header, or rows left out
             row = self._row(line)
             if row is not None:
                 return [Found(number, line.strip()[:300], row)] if len(row.metrics) >= MIN_METRICS else []
@@ -272,7 +278,9 @@ class StepReader:
     def _row(self, line: str) -> StepLine | None:
         """A row of the table whose header was read, or None past the table's end."""
         columns = self._columns
-        cells = _table_cells(line)
+        cells = _table_cells(line, columns.spaced)
+        if columns.spaced and len(cells) == columns.width + 1 and cells[0].isdigit():
+            cells = cells[1:]  # pandas' index
         if len(cells) != columns.width or not cells[columns.step].isdigit():
             return None
         values: dict[str, tuple[float, int]] = {}
@@ -315,10 +323,12 @@ def _step_of(line: str) -> _Count | None:
 
 def _header(line: str) -> _Columns | None:
     """A table header naming a step column and at least two metric columns (Unsloth's notebook table,
-    a markdown table pasted in a thread)."""
-    if not _TABLE.search(line):
+    a markdown table pasted in a thread, a frame printed by pandas)."""
+    spaced = not _TABLE.search(line)
+    # Aligned by spaces: names alone, so a line with `:` or `=` (nearly every other log line) is no header.
+    if spaced and ("  " not in line or ":" in line or "=" in line):
         return None
-    cells = _table_cells(line)
+    cells = _table_cells(line, spaced)
     if len(cells) < 1 + MIN_METRICS or not all(_HEADER_CELL.fullmatch(c) for c in cells):
         return None
     keys = ["_".join(re.split(r"[\s/_.-]+", c.lower())) for c in cells]
@@ -326,10 +336,12 @@ def _header(line: str) -> _Columns | None:
     names = {i: known for i, c in enumerate(cells) if (known := canonical(c)) is not None}
     if step is None or len({name for name, _ in names.values()}) < MIN_METRICS:
         return None
-    return _Columns(len(cells), step, names)
+    return _Columns(len(cells), step, names, spaced)
 
 
-def _table_cells(line: str) -> list[str]:
+def _table_cells(line: str, spaced: bool = False) -> list[str]:
+    if spaced:
+        return _SPACED.split(line.strip())
     return [c.strip() for c in _TABLE.split(line.strip().strip("|│┃"))]
 
 

@@ -16,7 +16,7 @@ from typing import Iterable
 from grpo.tools.doctor import generic
 from grpo.tools.doctor.crashes import FATAL, FRAME, TEARDOWN, TRACEBACK, UNCAUGHT, CrashScanner
 from grpo.tools.doctor.record import Checkpoint, Evidence, Mark, RunRecord
-from grpo.tools.doctor.textlog import clean, iter_lines, log_suffix, read_ends
+from grpo.tools.doctor.textlog import clean, iter_lines, listed_lines, log_suffix, read_ends
 
 # What a framework prints at launch (its modules in a traceback, its config dump, its actors): enough
 # to name the framework of a log that crashed before its first step.
@@ -62,6 +62,16 @@ class LogReader:
     def feed(self, raw: str) -> None:
         self.line_no += 1
         line = clean(raw)
+        # A log printed as a list of its lines is rare: the cheap tests first (one character is found fastest).
+        if "'" in line and "', '" in line:
+            pieces = listed_lines(line)
+            if len(pieces) > 1:
+                for piece in pieces:
+                    self._take(piece)
+                return
+        self._take(line)
+
+    def _take(self, line: str) -> None:
         self.scanner.feed(self.line_no, line, self.current + 1)
         if ("erver" in line or " error '" in line) and SERVER_UNANSWERED.search(line):
             self.record.marks.append(Mark(self.current + 1, "server_unreachable", line.strip()[:200],

@@ -15,7 +15,9 @@ longer than `MAX_LINE` keeps its head (a 10 MB config dump on one line is not wo
 `clean` takes off what launchers put before each line (`docker logs -t` and Kubernetes time stamps,
 `kubectl logs --prefix`, docker compose's `service-1  | `, Ray's `(TaskRunner pid=N)`, torchrun's
 `[rank0]:`) and ANSI
-colours, so each reader sees the line its framework printed.
+colours, so each reader sees the line its framework printed. `listed_lines` gives back the lines of a log that
+was printed as a Python list of its lines (a test's assertion message, `print(lines)`): one physical line that
+holds many.
 """
 
 from __future__ import annotations
@@ -185,6 +187,23 @@ _PREFIXES = re.compile(
 
 
 _PREFIX_STARTS = frozenset("0123456789[(")
+_LISTED = "', '"  # between two strings of a list's repr
+LISTED_MIN = 3  # strings a list of log lines holds at least
+LISTED_LENGTH = 20  # their median length at least
+
+
+def listed_lines(line: str) -> list[str]:
+    """The log lines a cleaned line holds: several where it is a list of them printed by Python
+    (`['12:00 SUCCESS Step 5 | Reward: 0.3', '', '12:01 SUCCESS Step 6 | ...']`), else the line itself. Most of
+    a list of log lines are long and hold spaces; a list of names, arguments or paths (`['python', '-u', '-m',
+    'openrlhf.cli.train_ppo']` in a launcher's line, a config's `['q_proj', 'v_proj']`) does not, and a dict's
+    pairs (`'loss': '0.3', 'kl': ...`, as TRL prints them) are one line."""
+    if line.count(_LISTED) < LISTED_MIN - 1 or "': " in line:
+        return [line]
+    pieces = line.strip().strip("[]").strip("'").split(_LISTED)
+    if sorted(map(len, pieces))[len(pieces) // 2] < LISTED_LENGTH or 2 * sum(" " in p for p in pieces) <= len(pieces):
+        return [line]
+    return [clean(piece) for piece in pieces]
 
 
 def clean(line: str) -> str:

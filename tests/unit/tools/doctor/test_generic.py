@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo.tools.doctor import examine, generic, judge
+from grpo.tools.doctor import examine, generic, judge, textlog
 from grpo.tools.doctor.record import (
     ACCURACY,
     CRITIC_GRAD_NORM,
@@ -191,6 +191,42 @@ def test_a_table_with_a_step_column_is_read_a_row_a_step():
     assert [(s.step, s.metrics) for s in found] == [
         (1, {LOSS: 0.0, REWARD: 0.25, REWARD_STD: 0.1, KL: 0.0}),
         (2, {LOSS: 0.0012, REWARD: 0.31, REWARD_STD: 0.2, KL: 0.001})]
+
+
+def test_a_table_aligned_by_spaces_is_read_a_row_a_step_past_its_left_out_rows():
+    """pandas' print of a metrics frame (its index column dropped, `..` rows where it left rows out) and a
+    user's own summary (`...` for the rows they cut) are tables too."""
+    frame = steps("    step      loss  reward_mean  completions/clipped_ratio", "0      1  0.000000        0.000  1.0",
+                  "1      2  0.001200        0.125  0.5", "..   ...       ...          ...  ...",
+                  "9     10  0.003000        0.250  0.0", "[10 rows x 4 columns]")
+    assert [(s.step, s.metrics) for s in frame] == [
+        (1, {LOSS: 0.0, REWARD: 0.0, TRUNCATED: 1.0}), (2, {LOSS: 0.0012, REWARD: 0.125, TRUNCATED: 0.5}),
+        (10, {LOSS: 0.003, REWARD: 0.25, TRUNCATED: 0.0})]
+    summary = steps("Step  loss  grad_norm  reward  clipped_ratio", "1     0.1   0.5        0.2     0.9", "...",
+                    "5     0.2   0.4        0.3     0.8")
+    assert [(s.step, s.metrics[TRUNCATED]) for s in summary] == [(1, 0.9), (5, 0.8)]
+
+
+def test_words_aligned_by_spaces_are_a_header_only_with_a_step_column_and_no_pairs():
+    assert steps("epoch  loss  reward", "1      0.3   0.5") == []
+    assert steps("step  loss  reward  note: warmup", "1     0.3   0.5") == []
+
+
+def test_a_log_printed_as_a_list_of_its_lines_is_read_line_by_line(tmp_path):
+    """A test's assertion message or `print(lines)` puts a log's lines in one physical line: each is its own,
+    so each step keeps its own numbers; a config's short list and a dict's pairs stay one line."""
+    lines = [f"12:00:0{s} SUCCESS Step {s} | loss: 0.{s} | reward: 0.{s + 1}" for s in range(1, 4)]
+    log = _log(tmp_path, ["Starting run", repr(["", *lines, "12:00:04 INFO done"])])
+    record = examine(log)[1]
+    assert record.steps() == [1, 2, 3] and record.series(REWARD) == [(1, 0.2), (2, 0.3), (3, 0.4)]
+    for line in ("target_modules=['q_proj', 'k_proj', 'v_proj']",
+                 "[2024-08-02 01:25:00,501] [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', '-m', "
+                 "'openrlhf.cli.train_ppo'] exits with return code = 1",
+                 "data.train_files=['/data/gsm8k/train_part_1.parquet', '/data/gsm8k/train_part_2.parquet', "
+                 "'/data/gsm8k/train_part_3.parquet']"):
+        assert textlog.listed_lines(line) == [line]
+    dict_line = "{'loss': '0.0123', 'grad_norm': '0.5', 'reward': '0.25', 'epoch': '0.01'}"
+    assert textlog.listed_lines(dict_line) == [dict_line]
 
 
 def test_a_training_bars_count_is_progress_and_text_after_a_bar_is_read():
