@@ -188,7 +188,8 @@ def read_split(source: str | None, split: str, files: list[str], files_key: str)
     if files:
         return read_files(expand_files(files, files_key))
     if source is None:
-        held_out = " (or task.held_out=N: N problems drawn out of the training data)" if files_key == "task.test_files" else ""
+        held_out = (" (or task.held_out=N: N problems drawn out of the training data)"
+                    if files_key == "task.test_files" else "")
         raise ConfigError(f"no {split} data: set task.path to a directory with the split files or to "
                           f"hub:ORG/NAME, or set {files_key}{held_out}")
     if source == "hub":
@@ -230,7 +231,8 @@ class DatasetTask(ListTask):
                 problems, loaded["test"] = hold_out(problems, cfg.held_out, table.source)
             if which == "train" and cfg.max_train_problems:
                 problems = problems[: cfg.max_train_problems]
-            held = f", {cfg.held_out} more drawn out of them as held-out problems (task.held_out)" if cfg.held_out else ""
+            held = (f", {cfg.held_out} more drawn out of them as held-out problems (task.held_out)" if cfg.held_out
+                    else "")
             report.append(f"{len(problems)} {'training' if which == 'train' else 'held-out'} problems from "
                           f"{table.source}{held}{_load_notes(problems, table, columns.for_table(table), read.notes)}")
             loaded[which] = problems

@@ -41,7 +41,7 @@ def math_cannot_score(table: Table, problems: list[Problem], prompt: str | None,
                       golds: GoldReader | None) -> list[str]:
     """Refuses data the math reward would score wrongly; returns the load's notes on golds it cannot use where they
     are a few. `prompt`: the prompt's column (None: task.prompt_template); `answer`: the answer's (None: no gold)."""
-    rows, where, sample = table.rows[:SAMPLE], table.where[:SAMPLE], problems[:SAMPLE]
+    rows, sample = table.rows[:SAMPLE], problems[:SAMPLE]
     if prompt is not None:
         _conversations_without_gold(table, sample, prompt, any(p.gold for p in problems))
     if answer is None or golds is None or golds.pattern is not None:

@@ -6,8 +6,9 @@ slime, nanoGPT-style loops, a user's own script), whatever the shape of its line
 
 A line is a step's when it names a step (`step 12`, `step: 12`, `Step 12/500` with the run's total,
 `[step 12]`, `global_step=12`, `iter 12`, `Iteration 12`, slime's `rollout 12:`, a dict's step key, ms-swift's
-`"global_step/max_steps": "12/500"`, LLaMA-Factory's `"current_steps": 12` beside `"total_steps": 500`) and at least two metrics the doctor knows: `name: number`, `name=number`,
-a cell `name number` of a `|`- or comma-separated list, or a table's name cell and the number cell after it.
+`"global_step/max_steps": "12/500"`, LLaMA-Factory's `"current_steps": 12` beside `"total_steps": 500`) and at
+least two metrics the doctor knows: `name: number`, `name=number`, a cell `name number` of a `|`- or comma-separated
+list, or a table's name cell and the number cell after it.
 Two shapes spread a step over lines: a step line without metrics followed at once by its metrics (a key/value
 table, a pretty-printed dict), and a table whose header names a step column and metric columns, one row a step:
 its cells parted by `|` or tabs, or aligned by runs of spaces (pandas' print of a metrics frame, its index
