@@ -87,7 +87,7 @@ def test_async_and_numpy_rewards_train_and_the_prompt_column_is_not_a_keyword(tm
     for line in metric_lines(run_dir):
         assert line["rollout/reward_errors"] == 0 and line["rollout/unscorable_frac"] == 0
         assert line["reward/judged/mean"] == line["reward/numpy_bools/mean"]
-    assert KEYWORDS[0] == ["answer", "completion_ids", "gold", "level", "log_metric", "prompts", "question",
+    assert KEYWORDS[0] == ["answer", "completion_ids", "gold", "level", "log_extra", "log_metric", "prompts", "question",
                            "trainer_state"]
 
 

@@ -75,8 +75,8 @@ def test_chat_data_gets_prompts_and_completions_as_messages_as_in_trl(tmp_path):
     assert check["step"] == 0 and check["completions"] == [[{"role": "assistant", "content": p[0]["content"][4:-1]}]
                                                            for p in check["prompts"]]  # "Say 3." -> gold "3"
     assert step["step"] == 0  # TRL's global_step while step 1 is scored: no step completed
-    # The prompt column is `prompts` only, as in TRL; TRL's log_metric beside the columns.
-    assert check["columns"] == ["answer", "gold", "log_metric", "question"]
+    # The prompt column is `prompts` only, as in TRL; TRL's log_extra and log_metric beside the columns.
+    assert check["columns"] == ["answer", "gold", "log_extra", "log_metric", "question"]
     assert all(isinstance(p, list) and p[-1]["role"] == "user" for p in step["prompts"])
     assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in step["completions"])
     assert all(all(isinstance(t, int) for t in ids) for ids in step["completion_ids"])
