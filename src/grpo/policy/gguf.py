@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
@@ -215,12 +216,12 @@ def write_hf_directory(gguf_path: Path, out: Path) -> None:
     try:
         gguf = read_gguf(gguf_path)
         model = _llama(gguf)
+        tokenizer = _tokenizer(gguf)
     except UnsupportedGGUF as exc:
         log.warning("%s holds %s, which grpo's GGUF reader does not convert: converting it with transformers "
                     "(slower)", gguf_path.name, exc)
         write_hf_directory_with_transformers(gguf_path, out)
         return
-    tokenizer = _tokenizer(gguf)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
@@ -270,8 +271,12 @@ def _hf_name(gguf_name: str) -> str:
 def _tokenizer(gguf: GGUFFile) -> PreTrainedTokenizerBase:
     """transformers' get_gguf_tokenizer and convert_gguf_tokenizer (what AutoTokenizer does with a gguf_file),
     from the values read here."""
-    from transformers import TokenizersBackend
-    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer
+    try:  # transformers' own names, which move between its releases (5.17 has no GGUF_TOKENIZER_MAPPING)
+        from transformers import TokenizersBackend
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer
+    except ImportError as exc:
+        raise UnsupportedGGUF(f"a tokenizer this transformers ({transformers.__version__}) converts by other "
+                              f"names ({exc})") from None
 
     meta = gguf.metadata
     found = {group: {name: meta[f"tokenizer.{key}"] for key, name in renames.items() if f"tokenizer.{key}" in meta}

@@ -204,6 +204,22 @@ def test_what_the_fast_reader_does_not_convert_goes_through_transformers(tmp_pat
     assert reason in record.getMessage() and "converting it with transformers" in record.getMessage()
 
 
+def test_a_transformers_without_the_tokenizer_helpers_converts_through_its_own_loading(tmp_path, monkeypatch, caplog):
+    """transformers 5.17 (an H200 image's, 2026-11-28) has no GGUF_TOKENIZER_MAPPING: the fast reader then
+    hands the whole file to transformers instead of failing the run's first minute."""
+    import transformers.integrations.gguf.gguf_tokenizer_mapping as mapping
+
+    path = tiny_llama_gguf(tmp_path / "model.gguf")
+    monkeypatch.delattr(mapping, "GGUF_TOKENIZER_MAPPING")
+    calls = []
+    monkeypatch.setattr(fast_gguf, "write_hf_directory_with_transformers", lambda *args: calls.append(args))
+    with caplog.at_level(logging.WARNING, logger="grpo.policy.gguf"):
+        write_hf_directory(path, tmp_path / "out")
+    assert calls == [(path, tmp_path / "out")] and not (tmp_path / "out").exists()
+    [record] = [r for r in caplog.records if r.name == "grpo.policy.gguf"]
+    assert "GGUF_TOKENIZER_MAPPING" in record.getMessage()
+
+
 @pytest.mark.parametrize("cut,message", [
     (lambda data: b"GGML" + data[4:], "does not start with the GGUF magic bytes"),
     (lambda data: data[:2000], "cut short"),  # inside the vocabulary
