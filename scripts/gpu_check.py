@@ -3,7 +3,7 @@
     python scripts/gpu_check.py --out DIR [--parts quickstart,trl,generation] [--device cuda]
         [--gguf-parts PART... --gguf-sha256 HEX] [--model-dir DIR] [--trl-python PY] [--quickstart-args K=V...]
 
-Parts, in this order (--parts picks; the default is the first three):
+Parts (--parts picks them and their order; the default is the first three, in this order):
 - quickstart: `grpo plan`, then `grpo quickstart` on the device with the real SmolLM2-135M weights: accuracy
   before -> after, wall time, each phase's seconds (the GGUF's conversion, the 25 steps' generation and update,
   the checkpoints, the rest: start and both evaluations) and each phase's peak memory against the plan's.
@@ -281,7 +281,7 @@ def main() -> None:
     if args.gguf_parts:
         join_gguf(args.gguf_parts, args.gguf_sha256, out)
     summary = [f"{gpu}; torch {torch.__version__}, transformers {transformers.__version__}, device {args.device}"]
-    for part in (p for p in PARTS if p in parts):
+    for part in parts:
         if part == "quickstart":
             summary += quickstart(args.device, args.quickstart_args, out)
         elif part == "trl":

@@ -20,9 +20,11 @@ general the hidden states are transformers' to the products' rounding (tested):
 oneDNN may sum a fused or longer product in another order. Module hooks still run, except on fused q, k
 and v (fused only where their hooks are `grpo.policy.unpad`'s, which pass generation through).
 
-Only for the decoders whose layers are exactly transformers' Llama, Mistral or Qwen2 layers on the grouped
-eager attention with no sliding window shorter than the generation: anything else (another model, FSDP's
-wrapped layers, an attention of its own) keeps transformers' forward.
+Only for the decoders whose layers are exactly transformers' Llama, Mistral or Qwen2 layers on grpo's grouped
+eager or packed SDPA attention (a CPU's and a GPU's; the step's own arithmetic is eager's) with no sliding
+window shorter than the generation: anything else (another model, FSDP's wrapped layers, an attention of its
+own) keeps transformers' forward. On a GPU the engine replays the step as a CUDA graph (`static`,
+`grpo.rollout.engines.graphed`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from grpo.policy.attention import additive, grouped_eager_attention
-from grpo.policy.constants import GROUPED_EAGER
+from grpo.policy.constants import PACKING_ATTENTIONS
 from grpo.policy.packed import Product, packed_product, packs
 from grpo.policy.unpad import RealTokens
 
@@ -44,7 +46,7 @@ def llama_shaped(decoder: torch.nn.Module) -> bool:
     generations it `fits`)."""
     config = getattr(decoder, "config", None)
     layers = getattr(decoder, "layers", None)
-    if config is None or layers is None or config._attn_implementation != GROUPED_EAGER:
+    if config is None or layers is None or config._attn_implementation not in PACKING_ATTENTIONS:
         return False
     return all(type(layer).__name__ in LLAMA_SHAPED_LAYERS and type(layer).__module__.startswith("transformers.models.")
                for layer in layers)
@@ -109,10 +111,46 @@ class DecodeStep:
                  cache) -> torch.Tensor:
         """tokens [A], attention_mask [A, S] (1 on real positions, this token's last), positions [A]
         -> hidden [A, H] after the final norm."""
+        bias = additive(attention_mask.bool(), self.decoder.embed_tokens.weight.dtype)  # [A, S] as eager's mask
+
+        def attend(index: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+            attention = self.decoder.layers[index].self_attn
+            keys, values = cache.update(key[:, :, None], value[:, :, None], index)  # [A, K, S, D] views
+            if self.whole_buffer:
+                return self._attend_whole_buffer(query, cache.layers[index], bias, attention.scaling)
+            attended, _ = grouped_eager_attention(attention, query[:, :, None], keys, values,
+                                                  bias[:, None, None], attention.scaling)  # [A, 1, N, D]
+            return attended.reshape(len(tokens), -1)
+
+        return self._layers(tokens, positions, attend)
+
+    def static(self, tokens: torch.Tensor, positions: torch.Tensor, write: torch.Tensor, bias: torch.Tensor,
+               buffers: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """The step with every shape and address fixed for a whole generation, as a CUDA graph replays it
+        (`grpo.rollout.engines.graphed`): tokens [R], positions [R], write [1] the cache position this token's
+        keys and values go to, bias [R, C] additive over every position of the buffers (0 where a row may
+        attend, this step's position included), buffers: each layer's (keys, values) [R, K, C, D]. Attention
+        runs over whole buffers, its weights exactly 0 past the positions the bias allows -> hidden [R, H]."""
+
+        def attend(index: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+            key_buffer, value_buffer = buffers[index]
+            key_buffer.index_copy_(2, write, key[:, :, None])
+            value_buffer.index_copy_(2, write, value[:, :, None])
+            rows, heads, dim = query.shape
+            grouped = query.view(rows, self.kv_heads, heads // self.kv_heads, dim)  # query head h uses kv head h // G
+            scores = torch.matmul(grouped, key_buffer.transpose(-1, -2))  # [R, K, G, C]
+            scores = scores.mul_(self.decoder.layers[index].self_attn.scaling).add_(bias[:, None, None])
+            weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+            return torch.matmul(weights, value_buffer).view(rows, heads * dim)
+
+        return self._layers(tokens, positions, attend)
+
+    def _layers(self, tokens: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
+        """tokens [A], positions [A] through every layer, `attend(layer index, query [A, N, D], key [A, K, D],
+        value [A, K, D])` storing the keys and values and giving attention's output [A, N*D] -> hidden [A, H]."""
         decoder = self.decoder
         rows, heads, kv_heads = len(tokens), self.heads, self.kv_heads
         hidden = decoder.embed_tokens(tokens)  # [A, H]
-        bias = additive(attention_mask.bool(), hidden.dtype)  # [A, S] as eager's mask
         cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]: every head alike
         half = sin.shape[-1] // 2
         sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # [A, 1, D]
@@ -129,13 +167,7 @@ class DecodeStep:
                 value = attention.v_proj(normed).view(rows, kv_heads, -1)
                 rotate_in_place(query, cos, sin_signed)
                 rotate_in_place(key, cos, sin_signed)
-            keys, values = cache.update(key[:, :, None], value[:, :, None], index)  # [A, K, S, D] views
-            if self.whole_buffer:
-                attended = self._attend_whole_buffer(query, cache.layers[index], bias, attention.scaling)
-            else:
-                attended, _ = grouped_eager_attention(attention, query[:, :, None], keys, values,
-                                                      bias[:, None, None], attention.scaling)  # [A, 1, N, D]
-            hidden = hidden + attention.o_proj(attended.reshape(rows, -1))
+            hidden = hidden + attention.o_proj(attend(index, query, key, value))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return decoder.norm(hidden)
 

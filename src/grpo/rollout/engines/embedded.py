@@ -4,6 +4,8 @@ through the model's own modules where it has the form (grpo.rollout.engines.deco
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from grpo.policy.attention import shared_prefix
@@ -12,9 +14,12 @@ from grpo.policy.head import output_logits, split_head
 from grpo.policy.packed import Product, packed_linears
 from grpo.progress import tick
 from grpo.rollout.engines.decode_step import DecodeStep, llama_shaped
-from grpo.rollout.engines.in_process import InProcessEngine
+from grpo.rollout.engines.graphed import GraphedDecode, graphs_apply
+from grpo.rollout.engines.in_process import InProcessEngine, out_of_memory
 from grpo.rollout.engines.kv_cache import preallocated_cache
 from grpo.rollout.types import Completion, GenerationCancelled, SamplingParams
+
+log = logging.getLogger(__name__)
 
 
 def sample_next(
@@ -76,6 +81,7 @@ MIN_SHARED_TOKENS = 64
 
 class EmbeddedEngine(InProcessEngine):
     decode_form = "none yet"  # how the last generation's decode steps ran, in words (benchmarks record it)
+    cuda_graphs = True  # on a GPU, decode steps replayed as a CUDA graph (False: eager, bench/generation.py's reference)
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
@@ -172,6 +178,11 @@ class EmbeddedEngine(InProcessEngine):
             cache.batch_select_indices(prompt_index)
         attention_mask, position_ids = attention_mask[prompt_index], position_ids[prompt_index]  # [A, P]
         next_pos = position_ids[:, -1]  # [A]
+        # On a GPU the decode steps replay one CUDA graph of the whole batch (finished rows keep computing).
+        graphed = (self._graphed(step, head, cache, attention_mask, next_pos + 1)
+                   if step and self.cuda_graphs and graphs_apply(device) else None)
+        if graphed:
+            self.decode_form = f"{step.form}, replayed as a CUDA graph"
         done_before, total = self._progress  # decode steps of the earlier batches of this call
         for position in range(params.max_new_tokens):
             if self.cancel.is_set():
@@ -185,12 +196,32 @@ class EmbeddedEngine(InProcessEngine):
                 stopped[row] = ended
             if is_eos.all():
                 break
-            if is_eos.any():
+            if is_eos.any() and graphed:
+                active, tokens = active[~is_eos], tokens[~is_eos]
+            elif is_eos.any():
                 keep = live_rows_in_place(~is_eos)
                 cache.batch_select_indices(keep)
                 active, tokens, attention_mask, next_pos = active[keep], tokens[keep], attention_mask[keep], next_pos[keep]
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=-1)
-            next_pos = next_pos + 1
-            logits = next_logits(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_pos[:, None])
+            if graphed:
+                logits = graphed(active, tokens)  # [A, V]
+            else:
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(active), 1)], dim=-1)
+                next_pos = next_pos + 1
+                logits = next_logits(input_ids=tokens[:, None], attention_mask=attention_mask,
+                                     position_ids=next_pos[:, None])
             logits = logits if logits.dtype == torch.float32 else held[: len(logits)].copy_(logits)  # ours to overwrite
         return out_tokens, out_logprobs, stopped
+
+    def _graphed(self, step: DecodeStep, head, cache, attention_mask: torch.Tensor,
+                 next_position: torch.Tensor) -> GraphedDecode | None:
+        """The batch's decode steps captured, or None where the capture fails: this engine's steps then run
+        eagerly, said once. (Its warm-up step wrote only the position the first eager step writes again.)"""
+        try:
+            return GraphedDecode(step, head, cache, attention_mask, next_position)
+        except RuntimeError as exc:
+            if out_of_memory(exc):
+                raise
+            self.cuda_graphs = False
+            log.warning("the decode step could not be captured as a CUDA graph (%s): its steps run eagerly, slower",
+                        str(exc).splitlines()[0])
+            return None

@@ -6,7 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from grpo.policy import unpad
-from grpo.policy.attention import use_grouped_eager
+from grpo.policy.attention import use_grouped_eager, use_packed_sdpa
 from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.models import build_char_tokenizer
 from grpo.policy.packed import packed_linears, packs
@@ -147,6 +147,8 @@ def test_only_transformers_llama_shaped_layers_on_the_grouped_attention_without_
     plain = grouped_query_model(tokenizer)
     plain.set_attn_implementation("eager")
     assert not llama_shaped(plain.get_decoder())
+    plain.set_attn_implementation("sdpa")
+    assert use_packed_sdpa(plain) and llama_shaped(plain.get_decoder())  # a GPU's: the step keeps eager's arithmetic
     changed = grouped_query_model(tokenizer)
     layer = changed.get_decoder().layers[1]
     layer.__class__ = type("LlamaDecoderLayer", (type(layer),), {"__module__": __name__})  # a layer of its own
