@@ -20,9 +20,11 @@ QUICKSTART_SEEDS = 5
 QUICKSTART_MACHINE = "AMD EPYC 9004, family 25 model 17, bf16, 2 cores"
 # With rollouts of 40 new tokens, before: bench/RESULTS.md "Learning over seeds" (2026-11-25, the AVX2 EPYC:
 # +59.4, +57.0, +59.4, +56.2, +62.5), "Learning over seeds on the EPYC 9004" (2026-11-26) and "The quickstart's
-# minutes on the EPYC 9004" (2026-11-27: bf16 seeds 0-4 +61.7, +38.3, +60.2, +53.9, +45.3).
-OTHER_MACHINE = ("earlier, with 40-token rollouts: +58.9 +- 2.4 over 5 seeds on an AVX2 AMD EPYC in float32, "
-                 "+51.9 +- 10.0 over 5 on the EPYC 9004 in bf16; one bf16 run on an Intel Xeon: +42.2")
+# minutes on the EPYC 9004" (2026-11-27: bf16 seeds 0-4 +61.7, +38.3, +60.2, +53.9, +45.3). An Intel Xeon with
+# AMX (family 6 model 167), bf16, 32 new tokens, seeds 0-4: +39.8, +40.6, +57.0, +57.8, +53.9 (19.5% before each),
+# "An Intel Xeon with AMX, and a lent NVIDIA H200" (2026-11-28).
+OTHER_MACHINE = ("+49.8 +- 8.9 over 5 seeds on an Intel Xeon with AMX in bf16; earlier, with 40-token rollouts: "
+                 "+58.9 +- 2.4 over 5 on an AVX2 AMD EPYC in float32, +51.9 +- 10.0 over 5 on the EPYC 9004 in bf16")
 
 # What may differ from the preset while the work, and so the expected gain, stays the quickstart's.
 _NOT_THE_WORK = {"name", "run_dir", "logging", "checkpoint", "testing"}
