@@ -160,7 +160,7 @@ def _say_result(cfg: RunConfig, summary: dict) -> None:
         say(f"\nheld-out greedy accuracy on {over}: "
             f"{before['accuracy']:.1%} before -> {after['accuracy']:.1%} after "
             f"({100 * (after['accuracy'] - before['accuracy']):+.1f} points)")
-        expectation = quickstart_expectation(cfg)
+        expectation = quickstart_expectation(cfg, resolve_device(cfg.model.device).type)
         if expectation:
             say(expectation)
     say(f"run directory: {cfg.resolved_run_dir}")
