@@ -20,27 +20,29 @@ by what it is, the first kind found winning:
    which the errors are its consequences;
 2. a cause grpo knows (KNOWN_CAUSES), with the knob to change: GPU or host memory refused at start, a KV cache too small
    for one sequence, a full disk, a /dev/shm too small, a GPU the build has no kernels for, an NVIDIA driver that does
-   not fit the build's CUDA (or Triton's kernels), an attention backend without kernels for the model's head size or its
-   attention sinks on this GPU, a dtype the GPU or the quantization does not support, a quantization the GPU (or the CPU
-   backend) lacks, kernels that failed to compile (at start or at the first request), more GPUs asked than seen (or than
-   Ray grants), a model not found (or the hub offline), a model needing --trust-remote-code, a tokenizer it cannot load,
-   a container's user that cannot write its home or caches (or has no passwd entry), a compiled extension that does not
-   match the server's Python or torch, a missing module, an architecture or config format the server (or its
-   transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU seen, CPU thread binding
-   to NUMA nodes a container refuses, an engine (V0, V1) vLLM's CPU backend does not have, a vLLM built for GPUs run on
-   the CPU, an adapter over the server's LoRA rank, not where it was told, or one its LoRA cannot serve (or a model it
-   has no LoRA for), a weight file cut short, a checkpoint with weights the model's code lacks, out of memory (capturing
-   CUDA graphs; SGLang's KV cache or request table full while serving; an attention backend's workspace too small for a
-   batch; or else), a GPU kernel asking more shared memory than the GPU has, a context longer than the one the server
-   derives from the model's config, a bad argument (or a setting's value it does not know), a port variable Kubernetes
-   set, a taken port, a request refused as longer than SGLang's KV cache, the server's request to itself answered by an
-   HTTP proxy, a GPU kernel's fault (an illegal memory access), a NCCL failure (with NCCL's "Last error", or its WARN of
-   a failed call), a peer rank lost (gloo), an instruction the CPU lacks (SIGILL), a crash in native code
-   (faulthandler's, abseil's, UCX's or torch's report, with the crashed frame), Ray not started, not reached or giving
-   the server's node no GPU, CUDA graphs failing to capture (for another reason than memory), the engine not ready
-   within the server's own wait, a timeout (a hang: SGLang's watchdog or its health check on the detokenizer, vLLM's RPC
-   to its workers, its wait on them or V0's engine step, a NCCL collective torch's watchdog gave up on), read only where
-   no error line came before it (a server that errored first stopped for that error);
+   not fit the build's CUDA (or Triton's kernels, or a container image's), CUDA initialised before a fork, an attention
+   backend without kernels for the model's head size or its attention sinks on this GPU, a dtype the GPU or the
+   quantization does not support, a quantization the GPU (or the CPU backend) lacks, kernels that failed to compile (at
+   start or at the first request), more GPUs asked than seen (or than Ray grants), the hub's TLS certificate not
+   verified, a model not found (or the hub offline, or gated without a token), a model needing --trust-remote-code, a
+   tokenizer it cannot load, a container's user that cannot write its home or caches (or has no passwd entry), a
+   compiled extension that does not match the server's Python or torch, a missing module, an architecture or config
+   format the server (or its transformers) does not know, a tensor parallel size the model's heads do not divide, no GPU
+   seen, CPU thread binding to NUMA nodes a container refuses, an engine (V0, V1) vLLM's CPU backend does not have, a
+   vLLM built for GPUs run on the CPU, an adapter over the server's LoRA rank, not where it was told, or one its LoRA
+   cannot serve (or a model it has no LoRA for), a weight file cut short, a checkpoint with weights the model's code
+   lacks, out of memory (capturing CUDA graphs; SGLang's KV cache or request table full while serving; an attention
+   backend's workspace too small for a batch; or else), a GPU kernel asking more shared memory than the GPU has, a
+   context longer than the one the server derives from the model's config, a bad argument (or a setting's value it does
+   not know), a port variable Kubernetes set, a taken port, a request refused as longer than SGLang's KV cache, the
+   server's request to itself answered by an HTTP proxy, the limit on open files, a GPU kernel's fault (an illegal
+   memory access), a NCCL failure (with NCCL's "Last error", or its WARN of a failed call), a peer rank lost (gloo), an
+   instruction the CPU lacks (SIGILL), a crash in native code (faulthandler's, abseil's, UCX's or torch's report, with
+   the crashed frame), Ray not started, not reached or giving the server's node no GPU, CUDA graphs failing to capture
+   (for another reason than memory), the engine not ready within the server's own wait, a timeout (a hang: SGLang's
+   watchdog or its health check on the detokenizer, vLLM's RPC to its workers, its wait on them or V0's engine step, a
+   NCCL collective torch's watchdog gave up on), read only where no error line came before it (a server that errored
+   first stopped for that error);
 3. the server's own first error line (a traceback's last line, an exception's name alone or its repr included),
    not a wrapper pointing at another one (torch.compile's "... raised:"): the errors after it are its consequences;
    read in its kind where the log says enough (CATEGORIES): a feature this server version lacks for the model
@@ -58,9 +60,10 @@ by what it is, the first kind found winning:
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read, but for
 a full disk: what writes first is often told so in a warning, and the server dies of it later without a word.
 What goes before a message (a log collector's or launcher's, each in turn where they nest: a terminal's ^C, srun's task
-label, kubectl's --prefix, docker compose's service, journald's time, host and unit, a timestamp, a supervisor's Python
-logger, a launcher's time, level and source; the server's: torch's rank, vLLM's processes and level, SGLang's time) and
-after it (Ray's "[repeated 8x across cluster]") is no part of it: a level a collector adds is not the server's.
+label, a launcher's tag ("[SGLang LOG] "), a CSV export's time (CloudWatch's), terminal colours, kubectl's --prefix,
+docker compose's service, journald's time, host and unit, a timestamp, a supervisor's Python logger, a launcher's time,
+level and source; the server's: torch's rank, vLLM's processes and level, SGLang's time) and after it (Ray's "[repeated
+8x across cluster]") is no part of it: a level a collector adds is not the server's.
 Real logs of each failure are kept in tests/data/server_logs/ (made here) and its real/ (GPU machines,
 from GitHub threads).
 """
@@ -162,15 +165,24 @@ KNOWN_CAUSES: list[Cause] = [
     Cause("cuda_driver", re.compile(
         r"undefined symbol: cu[A-Z]\w+|CUDA driver version is insufficient|Error 80[234]: |"
         r"forward compatibility was attempted on non supported HW|"
+        # torch's words, and the NVIDIA container runtime's for an image whose CUDA is newer than the driver runs
+        r"The NVIDIA driver on your system is too old|unsatisfied condition: cuda>=|"
         # kernels compiled by a newer CUDA than the driver loads: often Triton's, which it compiles at start with
         # the ptxas of the CUDA it ships, not the machine's
         r"device kernel image is invalid"),
         "the NVIDIA driver does not fit the CUDA the server was built with: upgrade the driver (nvidia-smi names the "
-        "newest CUDA it runs) or use a vLLM/SGLang build or image for that CUDA; a \"device kernel image is "
+        "newest CUDA it runs) or use a vLLM/SGLang build or image for that CUDA (an image whose CUDA the driver does "
+        "not run is refused by the container runtime: \"unsatisfied condition: cuda>=\"); a \"device kernel image is "
         "invalid\" from Triton (torch.compile, its kernels) is Triton's own ptxas newer than the driver: "
         "TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (the machine's CUDA) in rollout.server.env, or --enforce-eager "
         "(vLLM) in rollout.server.extra_args; \"Error 802: system not yet "
         "initialized\" on an NVSwitch machine (HGX/DGX) is also nvidia-fabricmanager not running"),
+    # CUDA initialised in the server's process before it forked its workers (a plugin, or code run at import that
+    # touches the GPU): a forked child cannot use it.
+    Cause("cuda_forked", re.compile(r"Cannot re-initialize CUDA in forked subprocess"),
+          "CUDA was initialised in the server's process before it forked its workers (often a plugin or code run at "
+          "import): set VLLM_WORKER_MULTIPROC_METHOD=spawn in rollout.server.env (vLLM), or drop what initialises CUDA "
+          "before the server starts its workers"),
     # The model's shape or features, not the GPU's memory: an attention kernel library built for some head sizes only
     # (FlashInfer: 64, 128, 256), or without what the model's attention needs on this GPU (gpt-oss's attention sinks:
     # vLLM's backend selector refuses a backend forced on it, with the reason).
@@ -223,11 +235,21 @@ KNOWN_CAUSES: list[Cause] = [
           "writable directory in rollout.server.env (HOME=/tmp, or a mounted volume), or each cache (HF_HOME, "
           "XDG_CACHE_HOME, XDG_CONFIG_HOME, VLLM_CACHE_ROOT, TRITON_CACHE_DIR); set USER too where getpwuid() fails; "
           "or give the container's user the mounted cache"),
+    # The hub's certificate not verified: a proxy that intercepts TLS with its own CA, or a container without CA
+    # certificates; every download fails the same way, whatever the model.
+    Cause("tls_certificate", re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|"
+                                        r"SSLCertVerificationError"),
+          "the server could not verify the TLS certificate of the hub (or of the proxy between them): in "
+          "rollout.server.env point REQUESTS_CA_BUNDLE and SSL_CERT_FILE at a CA bundle that has the proxy's "
+          "certificate, or install the CA certificates in the server's image (ca-certificates); or serve a model "
+          "already on the machine (a local directory as model.name, or HF_HUB_OFFLINE=1 with it in the hub cache)"),
     Cause("model_not_found", re.compile(
         r"is not a local folder and is not a valid model identifier|Invalid repository ID or local directory|"
         r"RepositoryNotFoundError|GatedRepoError|Repo id must be in the form|does not appear to have a file named|"
         r"OfflineModeIsEnabled|LocalEntryNotFoundError|offline mode is enabled|"
-        r"We couldn't connect to 'https://huggingface\.co'"),
+        r"We couldn't connect to 'https://huggingface\.co'|"
+        # a gated model asked without a token that has access to it (or with none at all)
+        r"(401|403) Client Error.*huggingface\.co|Cannot access gated repo|trying to access a gated repo"),
         "check model.name: a hub name that exists (a gated one needs HF_TOKEN in rollout.server.env) or a "
         "directory with config.json, and that the server's machine reaches the hub or has the model cached"),
     # Not "trust_remote_code=True" alone: vLLM prints its whole config, that included, at every start.
@@ -369,6 +391,12 @@ KNOWN_CAUSES: list[Cause] = [
                                     r"port at \d+ is not available"),
           "a port it needs is taken, often by a server left from an earlier run: end that process, or set "
           "rollout.server.port=0 (a free port)"),
+    # The process's limit on open files (ulimit -n; often 1024): every socket counts, and a server opens one per
+    # connection (SGLang's router: per worker and client), besides its shared memory and weight files.
+    Cause("open_files_limit", re.compile(r"Too many open files|\[Errno 24\]"),
+          "the server ran past its limit on open files (sockets count: SGLang's router opens one per connection): "
+          "raise it where grpo is started (ulimit -n 65536 in its shell, LimitNOFILE= in a systemd unit, docker "
+          "--ulimit nofile=65536:65536), or lower rollout.server.max_concurrent_requests"),
     # A kernel's fault is reported by whatever CUDA call came next, often in another rank that then fails in NCCL.
     Cause("gpu_fault", re.compile(r"CUDA error: (an illegal memory access|an illegal instruction|unspecified launch "
                                   r"failure|misaligned address|device-side assert triggered)|"
@@ -529,14 +557,16 @@ LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRIT
 # is followed by the error its backend raised).
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)|"
                       r"\braised:$")
-# What a log collector or launcher puts before the server's line, each stripped in turn where they nest (journald
-# around docker compose around a timestamp): a terminal's echo of Ctrl-C ("^C"), a launcher's task label (srun --label:
-# "0: "), kubectl's --prefix ("[pod/vllm-0/vllm] "), docker compose's service ("vllm-1  | "), journald's or syslog's
-# time, host and unit ("Nov 27 12:00:00 host vllm[123]: ", or with ISO time), a timestamp (docker or kubectl
-# --timestamps: "2026-11-27T12:00:00.123456789Z"), a supervisor's Python logger ("%(asctime)s - %(name)s -
-# %(levelname)s - ", a tag after it: "[container] "), a launcher's time, level and source (Lemonade's "2026-11-27
-# 12:00:00.123 [Error] (Process) "). The levels in them are the collector's, not the server's.
-COLLECTOR = re.compile(r"^(\^C|\d{1,5}: |\[pod/[^\]]+\] |[\w.-]+\s+\|\s|"
+# What a log collector or launcher puts before the server's line, each stripped in turn where they nest (journald around
+# docker compose around a timestamp): a terminal's echo of Ctrl-C ("^C"), a launcher's task label (srun --label: "0: "),
+# a launcher's tag (Arbor's "[SGLang LOG] ") or its time and the command it ran ("[2026-11-27 12:00:00] [/bin/sh]: "),
+# kubectl's --prefix ("[pod/vllm-0/vllm] "), docker compose's service ("vllm-1  | "), journald's or syslog's time, host
+# and unit ("Nov 27 12:00:00 host vllm[123]: ", or with ISO time), a timestamp (docker or kubectl --timestamps:
+# "2026-11-27T12:00:00.123456789Z"), a supervisor's Python logger ("%(asctime)s - %(name)s - %(levelname)s - ", a tag
+# after it: "[container] "), a launcher's time, level and source (Lemonade's "2026-11-27 12:00:00.123 [Error] (Process)
+# "). The levels in them are the collector's, not the server's.
+COLLECTOR = re.compile(r"^(\^C|\d{1,5}: |\[[\w.-]+ LOG\] |\[pod/[^\]]+\] |[\w.-]+\s+\|\s|"
+                       r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \[[^\]]+\]:(\s+|$)|"
                        r"([A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+) +(\S+ +)?[\w.@/-]+\[\d+\]: |"
                        r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d +\S+ +[\w.@/-]+: |"
                        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?\s+|"
@@ -544,11 +574,12 @@ COLLECTOR = re.compile(r"^(\^C|\d{1,5}: |\[pod/[^\]]+\] |[\w.-]+\s+\|\s|"
                        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \[[A-Z][a-z]+\] \([\w.-]+\) )")
 # What a collector puts after it: Ray's log deduplication ("... [repeated 8x across cluster] (Ray deduplicates ...)").
 COLLECTOR_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
-# What the server puts before its message: torch's rank ("[rank0]: "), vLLM's process (after a container's name, where
-# a log collector adds one: "kserve-container (EngineCore_0 pid=58)"; each of them where one process prints another's
-# output: "(APIServer pid=7) (EngineCore_DP0 pid=9)") and level, SGLang's time and rank.
+# What the server puts before its message: torch's rank ("[rank0]: "), vLLM's process (after a container's name, where a
+# log collector adds one: "kserve-container (EngineCore_0 pid=58)"; each of them where one process prints another's
+# output: "(APIServer pid=7) (EngineCore_DP0 pid=9)"; or as "[EngineCore_DP0][pid=9] ") and level, SGLang's time and
+# rank.
 PREFIX = re.compile(r"^(\[rank\d+\]:\s*)?"
-                    r"(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*)*"
+                    r"(([\w.-]+\s+)?\([^)]*pid=\d+[^)]*\)\s*|\[[\w.-]+\]\[pid=\d+\]\s*)*"
                     r"((ERROR|WARNING|INFO|DEBUG|CRITICAL)\s+\S+\s+\S+\s+\[?[^\]\s]*\]\s*)?"
                     r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)?")
 
@@ -625,9 +656,20 @@ def explains(logged: str, said: str) -> bool:
 FRAME = re.compile(r"^[│┃]\s*|\s*[│┃]$")
 
 
+# A log exported as CSV rows of (epoch milliseconds, message), as CloudWatch's export gives a SageMaker endpoint's
+# ('1756144012376,"... File ""/usr/..."" ..."'): the message is the second field, its quotes doubled where it is quoted.
+CSV_ROW = re.compile(r'^\d{13},("?)(.*)\1$')
+# Terminal colours (vLLM colours its processes' prefixes, a pipe or not) and a carriage return, raw or as rsyslog
+# escapes control characters ("#033" for ESC, "#015" for CR).
+CONTROL = re.compile(r"(\x1b|#033)\[[\d;]*m|(\r|#015)$")
+
+
 def as_logged(line: str) -> str:
     """A line of the log as the server logged it: a log viewer's frame and what collectors added around it dropped."""
-    line = COLLECTOR_SUFFIX.sub("", FRAME.sub("", line.strip()))
+    line = line.strip()
+    if row := CSV_ROW.match(line):
+        line = row[2].replace('""', '"') if row[1] else row[2]
+    line = COLLECTOR_SUFFIX.sub("", FRAME.sub("", CONTROL.sub("", line)))
     while (found := COLLECTOR.match(line)) and found.end():
         line = line[found.end():]
     return line

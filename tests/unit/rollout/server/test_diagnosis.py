@@ -293,6 +293,9 @@ def test_a_symptom_is_read_after_the_causes_that_explain_it():
         assert read_log(real("sglang_disk_full_sigbus") + real(after)).cause == "disk_full"
     # so does a /dev/shm too small, told by Ray in a warning, and a NCCL failure or a capture that fails after it
     assert read_log(real("gpustack_ray_dev_shm") + real("vllm_nccl_dev_shm")).cause == "shm_too_small"
+    # a certificate not verified is why the hub could not be reached, whatever transformers then says of the model
+    hub = "OSError: We couldn't connect to 'https://huggingface.co' to load this file"
+    assert read_log(real("vllm_hub_certificate_verify") + [hub]).cause == "tls_certificate"
     # CUDA graphs failing to capture are read after what failed inside the capture: a lost peer, memory
     assert read_log(real("sglang_torch_compile_graph_capture") + real("sglang_graph_capture_gloo")).cause == "peer_lost"
     assert read_log(real("sglang_graph_capture_current_seed") + real("sglang_cuda_graph_oom")).cause == (
@@ -380,10 +383,25 @@ def test_a_stop_asked_of_the_server_is_no_fault_and_a_signal_its_child_alone_log
         "\"[shutdown] API server: shutdown triggered\"")
 
 
-# Real lines as collectors printed them (the threads are named in tests/data/server_logs/real/SOURCE's thirteenth round
-# where their logs are kept; the others: vllm-project/vllm#12474 and community-scripts/ProxmoxVED#2047 (journald),
-# vllm-project/vllm#43410 (a launcher's Python logger), vllm-project/vllm#28658 (a Ray job's nested workers)).
+# Real lines as collectors printed them (the threads are named in tests/data/server_logs/real/SOURCE's thirteenth and
+# fourteenth rounds where their logs are kept; the others: vllm-project/vllm#12474 and
+# community-scripts/ProxmoxVED#2047 (journald), vllm-project/vllm#43410 (a launcher's Python logger),
+# vllm-project/vllm#28658 (a Ray job's nested workers), aws-samples/amazon-sagemaker-generativeai#111 (CloudWatch's CSV
+# export of a SageMaker endpoint, rsyslog's escapes of vLLM's colours), Mini-o3/Mini-o3#16 and
+# stepfun-ai/Step3-VL-10B#11 (a launcher's time and command)).
 @pytest.mark.parametrize("line, said", [
+    (real("arbor_sglang_router_open_files")[2],
+     "called `Result::unwrap()` on an `Err` value: Os { code: 24, kind: Uncategorized, message: "
+     '"Too many open files" }'),
+    ('1756144012376,"#033[1;36m(EngineCore_0 pid=75)#033[0;0m ERROR 08-25 10:46:52 [core.py:700]   File '
+     '""/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py"", line 492, in __init__#015"',
+     'File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 492, in __init__'),
+    ("1756144012376,#033[1;36m(EngineCore_0 pid=75)#033[0;0m ERROR 08-25 10:46:52 [core.py:700]     "
+     "self.model_executor = executor_class(vllm_config)#015", "self.model_executor = executor_class(vllm_config)"),
+    ("[2025-09-25 20:03:20] [/bin/sh]: Process EngineCore_0:", "Process EngineCore_0:"),
+    ("[2026-01-22 20:05:33] [/bin/sh]: [EngineCore_DP0][pid=1242] ERROR 01-22 12:05:33.129 [core.py:1302] EngineCore "
+     "failed to start.", "EngineCore failed to start."),
+    ("[2026-01-22 20:05:33] [/bin/sh]: ", ""),
     ("Jan 28 10:40:07 localhost bash[367371]: RuntimeError: Engine process failed to start. See stack trace for the "
      "root cause.", "RuntimeError: Engine process failed to start. See stack trace for the root cause."),
     ("Jan 28 10:40:08 localhost systemd[1]: vllm3.service: Main process exited, code=exited, status=1/FAILURE",
