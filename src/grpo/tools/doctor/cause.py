@@ -25,6 +25,10 @@ fell while the servers were healthy is the model's doing. Order of the rules, fi
                          no signal
     policy_collapse      the reward fell with the infrastructure healthy
     kl_drift             KL to the reference exploded while the reward stayed where it was
+    reward_hacking       the training reward rose beyond its noise while the policy's held-out evaluations
+                         fell: the policy games the reward's proxy, not the task
+    policy_unmoved       a long run (1000 steps or more) whose KL to the reference stayed about 0 and whose
+                         reward never rose beyond its noise: the updates never moved the policy
     out_of_memory, disk_full, nonfinite, gpu_failure, worker_failure, server_failure, reward_broken, crashed
                          the run ended in a crash after its last step (or before its first), classified
                          by what its traceback or fatal line says (`crashes`)
@@ -320,6 +324,23 @@ def _decide(record: RunRecord, timeline: list[Anomaly]) -> tuple[str, int | None
     short = _stops_short(record)
     if short is not None:
         return "unknown", None, short, []
+    hacked = _evaluations_fell(record)
+    if hacked is not None:
+        step, before, after = hacked
+        return "reward_hacking", step, (
+            f"the training reward rose ({_rise_text(record)}) while the held-out evaluation fell from {before:.3g} "
+            f"to {after:.3g} at step {step}: the policy learned what the reward pays for, not the task. Read the "
+            "completions the reward scores highest for the shortcut (a format, a length, an answer the checker "
+            "accepts wrongly), close it in the reward, and keep the last checkpoint whose evaluation held"), []
+    if _unmoved(record):
+        kl = [abs(v) for _, v in record.finite_series(KL)]
+        steps = record.steps()
+        return "policy_unmoved", steps[0], (
+            f"over {steps[-1] - steps[0] + 1} steps the KL to the reference stayed about 0 (mean |KL| "
+            f"{statistics.fmean(kl[len(kl) // 2:]):.2g} over the second half) and the reward never rose beyond "
+            f"its noise ({_rise_text(record)}): the updates never moved the policy. The learning rate is far too "
+            "low for this model, or the updates do not reach its weights (frozen or detached parameters, an "
+            "optimizer over other tensors); a run of a few steps at 10x the learning rate shows which"), []
     warnings = [a for a in timeline if a.kind not in ("restart", "server_restart")]
     return "healthy", None, _healthy_text(record, warnings), []
 
@@ -454,7 +475,60 @@ def _cut_off_text(record: RunRecord, cut: Anomaly, alike: str) -> str:
 
 # KL per token at a run's first logged step no fresh policy reaches: it started elsewhere than its reference.
 REFERENCE_FAR = 1.0
-MODEL_CAUSES = ("truncation", "no_learning_signal", "policy_collapse", "reward_not_wired", "kl_drift")
+MODEL_CAUSES = ("truncation", "no_learning_signal", "policy_collapse", "reward_not_wired", "kl_drift", "reward_hacking",
+                "policy_unmoved")
+UNMOVED_SPAN = 1000  # steps: a shorter run may not have had the time to move
+UNMOVED_KL = 0.01  # mean |KL| per token to the reference: a policy this close to it has not left it
+HACKED_FALL = 0.05  # the evaluation's fall, as a fraction of its first score, that is more than its noise
+
+
+def _quarters(record: RunRecord) -> tuple[list[float], list[float]] | None:
+    """The reward over the first and the last quarter of its logged steps (8 steps at least in all)."""
+    rewards = [v for _, v in record.finite_series(REWARD)]
+    if len(rewards) < 8:
+        return None
+    quarter = len(rewards) // 4
+    return rewards[:quarter], rewards[-quarter:]
+
+
+def _rose(record: RunRecord) -> bool | None:
+    """Whether the reward's last quarter is above its first by more than twice their difference's standard
+    error (None: too few steps to say)."""
+    quarters = _quarters(record)
+    if quarters is None:
+        return None
+    first, last = quarters
+    noise = math.sqrt(statistics.pvariance(first) / len(first) + statistics.pvariance(last) / len(last))
+    return statistics.fmean(last) > statistics.fmean(first) + 2 * noise
+
+
+def _rise_text(record: RunRecord) -> str:
+    first, last = _quarters(record)
+    return (f"mean {statistics.fmean(first):.3g} over the first quarter of its steps, {statistics.fmean(last):.3g} "
+            "over the last")
+
+
+def _evaluations_fell(record: RunRecord) -> tuple[int, float, float] | None:
+    """(the first evaluation after the start below the first one, the first score, the last) when the training
+    reward rose while the evaluations ended lower than they began; else None."""
+    scores = record.finite_series(EVAL_ACCURACY)
+    if len(scores) < 2 or not _rose(record):
+        return None
+    start = scores[0][1]
+    margin = HACKED_FALL * max(abs(start), 1e-9)
+    if scores[-1][1] >= start - margin:
+        return None
+    fell = next(s for s, v in scores[1:] if v < start - margin)
+    return fell, start, scores[-1][1]
+
+
+def _unmoved(record: RunRecord) -> bool:
+    """A run of UNMOVED_SPAN steps or more whose KL to the reference stayed under UNMOVED_KL over its second half
+    and whose reward did not rise: the evidence of updates that never moved the policy."""
+    steps, kl = record.steps(), [abs(v) for _, v in record.finite_series(KL)]
+    if not steps or steps[-1] - steps[0] + 1 < UNMOVED_SPAN or len(kl) < 8:
+        return False
+    return statistics.fmean(kl[len(kl) // 2:]) < UNMOVED_KL and _rose(record) is False
 
 
 def _reference_far(record: RunRecord) -> str | None:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from grpo.tools.doctor.record import (
     ACCURACY,
+    ADVANTAGE_STD,
     CRITIC_GRAD_NORM,
     CRITIC_LOSS,
     ENTROPY,
@@ -65,6 +66,11 @@ _STEP = re.compile(
     r"(?:/max_steps)?['\"]?"
     r"(?:\s*[:=#]\s*|\s+|\s*\[\s*)['\"]?(\d{1,12})(?:\s*/\s*(\d{1,12}))?(?![\d%]|\.\d|[eE][-+]?\d)", re.I)
 _STEP_COLUMNS = frozenset({"step", "steps", "global_step", "iteration", "iter"})
+# MiniMind's trainers count the step within its epoch: `Epoch:[2/3](150/9751)` is the run's step 9751 + 150.
+_EPOCH_STEP = re.compile(r"\bepoch\s*:?\s*\[(\d{1,6})/(\d{1,6})\]\s*\((\d{1,12})/(\d{1,12})\)", re.I)
+# A loop whose unit is the epoch prints a line an epoch opening with its count (`  Epoch   3 | loss=0.1 | reward=5.6`):
+# that count is its step, where the line names no step of its own.
+_EPOCH_LINE = re.compile(r"^\s*epoch\s*[:#]?\s*(\d{1,6})(?:\s*/\s*(\d{1,6}))?\s*(?:[|│,:]|\s-\s)", re.I)
 # A dict's key for the run's total beside its step (LLaMA-Factory's trainer log: `"current_steps": 10,
 # "total_steps": 1287`): the run's total, as `Step 10/1287` says it.
 _TOTAL = re.compile(r"(?<![\w./-])['\"]?(?:total|max)_steps['\"]?\s*[:=]\s*(\d{1,12})(?![\d.])")
@@ -129,6 +135,7 @@ _NAMES = {
     **dict.fromkeys(("vf_loss", "value_loss"), (CRITIC_LOSS, 0)),
 }
 _CRITIC = {LOSS: CRITIC_LOSS, GRAD_NORM: CRITIC_GRAD_NORM}
+_ADVANTAGES = frozenset({"adv", "advantage", "advantages"})
 
 
 @dataclass(frozen=True)
@@ -304,10 +311,10 @@ def _step_of(line: str) -> _Count | None:
     """The step a line names, the run's total where it says one, and the word that counts it."""
     lower = line.lower()
     if "step" not in lower and "iter" not in lower and "rollout" not in lower:
-        return None
+        return _epoch_of(line) if "epoch" in lower else None
     steps = list(_STEP.finditer(line))
     if not steps:
-        return None
+        return _epoch_of(line) if "epoch" in lower else None
     # The run's own count, where a line names several: a global step; else the count with the largest total
     # (AReaL's `Step 5/935 Train step 940/4675`, nanochat's `Step 12/500 | Example step 3`); else the first.
     global_ = [m for m in steps if m.group(1).lower() != "step" and "step" in m.group(1).lower()]
@@ -320,6 +327,20 @@ def _step_of(line: str) -> _Count | None:
     counter = "rollout" if word == "rollout" else "iter" if word.startswith("iter") else "step"
     total = chosen.group(3) or (keyed.group(1) if (keyed := _TOTAL.search(line)) else None)
     return _Count(step, (as_step(int(total)) or None) if total else None, counter)
+
+
+def _epoch_of(line: str) -> _Count | None:
+    """The step of a line that counts epochs, not steps: MiniMind's step within its epoch, or the epoch itself."""
+    within = _EPOCH_STEP.search(line)
+    if within is not None:
+        epoch, epochs, step, per_epoch = (int(g) for g in within.groups())
+        run_step = as_step((epoch - 1) * per_epoch + step)
+        return _Count(run_step, epochs * per_epoch, "step") if run_step else None
+    opening = _EPOCH_LINE.match(line)
+    if opening is None or as_step(int(opening.group(1))) is None:
+        return None
+    total = opening.group(2)
+    return _Count(int(opening.group(1)), int(total) if total else None, "epoch")
 
 
 def _header(line: str) -> _Columns | None:
@@ -419,7 +440,10 @@ def canonical(name: str) -> tuple[str, int] | None:
         return ZERO_VARIANCE, 0
     words = [w for w in words if w not in _MEAN]
     if "std" in words:
-        base = _NAMES.get("_".join(w for w in words if w != "std"))
+        rest = "_".join(w for w in words if w != "std")
+        if rest in _ADVANTAGES:
+            return ADVANTAGE_STD, 0
+        base = _NAMES.get(rest)
         return (REWARD_STD, 0) if base is not None and base[0] == REWARD else None
     if _OTHER_STATS & set(words):
         return None

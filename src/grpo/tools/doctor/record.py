@@ -25,6 +25,7 @@ CRITIC_GRAD_NORM = "critic_grad_norm"
 LENGTH = "length"  # mean response length in tokens
 TRUNCATED = "truncated_frac"  # responses cut at the length limit
 ZERO_VARIANCE = "zero_std_frac"  # groups whose rewards are all identical (the doctor says the older name)
+ADVANTAGE_STD = "advantage_std"  # the advantages' spread: above 0, some group's rewards differ
 FAILED = "failed_frac"  # generation attempts that failed, timed out or came back empty
 LOST = "lost_frac"  # groups lost to failed generations after every retry (a retried failure costs nothing)
 STEP_S = "step_s"

@@ -16,6 +16,7 @@ from collections import deque
 from grpo.checks import CHECKS, KL_GROWTH, MIN_HISTORY, collapsed_from, kl_exploded
 from grpo.tools.doctor.record import (
     ACCURACY,
+    ADVANTAGE_STD,
     CRITIC_GRAD_NORM,
     CRITIC_LOSS,
     ENTROPY,
@@ -149,10 +150,12 @@ def _streak_on(record: RunRecord, series: list[tuple[int, float]], bad, kind: st
 
 
 def _loss_without_gradient(record: RunRecord) -> list[tuple[int, float]]:
-    """The loss, counted as 0 only at steps whose gradient was 0 or not logged: a GRPO loss is exactly
-    0 on healthy steps too (TRL's, when every completion has the same length: each group's advantages
-    sum to 0), while the gradient is not."""
-    return [(s, v if record.metrics[s].get(GRAD_NORM, 0.0) == 0.0 else math.nan)
+    """The loss, counted as 0 only at steps whose gradient was 0 or not logged and whose advantages did not
+    differ: a GRPO loss is exactly 0 on healthy steps too (TRL's, when every completion has the same length:
+    each group's advantages sum to 0; MiniMind's, printed to 4 places), while the gradient and the
+    advantages' spread are not."""
+    return [(s, v if record.metrics[s].get(GRAD_NORM, 0.0) == 0.0
+             and record.metrics[s].get(ADVANTAGE_STD, 0.0) == 0.0 else math.nan)
             for s, v in record.finite_series(LOSS)]
 
 

@@ -9,6 +9,7 @@ import pytest
 from grpo.tools.doctor import examine, generic, judge, textlog
 from grpo.tools.doctor.record import (
     ACCURACY,
+    ADVANTAGE_STD,
     CRITIC_GRAD_NORM,
     CRITIC_LOSS,
     ENTROPY,
@@ -81,6 +82,12 @@ def one(line: str) -> generic.StepLine:
     ('{"current_steps": 10, "total_steps": 1287, "loss": -0.1994, "eval_loss": null, "predict_loss": null, '
      '"reward": 0.13, "learning_rate": 9.998795309164754e-06, "epoch": 0.01, "percentage": 0.78}', 10, 1287,
      {LOSS: -0.1994, REWARD: 0.13}),
+    # MiniMind's trainers: the step within its epoch, the run's step past the epochs before it
+    ("Epoch:[2/3](150/9751), Reward: -1.8, KL_ref: 0.0004, Adv Std: 0.9257, Actor Loss: 0.0000, "
+     "Avg Response Len: 212.50, Learning Rate: 0.00000030", 9751 + 150, 3 * 9751,
+     {REWARD: -1.8, KL: 0.0004, ADVANTAGE_STD: 0.9257, LOSS: 0.0, LENGTH: 212.5}),
+    # a loop whose unit is the epoch, its count opening the line
+    ("  Epoch   3 | loss=-0.0402 | reward=  5.67 [-2.7 … 18.0]", 3, None, {LOSS: -0.0402, REWARD: 5.67}),
 ])
 def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
     found = one(line)
@@ -105,6 +112,8 @@ def test_each_step_shape_is_read_with_its_metrics(line, step, total, metrics):
     "step 12.5 | loss: 0.3 | reward: 0.5",  # not a step count
     "rollout 3/8 done | loss: 0.3 | reward: 0.5",  # a rollout's progress, not slime's `rollout N:` line
     '{"total_steps": 1287, "loss": 0.3, "reward": 0.5}',  # the run's total, not a step
+    "{'loss': 0.3, 'reward': 0.5, 'epoch': 2}",  # an HF Trainer dict's epoch is no step
+    "Finished epoch 2: loss=0.3, reward=0.5",  # an epoch named inside the line, not opening it
 ])
 def test_lines_that_are_not_a_steps_metrics_are_not_read(line):
     assert steps(line) == []
@@ -160,6 +169,39 @@ def test_evaluations_that_held_are_the_evidence_where_no_training_reward_is_logg
     log = tmp_path / "train.log"
     log.write_text("\n".join(lines) + "\n")
     assert examine(log)[0].status == status
+
+
+def test_a_rising_reward_with_falling_evaluations_is_reward_hacking(tmp_path):
+    """The training reward rising beyond its noise while the held-out evaluation ends below where it began:
+    the policy learned the reward's proxy. Named from the first evaluation that fell, with the checkpoint saved
+    before it; the same reward with evaluations that held is healthy."""
+    def log(evaluations):
+        lines = []
+        for step in range(1, 41):
+            lines.append(f"step {step} | loss: 0.3 | reward: {0.3 + 0.01 * step + 0.02 * (step % 3):.3f} | kl: 0.01")
+            if step % 10 == 0:
+                lines.append(f"Saved checkpoint to /ckpt/global_step_{step}")
+                lines.append(f"step {step} | eval/accuracy: {evaluations[step // 10 - 1]}")
+        lines.append("Training finished.")
+        return _log(tmp_path, lines)
+
+    diagnosis = examine(log((0.50, 0.52, 0.41, 0.30)))[0]
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("reward_hacking", 30)
+    assert diagnosis.last_good_checkpoint.endswith("global_step_20")
+    assert examine(log((0.50, 0.52, 0.55, 0.58)))[0].status == "healthy"
+
+
+def test_a_long_run_at_its_reference_whose_reward_never_rose_is_a_policy_never_moved(tmp_path):
+    """KL to the reference about 0 over a long run and a reward that never rose beyond its noise: the updates
+    never moved the policy (a learning rate far too low). A short run, or one whose reward rose, is healthy."""
+    def log(steps, rise):
+        return _log(tmp_path, [f"step {s}/{steps} | loss: 0.0 | reward: {0.3 + rise * s + 0.1 * (s % 4):.4f} | "
+                               f"kl: {0.0004 * (-1) ** s:.4f} | advantages_std: 0.92" for s in range(1, steps + 1)])
+
+    diagnosis = examine(log(1200, 0.0))[0]
+    assert (diagnosis.cause, diagnosis.first_bad_step) == ("policy_unmoved", 1)
+    assert examine(log(1200, 0.0005))[0].status == "healthy"
+    assert examine(log(400, 0.0))[0].status == "healthy"
 
 
 def test_a_step_line_followed_by_its_metrics_table_is_one_step():

@@ -15,7 +15,7 @@ from grpo.tools.doctor.logreader import ConsoleReader, framework_of
 from grpo.tools.doctor.record import Diagnosis
 from grpo.tools.doctor.textlog import iter_lines, read_ends
 from grpo.tools.watch import LogFollower, identify
-from tests.real_runs import runs, score
+from tests.real_runs import ROOT, runs, score
 
 RUNS = runs()
 
@@ -99,10 +99,13 @@ GENERIC_MISSES = dict.fromkeys((
     "unsloth_recall_l3_zero_reward_step73", "unsloth_scu_tsc_constant_reward", "videor1_issue86_reward_zero_dict",
     "llamafactory_issue357_ppo_loss_nan_step10", "unsloth_lfgrpo_smoke_5_steps",
     "unsloth_sft_grpo_base_ref_kl_clipped_405", "unsloth_standard_grpo_stage_switch_150"),
-    _NO_STEP)
-GENERIC_RIGHT = 94  # of the 121 console logs (2026-11-28, two of them gzipped; LLaMA-Factory's trainer_log.jsonl
-# is read as a metrics file since, not a console log; 91 of the first 118, 90 of the first 117, 83 of the first 110,
-# 78 of the first 102, 71 of the first 94, 69 of the first 91, 65 of the first 83, 57 of the first 74, 49 of the first 66)
+    _NO_STEP) | {
+    "custom_sqli_agent_reward_up_eval_down_10": "its evaluations' measures are its own abbreviations (DCS, AFS): no "
+                                                "reader can tell they are scores, so its rising reward reads healthy"}
+GENERIC_RIGHT = 96  # of the 124 console logs (2026-11-28, two of them gzipped; LLaMA-Factory's trainer_log.jsonl
+# is read as a metrics file since, not a console log; 94 of the first 121, 91 of the first 118, 90 of the first 117,
+# 83 of the first 110, 78 of the first 102, 71 of the first 94, 69 of the first 91, 65 of the first 83, 57 of the first
+# 74, 49 of the first 66)
 
 
 def test_the_generic_reader_alone_is_right_on_most_real_console_logs():
@@ -157,3 +160,13 @@ def test_the_trl_callback_on_a_real_history_stops_where_the_doctor_says(run, tmp
 def test_the_docs_table_names_every_run_of_the_corpus():
     docs = (Path(__file__).parents[4] / "docs" / "guard-and-tools.md").read_text()
     assert [run.name for run in RUNS if f"`{run.name}`" not in docs] == []
+
+
+def test_a_policy_its_updates_never_moved_is_told_from_one_that_learned_a_little():
+    """MiniMind's two GRPO runs, both with the KL to the reference about 0: over 9,751 steps at lr 3e-7 the reward
+    never rose (policy_unmoved from the first step, as the authors read it), while the 500-step run whose reward
+    rose 0.34 -> 0.40 is healthy. A small KL alone is no alarm; a small KL with a reward that never rose is."""
+    unmoved = examine(ROOT / "minimind_grpo_v1_flat_reward_kl_zero_9751" / "grpo.log")[0]
+    assert (unmoved.cause, unmoved.first_bad_step) == ("policy_unmoved", 1)
+    assert "never moved the policy" in unmoved.explanation
+    assert examine(ROOT / "minimind_grpo_r1_gsm8k_healthy_500" / "r1_main.log")[0].status == "healthy"
