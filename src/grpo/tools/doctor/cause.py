@@ -479,7 +479,7 @@ MODEL_CAUSES = ("truncation", "no_learning_signal", "policy_collapse", "reward_n
                 "policy_unmoved")
 UNMOVED_SPAN = 1000  # steps: a shorter run may not have had the time to move
 UNMOVED_KL = 0.01  # mean |KL| per token to the reference: a policy this close to it has not left it
-HACKED_FALL = 0.05  # the evaluation's fall, as a fraction of its first score, that is more than its noise
+HACKED_FALL = 0.10  # the evaluations' fall, as a fraction of the first score, that is more than their noise
 
 
 def _quarters(record: RunRecord) -> tuple[list[float], list[float]] | None:
@@ -510,15 +510,17 @@ def _rise_text(record: RunRecord) -> str:
 
 def _evaluations_fell(record: RunRecord) -> tuple[int, float, float] | None:
     """(the first evaluation after the start below the first one, the first score, the last) when the training
-    reward rose while the evaluations ended lower than they began; else None."""
+    reward rose while the evaluations ended lower than they began: three evaluations at least and the last two
+    both below the first by HACKED_FALL of it, so one noisy evaluation (a 128-problem accuracy moves by 4
+    points from one draw to the next) is not taken for a trend; else None."""
     scores = record.finite_series(EVAL_ACCURACY)
-    if len(scores) < 2 or not _rose(record):
+    if len(scores) < 3 or not _rose(record):
         return None
     start = scores[0][1]
-    margin = HACKED_FALL * max(abs(start), 1e-9)
-    if scores[-1][1] >= start - margin:
+    below = start - HACKED_FALL * max(abs(start), 1e-9)
+    if not (scores[-1][1] < below and scores[-2][1] < below):
         return None
-    fell = next(s for s, v in scores[1:] if v < start - margin)
+    fell = next(s for s, v in scores[1:] if v < below)
     return fell, start, scores[-1][1]
 
 

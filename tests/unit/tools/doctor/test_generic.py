@@ -189,6 +189,7 @@ def test_a_rising_reward_with_falling_evaluations_is_reward_hacking(tmp_path):
     assert (diagnosis.cause, diagnosis.first_bad_step) == ("reward_hacking", 30)
     assert diagnosis.last_good_checkpoint.endswith("global_step_20")
     assert examine(log((0.50, 0.52, 0.55, 0.58)))[0].status == "healthy"
+    assert examine(log((0.50, 0.52, 0.55, 0.43)))[0].status == "healthy"  # one low evaluation at the end: noise
 
 
 def test_a_long_run_at_its_reference_whose_reward_never_rose_is_a_policy_never_moved(tmp_path):
