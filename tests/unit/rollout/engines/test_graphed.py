@@ -5,10 +5,14 @@ them on a GPU only), so the form is checked here and the capture where a GPU is.
 import pytest
 import torch
 
+from grpo.policy.attention import additive
+from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.models import build_char_tokenizer
 from grpo.rollout.engines import SamplingParams, embedded
+from grpo.rollout.engines.decode_step import DecodeStep
 from grpo.rollout.engines.embedded import EmbeddedEngine
-from tests.unit.rollout.engines.test_decode_step import grouped_query_model
+from grpo.rollout.engines.kv_cache import preallocated_cache
+from tests.unit.rollout.engines.test_decode_step import grouped_query_model, left_padded
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device (scripts/gpu_check.py runs the suite on one)"))]
@@ -39,3 +43,33 @@ def test_static_steps_sample_what_the_shrinking_batch_samples(monkeypatch, devic
         # the same arithmetic over longer (masked) buffers and all rows: sums may round in another order
         torch.testing.assert_close(torch.tensor(ours.logprobs), torch.tensor(theirs.logprobs), atol=1e-4, rtol=0)
     assert [c.finish_reason for c in static] == [c.finish_reason for c in shrinking]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_static_steps_give_transformers_hidden_states(device):
+    """`DecodeStep.static` over whole buffers and a mask of every position: transformers' hidden states, in
+    fp32 within the summation order's rounding (its sums run over the masked positions' exact zeros too)."""
+    tokenizer = build_char_tokenizer()
+    decoder = grouped_query_model(tokenizer).to(device).get_decoder()
+    step = DecodeStep(decoder, rows=3)
+    prompts, steps = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]], 6
+    ids, mask, positions = (x.to(device) for x in left_padded(tokenizer, prompts))
+    caches = [preallocated_cache(ids.shape[1] + steps) for _ in range(2)]
+    with torch.no_grad():
+        for cache in caches:
+            decoder(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_argument(decoder, cache),
+                    use_cache=True)
+        buffers = [(layer.key_buffer, layer.value_buffer) for layer in caches[1].layers]
+        capacity = buffers[0][0].shape[2]
+        bias = torch.full((len(prompts), capacity), torch.finfo(torch.float32).min, device=device)  # [R, C]
+        bias[:, : ids.shape[1]] = additive(mask.bool(), torch.float32)
+        tokens, next_position = torch.arange(20, 23, device=device), positions[:, -1] + 1
+        write = torch.tensor([ids.shape[1]], device=device)
+        for _ in range(steps):
+            mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=-1)
+            expected = decoder(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None],
+                               **cache_argument(decoder, caches[0]), use_cache=True).last_hidden_state[:, -1]
+            bias.index_fill_(1, write, 0)
+            ours = step.static(tokens, next_position, write, bias, buffers)
+            torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+            tokens, next_position, write = tokens + 1, next_position + 1, write + 1
