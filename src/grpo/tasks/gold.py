@@ -2,8 +2,9 @@
 
 Without task.gold_pattern a value is read by the formats datasets ship: a GSM8K answer is a worked solution ending in
 `#### N` (the gold is N), a MATH solution boxes its answer (the gold is the last `\\boxed{}`), verl's and AReaL's
-ground truths are often one-element lists (the gold is the item). A list of several answers is refused: which of them
-a single gold should be cannot be known."""
+ground truths are often one-element lists (the gold is the item), ASDiv's answers carry their unit in parentheses
+after the number (`9 (apples)`: the gold is 9, as a completion states it). A list of several answers is refused:
+which of them a single gold should be cannot be known."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ WAYS = {
     "gsm8k": f"read after '{GSM8K_MARK}' (GSM8K's format)",
     "boxed": "read from the answer's last \\boxed{} (MATH's format; task.gold_pattern reads it otherwise)",
     "list": "read from one-element lists",
+    "unit": "read without the unit in parentheses after the number (ASDiv's format, e.g. '9 (apples)' is 9)",
 }
+# A number, then only a word or a few in parentheses: a unit, which no completion boxes with its answer.
+_UNIT_AFTER = re.compile(r"(-?[\d.,/]*\d)\s*\(\s*[A-Za-z][A-Za-z .'/-]*\)")
 
 
 @dataclass
@@ -57,6 +61,10 @@ class GoldReader:
         if boxed is not None:
             self.ways["boxed"] += 1
             return boxed
+        unit = _UNIT_AFTER.fullmatch(text.strip())
+        if unit is not None:
+            self.ways["unit"] += 1
+            return unit.group(1)
         return text.strip()
 
     def _one_answer(self, value: list | tuple, where: str) -> Any:

@@ -4,7 +4,8 @@ run. Each rule is for any data of its shape, checked on the first rows:
 
 - prompts that all end with the assistant's message where the data has no gold: whole conversations, the answer last;
 - golds that are whole numbers below the length of a column of option texts in every row: positions among options;
-- golds that are option letters where no prompt shows the options of such a column;
+- golds that are option letters where no prompt shows all its options of such a column (a list of texts, or one text
+  labelling them in turn, `A) 12 B) 15 ...` as SAT and AGIEval keep them);
 - golds read out of a worked solution (its last \\boxed{}, or after ####) that differ from the data's own `answer`;
 - golds the reward cannot match even against themselves (worked solutions), or spanning several lines (programs): it
   compares a completion's one-line final answer.
@@ -30,6 +31,8 @@ MATH_REWARDS = ("math", "math_format")  # the built-in rewards that compare a co
 SAMPLE = 64  # rows checked: a shape holds for the first rows as for all, and math_verify takes milliseconds a gold
 OWN_ANSWER = TaskConfig().answer_column  # grpo's default answer column, `answer`: where data keeps its final answers
 _LETTER = re.compile(r"[A-Z]")
+# An option's label inside one text of options: `A)`, `(A)` or `A.` at the start or after a space.
+_LABEL = re.compile(r"(?:^|(?<=\s))\(?([A-Z])[).]\s")
 
 
 def scores_with_math(cfg: TaskConfig) -> bool:
@@ -66,9 +69,22 @@ def _conversations_without_gold(table: Table, sample: list[Problem], prompt: str
                       "out of the prompt; a begun answer for the model to continue needs a gold column too")
 
 
+def option_texts(value: Any) -> list[str] | None:
+    """The options a column's value holds: a list of two texts or more, or one text labelling two or more in turn
+    (`A) 12 B) 15`, labels A, B, ... in order); None for any other value."""
+    if isinstance(value, (list, tuple)):
+        return list(value) if len(value) >= 2 and all(isinstance(x, str) for x in value) else None
+    if not isinstance(value, str):
+        return None
+    labels = list(_LABEL.finditer(value))
+    if len(labels) < 2 or [m.group(1) for m in labels] != [chr(ord("A") + i) for i in range(len(labels))]:
+        return None
+    ends = [m.start() for m in labels[1:]] + [len(value)]
+    return [value[m.end():end].strip() for m, end in zip(labels, ends)]
+
+
 def _all_option_lists(rows: list[dict[str, Any]], name: str) -> bool:
-    return all(isinstance(v := row.get(name), (list, tuple)) and len(v) >= 2 and all(isinstance(x, str) for x in v)
-               for row in rows)
+    return all(option_texts(row.get(name)) is not None for row in rows)
 
 
 def _template(prompt: str | None, options: str) -> str:
@@ -81,10 +97,11 @@ def _positions(table: Table, rows: list[dict[str, Any]], answer: str, options: l
     if not any(v is not None for v in values) or not all(v is None or type(v) is int for v in values):
         return
     for name in options:
-        if all(v is None or 0 <= v < len(row[name]) for v, row in zip(values, rows)):
+        counts = [len(option_texts(row[name]) or ()) for row in rows]
+        if all(v is None or 0 <= v < count for v, count in zip(values, counts)):
             raise ConfigError(
                 f"{table.source}: column {answer!r} holds whole numbers below the number of options in column "
-                f"{name!r} in every row (e.g. {table.where[0]}: {values[0]} of {len(rows[0][name])}): positions among "
+                f"{name!r} in every row (e.g. {table.where[0]}: {values[0]} of {counts[0]}): positions among "
                 "the options, not answers a completion states, which the math reward compares: give a reward function "
                 f"that reads {name!r} and {answer!r} (task.reward=module:function, task.answer_column=null) and show "
                 f"the options in the prompt ({_template(prompt, name)}); task.gold_pattern='(.+)' takes the numbers "
@@ -97,10 +114,12 @@ def _letters(table: Table, sample: list[Problem], shown: list[str], answer: str,
     if not golds or not all(_LETTER.fullmatch(gold) for gold in golds):
         return
     for name in options:
-        if not any(item.strip() and item.strip() in text for row, text in zip(table.rows, shown) for item in row[name]):
+        # A row shows its options when its prompt holds each of them: one short option ('0') is often in a stem.
+        if not any(all(item.strip() in text for item in option_texts(row[name]) or ())
+                   for row, text in zip(table.rows, shown)):
             raise ConfigError(f"{table.source}: column {answer!r} holds option letters (e.g. {golds[0]!r}), but no "
                               f"prompt shows the options of column {name!r}: {_template(prompt, name)} puts them in "
-                              "the prompt, one per line")
+                              "the prompt")
 
 
 def _own_answers(table: Table, count: int) -> list[str]:

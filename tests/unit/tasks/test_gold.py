@@ -32,6 +32,17 @@ def test_a_plain_answer_is_the_gold_and_nothing_is_said():
     assert read(r"\frac{1}{4}") == (r"\frac{1}{4}", [])
 
 
+@pytest.mark.parametrize("value,gold", [("9 (apples)", "9"), ("-2.5 (m/s)", "-2.5"), ("1,200 (dollars)", "1,200")])
+def test_a_number_with_its_unit_in_parentheses_gives_the_number_and_says_so(value, gold):
+    said = "1 golds read without the unit in parentheses after the number (ASDiv's format, e.g. '9 (apples)' is 9)"
+    assert read(value) == (gold, [said])
+
+
+@pytest.mark.parametrize("value", ["3 (mod 5)", "(1, 2)", "x (apples)", "2 (see 1)"])
+def test_parentheses_that_are_not_a_unit_after_a_number_stay(value):
+    assert read(value) == (value, [])
+
+
 @pytest.mark.parametrize("value,gold", [(27.0, "27"), (-1.0, "-1"), (1.5, "1.5"), (14, "14"), (True, "True")])
 def test_a_number_is_its_text_and_an_integral_float_has_no_point(value, gold):
     assert read(value)[0] == gold

@@ -1,6 +1,7 @@
 """Golds the `math` reward would score wrongly or not at all are refused at load, each rule for data of its shape;
 the real rows behind each are in tests/data/user_datasets (mbpp_code_tests, aqua_rat_options, mmlu_pro_answer_index,
-deepscaler_solution_boxes, alpaca_math_answer_list, sharegpt_gsm8k_conversations). Here: what each rule leaves be."""
+deepscaler_solution_boxes, alpaca_math_answer_list, sharegpt_gsm8k_conversations, sat_math_options_text,
+mmlu_stem_answer_index). Here: what each rule leaves be."""
 
 import logging
 
@@ -47,6 +48,23 @@ def test_option_letters_load_once_a_prompt_shows_the_options(tmp_path):
     [problem] = dataset(tmp_path, rows, prompt_template="{question}\\n{options}",
                         answer_column="correct").eval_problems(None)
     assert problem.question == "Which is two?\nA)1\nB)2" and problem.gold == "B"
+
+
+def test_options_labelled_in_one_text_are_options_and_an_option_in_the_stem_does_not_show_them(tmp_path):
+    rows = [{"question": "$|x-10| = 0$: x?", "options": "A) -10 B) 0 C) 10 D) -10 and 10", "Answer": "C"},
+            {"question": "Which is two?", "options": "(A) 1 (B) 2", "Answer": "B"}]
+    with pytest.raises(ConfigError, match="no prompt shows the options of column 'options'"):
+        dataset(tmp_path, rows, prompt_column="question", answer_column="Answer")
+    problems = dataset(tmp_path, rows, prompt_template="{question}\\n{options}",
+                       answer_column="Answer").eval_problems(None)
+    assert [p.gold for p in problems] == ["C", "B"]
+    with pytest.raises(ConfigError, match=r": 2 of 4\): positions among the options"):
+        dataset(tmp_path, [dict(rows[0], Answer=2)], prompt_column="question", answer_column="Answer")
+
+
+def test_text_that_only_begins_like_options_is_no_options_column(tmp_path):
+    rows = [{"question": "Which is two?", "note": "B) see above A) first", "Answer": "B"}]
+    assert dataset(tmp_path, rows, prompt_column="question", answer_column="Answer").eval_problems(None)[0].gold == "B"
 
 
 def test_boxed_golds_that_agree_with_the_datas_own_answer_load(tmp_path):

@@ -42,7 +42,7 @@ def commands():
 
 def test_every_case_has_its_source_and_rows():
     folders = [p for p in DATA.iterdir() if p.is_dir()]
-    assert len(folders) >= 10
+    assert len(folders) >= 24
     for folder in folders:
         case = json.loads((folder / "case.json").read_text())
         assert (folder / "SOURCE").read_text().startswith("url: ") and (folder / case["files"]).is_file()
