@@ -1,6 +1,6 @@
 """Real launch scripts of other trainers (tests/data/verl_scripts/, tests/data/openrlhf_scripts/,
 tests/data/swift_scripts/), read as their trainers read them: each script runs under bash with its launchers (python,
-ray, conda, ms-swift's `swift`) and its side effects (cd, mkdir, tee) replaced by shell functions, and the words it
+ray, conda, ms-swift's `swift`) and its side effects (cd, mkdir, tee, ulimit) replaced by shell functions, and the words it
 passes to a trainer module (`python3 -m MODULE WORDS`) are recorded; nothing is launched."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ conda() { :; }
 cd() { :; }
 mkdir() { :; }
 tee() { cat > /dev/null; }
+ulimit() { :; }
 """
 
 
