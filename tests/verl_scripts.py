@@ -52,6 +52,8 @@ def expected(script: Path, override: str) -> Expected:
         write = truth.get("write")
         if "per_script" in truth:
             written = truth["per_script"].get(script.stem)
+        elif raw in truth.get("write_values", {}):
+            written = truth["write_values"][raw]
         elif isinstance(write, str):
             written = write.format(as_written(raw))
         elif isinstance(write, dict):
@@ -60,9 +62,12 @@ def expected(script: Path, override: str) -> Expected:
 
 
 def answered(message: str, want: Expected) -> bool:
-    """Whether `message` answers the override as the truth does: it names the verl key and gives the override, or
-    names grpo's keys, or (grpo having none) names the key."""
-    if not re.search(rf"(?<![\w.]){re.escape(want.key)}(?![\w.])", message):
+    """Whether `message` answers the override as the truth does: it names the verl key (not as a name grpo does not
+    know) and gives the override, or names grpo's keys, or (grpo having none) names the key."""
+    named = rf"(?<![\w.]){re.escape(want.key)}(?![\w.])"
+    if not re.search(named, message):
+        return False
+    if any(re.search(named, strangers) for strangers in re.findall(r"[^;(]*\(not a verl name grpo knows\)", message)):
         return False
     if want.override is not None:
         return want.override in message

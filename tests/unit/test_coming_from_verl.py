@@ -125,3 +125,10 @@ def test_hydra_s_plus_prefixes_set_grpo_s_own_keys():
     assert load_config("tiny", ["+actor.lr=2e-6", "++train.steps=3"]).actor.lr == 2e-6
     with pytest.raises(ConfigError, match="must look like section.key=value"):
         load_config("tiny", ["+=3"])
+
+
+def test_a_section_under_a_family_is_answered_name_by_name_and_megatron_s_clip_grad_is_grpo_s_clip():
+    message = refusal("+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
+                      "actor_rollout_ref.actor.optim.clip_grad=0.5", "actor_rollout_ref.rollout.n=4")
+    assert "actor.max_grad_norm=0.5 (actor_rollout_ref.actor.optim.clip_grad)" in message
+    assert "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method (grpo trains" in message

@@ -1,4 +1,4 @@
-"""Eight real verl launch scripts (tests/data/verl_scripts/README.md), their overrides given to grpo as a verl user
+"""Thirteen real verl launch scripts (tests/data/verl_scripts/README.md), their overrides given to grpo as a verl user
 gives them: one message answers every one as the truth written before (truth.yaml) does."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from tests.verl_scripts import SCRIPTS, TRUTH, answered, expected, script_overri
 SCRIPT_FILES = sorted(SCRIPTS.glob("*.sh"))
 
 
-def test_eight_scripts_and_a_truth_for_every_key_they_pass(tmp_path):
-    assert len(SCRIPT_FILES) == 8
+def test_thirteen_scripts_and_a_truth_for_every_key_they_pass(tmp_path):
+    assert len(SCRIPT_FILES) == 13
     keys = {o.partition("=")[0].lstrip("+") for s in SCRIPT_FILES for o in script_overrides(s, tmp_path)}
     assert keys == set(TRUTH)
 

@@ -176,6 +176,11 @@ VERL_NAMES: dict[str, ForeignName] = {
     "algorithm.kl_ctrl.*": ForeignName((), f"the in-reward KL's controller; {_KL}"),
     "algorithm.gamma": ForeignName((), "GAE's discount: GRPO's advantage is the group-normalised reward"),
     "algorithm.lam": ForeignName((), "GAE's lambda: GRPO's advantage is the group-normalised reward"),
+    "algorithm.rollout_correction.*": ForeignName((), "verl's importance weights (and rejection) between the "
+                                                      "trainer's and the sampler's log-probs: grpo has no such "
+                                                      "correction; it recomputes the old log-probs with the trainer "
+                                                      "(algo.recompute_old_logprobs), and algo.importance_cap weighs "
+                                                      "only stale samples (rollout.max_staleness)"),
     "algorithm.filter_groups.enable": ForeignName(("rollout.filter_zero_variance",), "grpo drops the groups whose "
                                                   "rewards are all equal"),
     "algorithm.filter_groups.metric": ForeignName((), "grpo's filter reads the total reward (verl's seq_reward); no "
@@ -232,6 +237,8 @@ VERL_NAMES: dict[str, ForeignName] = {
                                                                              "cosine": "cosine"}),
     f"{_ACTOR}optim.num_cycles": ForeignName((), "grpo's cosine is verl's with num_cycles 0.5: one half-wave"),
     f"{_ACTOR}grad_clip": ForeignName(("actor.max_grad_norm",)),
+    f"{_ACTOR}optim.clip_grad": ForeignName(("actor.max_grad_norm",), "the Megatron optimizer's spelling of "
+                                            "grad_clip"),
     f"{_ACTOR}ppo_mini_batch_size": ForeignName(("algo.updates_per_batch", "rollout.problems_per_step"), (
         f"verl makes one optimizer step per mini-batch, several per generation when it is smaller than "
         f"data.train_batch_size; {_STEP}: no equivalent for that"), beside=lambda value, given: _updates(given)),
@@ -287,6 +294,9 @@ VERL_NAMES: dict[str, ForeignName] = {
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ForeignName((), "grpo has no sequence parallelism"),
     "actor_rollout_ref.ref.fsdp_config.*": ForeignName((), _SHARDING),
     "actor_rollout_ref.ref.megatron.*": ForeignName((), _MEGATRON),
+    **dict.fromkeys(("actor_rollout_ref.ref.sync_ref_model", "actor_rollout_ref.ref.ref_model_sync_steps",
+                     "actor_rollout_ref.ref.ref_model_mixup_alpha"),
+                    ForeignName((), "grpo's reference model is the initial policy, frozen for the run")),
     # actor_rollout_ref.rollout
     f"{_ROLLOUT}n": ForeignName(("rollout.samples_per_problem",)),
     f"{_ROLLOUT}name": ForeignName(("rollout.engine",), "grpo's vLLM and SGLang are supervised servers beside the "
@@ -313,6 +323,11 @@ VERL_NAMES: dict[str, ForeignName] = {
                                                          ("vllm",), lambda v: integer(v) is not None)),
     f"{_ROLLOUT}enforce_eager": ForeignName(("rollout.server.extra_args",), f"{_VLLM}=[--enforce-eager]; off: "
                                             "vLLM's default", beside=_engine_knob(("vllm",), lambda v: v is True)),
+    f"{_ROLLOUT}data_parallel_size": ForeignName(("rollout.server.extra_args",), f"{_VLLM}=[--data-parallel-size,N] "
+                                                 "(1: vLLM's default); rollout.server.replicas starts separate "
+                                                 "servers instead", carries=False),
+    f"{_ROLLOUT}expert_parallel_size": ForeignName(("rollout.server.extra_args",), f"{_VLLM}=[--enable-expert-"
+                                                   "parallel], its size tensor x data parallel", carries=False),
     f"{_ROLLOUT}dtype": ForeignName(("model.dtype",), "grpo's server runs the model's dtype", carries=False),
     f"{_ROLLOUT}free_cache_engine": ForeignName((), "grpo's server stays up beside the trainer"),
     f"{_ROLLOUT}load_format": ForeignName((), "grpo's server loads the model from its directory and takes each "
@@ -335,6 +350,8 @@ VERL_NAMES: dict[str, ForeignName] = {
     "reward_model.enable": ForeignName((), "grpo takes reward functions, not reward models: load the model in a "
                                            "function and give its import path (task.reward)"),
     "reward_model.overlong_buffer.*": ForeignName((), _OVERLONG),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.*": ForeignName((), _OVERLONG),
+    "reward_model.reward_kwargs.max_resp_len": ForeignName((), _OVERLONG),
     "custom_reward_function.path": ForeignName(("task.reward",), "task.reward=MODULE:FUNCTION; verl's "
                                                "compute_score(data_source, solution_str, ground_truth, extra_info) "
                                                "becomes a function(completions, **kwargs) returning one score each",
@@ -401,11 +418,12 @@ VERL = NameTable("verl", "docs/coming-from-verl.md", {k: v for k, v in _ALL.item
 
 def flat_names(given: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
     """Nested sections (as dotted overrides and a YAML file give them) as dotted names -> values, down to the names
-    the table knows."""
+    the table knows; a section under a family (`actor_rollout_ref.actor.megatron.override_transformer_config`) down
+    to its leaves, so that each name given is answered by its own name."""
     flat: dict[str, Any] = {}
     for key, value in given.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and value and VERL.entry(name) is None:
+        if isinstance(value, dict) and value and name not in VERL.names:
             flat.update(flat_names(value, f"{name}."))
         else:
             flat[name] = value
