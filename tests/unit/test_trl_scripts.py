@@ -25,6 +25,7 @@ from grpo.rewards import get_reward, resolve_rewards, score
 from grpo.tasks import build_task, reward_inputs
 from grpo.tasks.context import fit_prompts, model_context, prompt_lengths
 from grpo.tasks.prompts import encode_prompt
+from tests.trl_recipes import FOLDER, RECIPES, Answers, misanswered, scalar, sources, truth
 
 from .tasks.test_files import write_rows
 from .test_trl_rewards import GSM8K, R1, STATE, WILLCB, Shape, trl_rewards
@@ -517,3 +518,46 @@ def test_trl_s_command_line_given_as_overrides_is_answered_once_with_what_means_
             "learning_rate", "model.lora.rank=1": "lora_r", "train.steps=200": "max_steps"}.items() <= written.items()
     load_config("tiny", list(written))  # every override it writes grpo takes
     assert message.endswith("grpo has no key for: save_strategy, logging_steps (docs/coming-from-trl.md)")
+
+
+# Round 4 (README, S22 to S27): recipes and command lines, each answered as truth_round4.yaml says.
+ROUND4 = sources()
+
+
+def test_round_4_s_truth_answers_every_setting_its_sources_give():
+    assert {name for settings in ROUND4.values() for name in settings} == set(truth())
+
+
+@pytest.mark.parametrize("source", sorted(ROUND4))
+def test_a_recipe_s_or_command_line_s_settings_are_answered_in_one_message_as_the_truth_says(tmp_path, source):
+    """open-r1's recipes as `grpo train --config RECIPE`, the paper index's GRPOConfig keywords and the launch lines'
+    flags as NAME=VALUE overrides."""
+    given = ROUND4[source]
+    with pytest.raises(ConfigError) as info:
+        if source in RECIPES:
+            load_config(kept_once(tmp_path, FOLDER / f"{source}.yaml"))
+        else:
+            load_config(None, [f"{name}={scalar(value)}" for name, value in given.items()])
+    answers = Answers.read(str(info.value))
+    assert "\n" not in answers.message
+    wrong = [said for name, value in given.items() if (said := misanswered(source, name, value, answers))]
+    assert not wrong, f"{len(given) - len(wrong)} of {len(given)} answered; not: {wrong}"
+    assert "not TRL's either" not in answers.message  # TRL's fields and open-r1's, each known
+    written = [part for override in answers.written.values() if not override.startswith("task.chat_template")
+               for part in override.split(" ")]
+    rewards = ["task.reward=[math,math_format]"] if any(part.startswith("task.reward_weights=") for part in written) else []
+    load_config("tiny", [*written, *rewards])  # every override it writes grpo takes
+
+
+def kept_once(tmp_path: Path, recipe: Path) -> Path:
+    """The recipe as grpo reads it: open-r1's Codeforces recipe gives `do_eval: false` twice, which TRL's YAML reader
+    keeps silently (the last) and grpo refuses in one line naming the line and the fix; its user keeps one."""
+    text = recipe.read_text()
+    if text.count("\ndo_eval: false\n") < 2:
+        return recipe
+    with pytest.raises(ConfigError, match=r":26:1: not valid YAML: 'do_eval' is given twice in one mapping \(first "
+                                          r"on line 21\): keep one$"):
+        load_config(recipe)
+    kept = tmp_path / recipe.name
+    kept.write_text(text.replace("\ndo_eval: false\n", "\n", 1))
+    return kept

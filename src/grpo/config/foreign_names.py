@@ -30,6 +30,17 @@ class ForeignName:
     only_values: bool = True  # with `values`: its other values have no grpo equivalent (else they carry as they are)
     form: str = ""  # the override, `{}` for the value, where it is not `KEY=VALUE` (the value inside a list, two keys)
     beside: Beside | None = None  # the override, where it depends on the names given with it (then the rest is unused)
+    value_keys: Mapping[Any, tuple[str, ...]] = field(default_factory=dict)  # grpo's keys where a value has its own
+    remark: Callable[[Any], str | None] | None = None  # what a value does that the note cannot say (a stray comma)
+
+    def keys_for(self, value: Any) -> tuple[str, ...]:
+        """grpo's keys for the name set to `value`."""
+        if self.value_keys and not isinstance(value, (list, dict)) and value in self.value_keys:
+            return self.value_keys[value]
+        return self.keys
+
+    def remark_for(self, value: Any) -> str:
+        return (self.remark(value) or "") if self.remark is not None else ""
 
 
 @dataclass(frozen=True)
@@ -83,13 +94,14 @@ def name_error(table: NameTable, key: str, name: str, value: Any) -> str | None:
     entry = table.entry(name)
     if entry is None:
         return None
-    if not entry.keys:
-        return f"{key} is {table.owner}'s name; grpo has no such key: {entry.note}"
-    message = f"{key} is {table.owner}'s name; grpo's is {' and '.join(entry.keys)}"
+    keys, remark = entry.keys_for(value), entry.remark_for(value)
+    if not keys:
+        return f"{key} is {table.owner}'s name; grpo has no such key: {entry.note}" + (f"; {remark}" if remark else "")
+    message = f"{key} is {table.owner}'s name; grpo's is {' and '.join(keys)}"
     override = _override(entry, value, {name: value})
     if override is not None:
         message += f": {override}"
-    return message + (f" ({entry.note})" if entry.note else "")
+    return message + (f" ({entry.note})" if entry.note else "") + (f"; {remark}" if remark else "")
 
 
 def most_names_error(table: NameTable, others: Sequence[NameTable], given: Mapping[Any, Any]) -> str | None:
@@ -119,34 +131,41 @@ def names_error(table: NameTable, where: str, given: Mapping[str, Any]) -> str |
     overrides: dict[str, list[str]] = {}  # an override -> the names that say it
     by_hand: list[str] = []
     none: dict[str, list[str]] = {}  # why -> the names grpo has no key for, for that reason
+    remarks: dict[str, str] = {}
     for name, value in given.items():
         entry = table.entry(str(name))
         override = _override(entry, value, given) if entry is not None else None
         if override is not None:
             overrides.setdefault(override, []).append(str(name))
-        elif entry is not None and entry.keys:
-            by_hand.append(f"{name}: {' and '.join(entry.keys)}{f' ({entry.note})' if entry.note else ''}")
         elif entry is None:
             none.setdefault(table.stranger, []).append(str(name))
+        elif keys := entry.keys_for(value):
+            said = "; ".join(filter(None, (entry.note, entry.remark_for(value))))
+            by_hand.append(f"{name}: {' and '.join(keys)}{f' ({said})' if said else ''}")
         else:
             none.setdefault(entry.note if table.why_none else "", []).append(str(name))
+            if entry.remark_for(value):
+                remarks[str(name)] = entry.remark_for(value)
     written = ", ".join(f"{override} ({', '.join(names)})" for override, names in overrides.items())
     parts = [f"{where} holds {table.owner}'s names, not grpo's keys" + (
         f"; write them as grpo's: {written}" if written else "")]
     if by_hand:
         parts.append(f"set by hand: {'; '.join(by_hand)}")
     if none:
-        parts.append(f"grpo has no key for: {_without_keys(table, given, none)}")
+        parts.append(f"grpo has no key for: {_without_keys(table, given, none, remarks)}")
     return "; ".join(parts) + f" ({table.page})"
 
 
-def _without_keys(table: NameTable, given: Mapping[str, Any], none: dict[str, list[str]]) -> str:
+def _without_keys(table: NameTable, given: Mapping[str, Any], none: dict[str, list[str]],
+                  remarks: Mapping[str, str]) -> str:
     """The names grpo has no key for: grouped by why, or (a table that does not say why) in the order given, a name
-    the table lacks marked as such."""
+    the table lacks marked as such and a value's remark said beside its name."""
     if table.why_none:
-        return "; ".join(f"{', '.join(names)} ({why})" if why else ", ".join(names) for why, names in none.items())
+        grouped = "; ".join(f"{', '.join(names)} ({why})" if why else ", ".join(names) for why, names in none.items())
+        return grouped + "".join(f"; {name}: {remark}" for name, remark in remarks.items())
     strangers = set(none.get(table.stranger, ()))
-    return ", ".join(f"{name} ({table.stranger})" if name in strangers else name
+    return ", ".join(f"{name} ({table.stranger})" if name in strangers else
+                     f"{name} ({remarks[name]})" if name in remarks else name
                      for name in map(str, given) if any(name in names for names in none.values()))
 
 

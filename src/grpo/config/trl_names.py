@@ -9,7 +9,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from grpo.config.foreign_names import Beside, ForeignName, NameTable, integer, name_error, names_error, number
+from grpo.config.foreign_names import (
+    Beside,
+    ForeignName,
+    NameTable,
+    as_yaml,
+    integer,
+    name_error,
+    names_error,
+    number,
+)
 
 TrlName = ForeignName  # the tables below read as TRL's
 
@@ -52,6 +61,35 @@ def _trackers(value: Any, given: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _clip_low(value: Any, given: Mapping[str, Any]) -> str | None:
+    """epsilon as grpo's clip_low where epsilon_high is given beside it (alone, TRL's epsilon_high follows it)."""
+    return f"algo.clip_low={as_yaml(value)}" if number(value) is not None and "epsilon_high" in given else None
+
+
+def _min_lr(value: Any, given: Mapping[str, Any]) -> str | None:
+    """lr_scheduler_kwargs as grpo's floor of the decay, where it is transformers' min_lr_rate alone (a ratio)."""
+    if isinstance(value, dict) and set(value) == {"min_lr_rate"} and number(value["min_lr_rate"]) is not None:
+        return f"actor.min_lr_ratio={as_yaml(value['min_lr_rate'])}"
+    return None
+
+
+def _modules(value: Any, given: Mapping[str, Any]) -> str | None:
+    """lora_target_modules as grpo's, unless a name holds a comma (no module's name: the shell's `"q_proj", "v_proj"`
+    passes the word `q_proj,`)."""
+    names = value if isinstance(value, list) else [value]
+    if not names or any("," in str(name) for name in names):
+        return None
+    return f"model.lora.target_modules={as_yaml(value)}"
+
+
+def _stray_commas(value: Any) -> str | None:
+    stray = [str(name) for name in (value if isinstance(value, list) else [value]) if "," in str(name)]
+    if not stray:
+        return None
+    return (f"{', '.join(repr(name) for name in stray)} names no module (the shell keeps the comma of "
+            f"\"q_proj\", \"v_proj\"): TRL's LoRA skipped it without a word; write the names without commas")
+
+
 def _model_init(value: Any, given: Mapping[str, Any]) -> str | None:
     """model_init_kwargs as grpo's model keys, where each of its entries is one: its dtype and attention."""
     if not isinstance(value, dict) or not value:
@@ -70,7 +108,8 @@ def _model_init(value: Any, given: Mapping[str, Any]) -> str | None:
 _STEP = "a step is rollout.problems_per_step prompts x rollout.samples_per_problem; see docs/coming-from-trl.md"
 _LOSS = {"dapo": "token_mean", "bnpo": "token_mean", "grpo": "seq_mean", "dr_grpo": "seq_sum_norm"}
 _SCALE = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
-_SCHEDULE = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
+_SCHEDULE = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant",
+             "cosine_with_min_lr": "cosine"}
 _DTYPE = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16", "auto": "auto"}
 _ATTENTION = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash_attention_2"}
 _TRACKIO = ("trackio's, which grpo does not log to: TensorBoard is logging.tensorboard, W&B "
@@ -105,10 +144,10 @@ TRL_NAMES: dict[str, TrlName] = {
     "beta": TrlName(("algo.kl_coef",)),
     "use_bias_correction_kl": TrlName((), "grpo's KL penalty is TRL's with use_bias_correction_kl=False"),
     "epsilon": TrlName(("algo.clip_low", "algo.clip_high"), "TRL's epsilon_high follows epsilon: set both",
-                       carries=False),
+                       beside=_clip_low),
     "epsilon_high": TrlName(("algo.clip_high",)),
-    "loss_type": TrlName(("algo.loss_agg",), "dapo and bnpo: token_mean; grpo: seq_mean; dr_grpo: seq_sum_norm",
-                         _LOSS),
+    "loss_type": TrlName(("algo.loss_agg",), "dapo and bnpo: token_mean; grpo: seq_mean; dr_grpo: seq_sum_norm; "
+                         "none for cispo and sapo, losses grpo has not", _LOSS),
     "importance_sampling_level": TrlName(("algo.ratio_level",), "sequence is GSPO: with algo.clip_low=3e-4 "
                                          "algo.clip_high=4e-4 algo.loss_agg=seq_mean, as TRL recommends",
                                          {"token": "token", "sequence": "sequence"}),
@@ -119,8 +158,10 @@ TRL_NAMES: dict[str, TrlName] = {
                                           "TRL's; under seq_mean and seq_sum_norm the masked completions leave the "
                                           "normaliser, unlike TRL's grpo and dr_grpo"),
     "learning_rate": TrlName(("actor.lr",)),
-    "lr_scheduler_type": TrlName(("actor.schedule",), "constant, linear or cosine; warm-up: actor.warmup_steps",
-                                 _SCHEDULE),
+    "lr_scheduler_type": TrlName(("actor.schedule",), "constant, linear or cosine; warm-up: actor.warmup_steps; "
+                                 "cosine_with_min_lr: cosine with actor.min_lr_ratio", _SCHEDULE),
+    "lr_scheduler_kwargs": TrlName(("actor.min_lr_ratio",), "its min_lr_rate; none for the others (an absolute "
+                                   "min_lr)", beside=_min_lr),
     "warmup_steps": TrlName(("actor.warmup_steps",), "a number of steps, not a fraction of the run", carries=False),
     "max_grad_norm": TrlName(("actor.max_grad_norm",)),
     "weight_decay": TrlName(("actor.weight_decay",)),
@@ -135,7 +176,7 @@ TRL_NAMES: dict[str, TrlName] = {
                           beside=_every("checkpoint.every_steps")),
     "save_total_limit": TrlName(("checkpoint.keep_last",)),
     "eval_strategy": TrlName(("eval.every_steps", "eval.after_training"), "every N steps; 0: none",
-                             carries=False),
+                             {"no": 0}),
     "eval_steps": TrlName(("eval.every_steps",), "every N steps; TRL's fraction below 1 is of max_steps",
                           beside=_every("eval.every_steps")),
     "eval_on_start": TrlName(("eval.before_training",)),
@@ -175,8 +216,21 @@ TRL_NAMES: dict[str, TrlName] = {
     "save_only_model": TrlName((), "grpo's checkpoints keep the optimizer state, which resuming needs; "
                                    "checkpoint.keep_last bounds the disk"),
     "optim": TrlName((), "grpo's optimizer is torch's AdamW: leave it out"),
+    "save_strategy": TrlName((), "grpo saves every checkpoint.every_steps steps (and checkpoint.every_minutes), as "
+                             "steps does; epoch: never once an epoch: set checkpoint.every_steps to an epoch's steps",
+                             value_keys={"epoch": ("checkpoint.every_steps",)}),
+    "top_entropy_quantile": TrlName((), "grpo's loss takes every completion token, TRL's 1.0"),
+    "cast_lm_head_to_fp32": TrlName((), "grpo computes the head in model.dtype"),
+    **dict.fromkeys(("sapo_temperature_pos", "sapo_temperature_neg"), TrlName((), "SAPO's soft gate, a loss grpo "
+                                                                                  "has not")),
+    **dict.fromkeys(("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                     "vllm_importance_sampling_cap", "vllm_importance_sampling_clip_max",
+                     "vllm_importance_sampling_clip_min"),
+                    TrlName((), "TRL's correction of vLLM's log-probs against the trainer's (on by default), which "
+                                "grpo has not: grpo recomputes the old log-probs with the trainer "
+                                "(algo.recompute_old_logprobs)")),
     "run_name": TrlName(("name",)),
-    **dict.fromkeys(("logging_strategy", "save_strategy", "hub_model_id", "push_to_hub", "hub_strategy", "do_eval",
+    **dict.fromkeys(("logging_strategy", "hub_model_id", "push_to_hub", "hub_strategy", "do_eval",
                      "log_level", "logging_first_step", "per_device_eval_batch_size", "gradient_checkpointing_kwargs",
                      "tf32", "dataloader_num_workers", "remove_unused_columns"), TrlName((), _NO_MEANING)),
 }
@@ -194,12 +248,17 @@ SCRIPT_NAMES: dict[str, TrlName] = {
     "lora_alpha": TrlName(("model.lora.alpha",)),
     "lora_dropout": TrlName(("model.lora.dropout",), "TRL's default 0.05, grpo's 0"),
     "lora_target_modules": TrlName(("model.lora.target_modules",), "a list; TRL's default (PEFT's per model, e.g. "
-                                   "q_proj and v_proj) is not grpo's [all-linear]"),
+                                   "q_proj and v_proj) is not grpo's [all-linear]", beside=_modules,
+                                   remark=_stray_commas),
     "load_in_4bit": TrlName((), _QUANTIZED),
     "load_in_8bit": TrlName((), _QUANTIZED),
     "dataset_name": TrlName(("task.path",), "task.name=dataset task.path=hub:ORG/NAME (or a saved dataset's folder)",
                             carries=False),
     "dataset_config": TrlName(("task.path",), "task.path=hub:ORG/NAME:CONFIG", carries=False),
+    "dataset_configs": TrlName(("task.path",), "open-r1's: the dataset's configuration, task.path=hub:ORG/NAME:CONFIG",
+                               carries=False),
+    "dataset_prompt_column": TrlName(("task.prompt_column",), "open-r1's: the column put after system_prompt as the "
+                                     "user's message"),
     "dataset_train_split": TrlName(("task.train_split",)),
     "dataset_test_split": TrlName(("task.test_split",)),
     "max_prompt_length": TrlName(("task.max_prompt_tokens",), "TRL 0.14 to 0.2x cut a longer prompt to its last N "
@@ -214,6 +273,13 @@ SCRIPT_NAMES: dict[str, TrlName] = {
                              "task.instruction=''"),
     "chat_template": TrlName(("task.chat_template",)),
     "wandb_project": TrlName(("logging.wandb_project",)),
+    "wandb_entity": TrlName((), "open-r1's: W&B's team", remark=lambda value: "wandb reads WANDB_ENTITY from the "
+                            "environment"),
+    "hub_model_revision": TrlName((), "open-r1's: the hub branch its checkpoints are pushed to"),
+    "callbacks": TrlName((), "open-r1's: push_to_hub_revision pushes each checkpoint to the hub"),
+    "benchmarks": TrlName((), "open-r1's: lighteval benchmarks run on each pushed checkpoint; grpo eval scores one"),
+    **dict.fromkeys(("code_language", "code_eval_test_batch_size"), TrlName((), "open-r1's code reward's: the reward "
+                                                                             "function's own setting")),
     "reward_model_name_or_path": TrlName(("task.reward",), "grpo takes reward functions, not reward models: load the "
                                          "model in a function(prompts, completions, **kwargs) that returns one score "
                                          "per completion and give its import path (module:function)", carries=False),
