@@ -62,7 +62,9 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("GRPO_CACHE", Path.home() / ".cache" / "grpo"))
+    """GRPO_CACHE, or ~/.cache/grpo where it is unset or empty (an empty one was the working directory: a
+    `models/` folder of converted weights in whatever folder grpo ran from)."""
+    return Path(os.environ.get("GRPO_CACHE") or Path.home() / ".cache" / "grpo")
 
 
 def load_model_and_tokenizer(cfg: ModelConfig, device: torch.device) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:

@@ -8,6 +8,7 @@ from grpo.config import ModelConfig
 from grpo.errors import ConfigError
 from grpo.policy.models import (
     build_char_tokenizer,
+    cache_dir,
     load_model_and_tokenizer,
     resolve_model_source,
 )
@@ -82,3 +83,11 @@ def test_a_lora_adapter_directory_as_a_model_says_how_to_merge_it(tmp_path):
     (tmp_path / "adapter_config.json").write_text("{}")
     with pytest.raises(ConfigError, match="is a LoRA adapter, not a model: .* grpo export .* --merged"):
         resolve_model_source(str(tmp_path))
+
+
+def test_an_empty_grpo_cache_is_the_default_cache_not_the_working_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GRPO_CACHE", "")
+    assert cache_dir() == tmp_path / ".cache" / "grpo"
+    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
