@@ -49,12 +49,14 @@ by what it is, the first kind found winning:
    (NotImplementedError, "is not supported for this model"), or the server's own bug (an assertion, a None where it
    expected a value, an object of its own lacking an attribute its code calls, or an error raised in its own frames
    but for those of the machine or of its input: OSError, ImportError, ValueError...);
-4. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
+4. a Rust program's panic (SGLang's or vLLM's router): its message, on the line after the panic's own since Rust
+   1.73, with where it panicked;
+5. a line logged as an error without a traceback, before any child's death (after one it is a consequence): a
    logger's ERROR, CRITICAL or FATAL level, torch's C++ (glog) E and F lines and Ray's, a C++ exception's
    "what():", the shell's word for a crash ("Segmentation fault", "Aborted", "Illegal instruction");
-5. the shell's "Killed" (its child ended by SIGKILL), read only here: SGLang ends itself so after logging why
+6. the shell's "Killed" (its child ended by SIGKILL), read only here: SGLang ends itself so after logging why
    (a failed warmup, a watchdog's timeout);
-6. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
+7. a child's death the log gives no signal for (vLLM 0.32: "Worker proc VllmWorker-0 died unexpectedly
    (exit code: None)", "MPClient: engine core exited unexpectedly").
 
 Harmless lines (warnings, the imports SGLang ignores, the optional APIs it turns off) are never read, but for
@@ -553,6 +555,9 @@ LOGGED_ERROR = re.compile(r"^(\S+\s+)?(\([^)]*\)\s*)?(\[[^\]]*\]\s*)?(ERROR|CRIT
                           r"^(\([^)]*\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*Failed to update\b|"
                           r"^(.*: line \d+: +\d+ +)?(Segmentation fault|Aborted|Bus error|Illegal instruction|"
                           r"Floating point exception)\b")
+# A Rust program's panic (SGLang's router, vLLM's router): since Rust 1.73 "thread 'NAME' panicked at FILE:LINE:COL:"
+# with the message on the next line, before it "thread 'NAME' panicked at 'MESSAGE', FILE:LINE:COL".
+RUST_PANIC = re.compile(r"^thread '[^']*' panicked at (?P<where>\S+?):?$|^thread '[^']*' panicked at '")
 # Errors that only say another line holds the cause (torch.compile's "BackendCompilerFailed: backend=... raised:"
 # is followed by the error its backend raised).
 WRAPPERS = re.compile(r"Engine core initialization failed|Executor failed|[Ss]ee (the )?(root cause|stack trace)|"
@@ -751,6 +756,11 @@ def read_log(lines: list[str]) -> Reading:
     if first_error < len(said):
         kind = category(said, first_error)
         return Reading(one_line(said[first_error], 400), kind.name if kind else None, kind.knob if kind else None)
+    panic = next((i for i, line in own if RUST_PANIC.search(line)), None)
+    if panic is not None:  # the message, where it comes on the line after, with where it panicked
+        where = RUST_PANIC.search(said[panic]).group("where")
+        line = f"{said[panic + 1]} (thread panicked at {where})" if where and panic + 1 < len(said) else said[panic]
+        return Reading(one_line(line, 400), None, None)
     # An error logged after a child's death is its consequence (the engine found dead), one before it its why.
     first_death = next((i for i, line in enumerate(said) if crash(line)), len(said))
     untraced = [line for i, line in own if i < first_death

@@ -419,6 +419,20 @@ def test_what_collectors_and_launchers_add_around_a_line_is_no_part_of_it(line, 
     assert message(line) == said
 
 
+@pytest.mark.parametrize("lines, read", [
+    # Rust 1.73 on: the message on the line after; the lines before are the router's own INFO
+    (["[Router (Rust)] 2025-05-05 12:43:53 - INFO - starting service", "thread 'main' panicked at src/server.rs:12:5:",
+      "called `Result::unwrap()` on an `Err` value: AddrInUse", "note: run with `RUST_BACKTRACE=1`"],
+     "called `Result::unwrap()` on an `Err` value: AddrInUse (thread panicked at src/server.rs:12:5)"),
+    (["thread 'tokio-runtime-worker' panicked at 'no healthy workers', src/router.rs:88:9"],
+     "thread 'tokio-runtime-worker' panicked at 'no healthy workers', src/router.rs:88:9"),
+])
+def test_a_rust_panic_is_read_with_its_message(lines, read):
+    """SGLang's and vLLM's routers are Rust: a panic has no Python traceback and no level, its message on
+    the line after the panic's own since Rust 1.73 (Arbor's log, tests/data/server_logs/real, has one)."""
+    assert read_log(lines).line == read
+
+
 def test_a_launchers_level_is_not_the_servers():
     """Lemonade prints the engine's INFO lines as [Error] where it reads them from stderr: the OOM is what is read."""
     lines = real("lemonade_vllm_rocm_hip_oom")
