@@ -196,12 +196,14 @@ class EmbeddedEngine(InProcessEngine):
                 stopped[row] = ended
             if is_eos.all():
                 break
-            if is_eos.any() and graphed:
-                active, tokens = active[~is_eos], tokens[~is_eos]
-            elif is_eos.any():
-                keep = live_rows_in_place(~is_eos)
-                cache.batch_select_indices(keep)
-                active, tokens, attention_mask, next_pos = active[keep], tokens[keep], attention_mask[keep], next_pos[keep]
+            if is_eos.any():
+                if graphed:  # the graph's batch keeps every row: only which of them are live changes
+                    active, tokens = active[~is_eos], tokens[~is_eos]
+                else:
+                    keep = live_rows_in_place(~is_eos)
+                    cache.batch_select_indices(keep)
+                    active, tokens, attention_mask, next_pos = (active[keep], tokens[keep], attention_mask[keep],
+                                                                next_pos[keep])
             if graphed:
                 logits = graphed(active, tokens)  # [A, V]
             else:
