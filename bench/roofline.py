@@ -26,7 +26,8 @@ while its time held it. Decoding alone is generation less the prefill, which thi
 measured matmul throughput, its bytes / the measured bandwidth): a fraction of 1.0 would be a phase that
 runs every matmul at the speed of the matmul alone.
 
-Then where a generation's time goes (torch's profiler over one generation of the first step's prompts), and,
+Then where a generation's time goes (torch's profiler over one generation of the first step's prompts; the decode
+step's fused CPU kernels, grpo.rollout.engines.fused, run outside torch's operations and are counted there), and,
 beside the limits, the decoder's products at the decode batch with every layer's own weights: the limit's
 products reuse one layer's weights, which stay in the CPU's caches; a decode step reads each from memory.
 
@@ -200,8 +201,9 @@ def phase_figures(lines: list[dict], shapes: Shapes, prompt_tokens: float, rows:
     trained_prompts = statistics.median(prompts_per_step * (1 - x.get("groups/zero_std_frac", 0.0)) for x in timed)
     update_tokens = trained + trained_prompts * prompt_tokens
     update_flops = 3 * (update_tokens * (2 * shapes.body_weights + attention) + trained * 2 * shapes.head_weights)
-    # A decode step reads every weight once for all its sequences, and each sequence's KV cache.
-    decode_steps = per_sequence
+    # A decode step reads every weight once for all its sequences, and each sequence's KV cache; a generation
+    # takes as many steps as its longest completion (until 2026-11-28 the mean, fewer where lengths differ).
+    decode_steps = statistics.median(x.get("response/length_max", per_sequence) for x in timed)
     kv_per_token = 2 * shapes.layers * shapes.hidden // shapes.heads * shapes.kv_heads * dtype_bytes
     generate_bytes = decode_steps * (shapes.body_weights + shapes.head_weights) * dtype_bytes \
         + tokens * context * kv_per_token
@@ -263,7 +265,9 @@ def generation_profile(model, tokenizer, ids: list[list[int]], samples: int, max
     unprofiled = time.perf_counter() - started
     hidden, vocab = model.config.hidden_size, model.config.vocab_size
     with profile(record_shapes=True) as prof:
+        started = time.perf_counter()
         completions = engine.generate(batch, params, seeds)
+        profiled = time.perf_counter() - started
     seconds: dict[str, float] = {}
     flops: dict[str, float] = {}
     for event in prof.key_averages(group_by_input_shape=True):
@@ -299,6 +303,8 @@ def generation_profile(model, tokenizer, ids: list[list[int]], samples: int, max
         rate = f"{flops[kind] / value / 1e9:,.0f}" if kind in flops else ""
         rows.append(f"| {kind} | {value:.2f} | {value / total:.0%} | {rate} |")
     rows.append(f"| all operations (profiled) | {total:.2f} | 100% | |")
+    # Not an operation of torch's: Python between them, and the fused CPU kernels where the step runs them.
+    rows.append(f"| outside torch's operations (Python; fused CPU kernels) | {max(profiled - total, 0.0):.2f} | | |")
     return rows, engine.decode_form
 
 

@@ -35,10 +35,15 @@ from grpo.policy.attention import additive, grouped_eager_attention
 from grpo.policy.constants import PACKING_ATTENTIONS
 from grpo.policy.packed import Product, packed_product, packs
 from grpo.policy.unpad import RealTokens
+from grpo.rollout.engines.fused import FusedKernels, fused_kernels
 
 # transformers' decoder layers whose forward is Llama's: norm, attention (projections, rotary embedding,
 # KV cache, attention, output projection), residual, norm, MLP, residual. (Qwen3's normalises queries and keys.)
 LLAMA_SHAPED_LAYERS = frozenset({"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer"})
+# Their norms and MLPs, whose arithmetic the fused kernels repeat (`grpo.rollout.engines.fused`).
+RMS_NORMS = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm"})
+GATED_MLPS = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP"})
+SILUS = frozenset({"SiLU", "SiLUActivation"})  # torch's, and transformers' for hidden_act "silu"
 
 
 def llama_shaped(decoder: torch.nn.Module) -> bool:
@@ -65,6 +70,23 @@ def generation_ignores_hooks(module: torch.nn.Module) -> bool:
     return all(isinstance(getattr(hook, "__self__", None), RealTokens) for hook in hooks)
 
 
+def takes_fused_kernels(decoder: torch.nn.Module, heads: int, kv_heads: int, head_dim: int) -> FusedKernels | None:
+    """The fused CPU kernels, where they are built here and `decoder`'s layers (bf16 on a CPU) have the norms,
+    the SiLU MLP and the attention shape they repeat, with no hooks but those that pass generation through."""
+    weight = decoder.embed_tokens.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+        return None
+    norms = [decoder.norm, *(n for layer in decoder.layers for n in (layer.input_layernorm, layer.post_attention_layernorm))]
+    mlps = [layer.mlp for layer in decoder.layers]
+    if not (all(type(n).__name__ in RMS_NORMS and n.weight.dtype == torch.bfloat16 and generation_ignores_hooks(n)
+                for n in norms)
+            and all(type(m).__name__ in GATED_MLPS and type(m.act_fn).__name__ in SILUS and generation_ignores_hooks(m)
+                    for m in mlps)):
+        return None
+    kernels = fused_kernels()
+    return kernels if kernels is not None and kernels.attention_fits(heads, kv_heads, head_dim) else None
+
+
 def fused_qkv(attention: torch.nn.Module, rows: int) -> Product | None:
     """One product for the layer's q, k and v projections (x [.., H] -> [.., (heads + 2 kv heads) D]),
     laid out for about `rows` rows; None unless all three are linear layers whose weights lay out and whose
@@ -84,7 +106,7 @@ class DecodeStep:
     """Calls of one token per row into a KV cache (`grpo.rollout.engines.kv_cache`): -> final hidden states.
     Made once per generation (the fused products are laid out then); the weights must not change within."""
 
-    def __init__(self, decoder: torch.nn.Module, rows: int) -> None:
+    def __init__(self, decoder: torch.nn.Module, rows: int, fused: bool = True) -> None:
         self.decoder = decoder
         config = decoder.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -94,6 +116,9 @@ class DecodeStep:
         weight = decoder.embed_tokens.weight
         self.whole_buffer = weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16)
         self._weights: torch.Tensor | None = None  # [A*K, G, capacity] attention weights (whole-buffer form)
+        # The per-token work between the products in fused CPU kernels, where they apply (on the whole buffers).
+        self.fused = (takes_fused_kernels(decoder, self.heads, self.kv_heads, self.head_dim)
+                      if fused and self.qkv and self.whole_buffer else None)
 
     def fits(self, capacity: int) -> bool:
         """Whether a generation of `capacity` positions fits the model's sliding window (the step has none)."""
@@ -105,12 +130,16 @@ class DecodeStep:
         """What this step runs, in words (the benchmarks record it)."""
         parts = ["the engine's decode step", "q/k/v in one product" if self.qkv else "q/k/v apart",
                  "attention over the whole KV buffer" if self.whole_buffer else "attention over the cache's filled part"]
+        if self.fused:
+            parts.append("norms, rotary embedding, attention and SiLU in fused CPU kernels")
         return ", ".join(parts)
 
     def __call__(self, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
                  cache) -> torch.Tensor:
         """tokens [A], attention_mask [A, S] (1 on real positions, this token's last), positions [A]
         -> hidden [A, H] after the final norm."""
+        if self.fused:
+            return self._fused_layers(tokens, attention_mask, positions, cache)
         bias = additive(attention_mask.bool(), self.decoder.embed_tokens.weight.dtype)  # [A, S] as eager's mask
 
         def attend(index: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -170,6 +199,37 @@ class DecodeStep:
             hidden = hidden + attention.o_proj(attend(index, query, key, value))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return decoder.norm(hidden)
+
+    def _fused_layers(self, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+                      cache) -> torch.Tensor:
+        """`__call__` with the work between the products in fused kernels: the same arithmetic, the residual
+        stream updated in place, each layer's keys and values written straight into its buffers."""
+        decoder, kernels = self.decoder, self.fused
+        rows, heads, kv_heads = len(tokens), self.heads, self.kv_heads
+        hidden = decoder.embed_tokens(tokens)  # [A, H] the residual stream
+        cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]: every head alike
+        half = sin.shape[-1] // 2
+        sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).view(rows, -1)  # [A, D]
+        cos = cos.reshape(rows, -1).contiguous()  # [A, D]
+        allowed = attention_mask.to(torch.uint8)  # [A, S] 1 where a row attends, this step's position included
+        normed = torch.empty_like(hidden)  # [A, H] each norm's output, reused
+        attended = hidden.new_empty(rows, heads * self.head_dim)  # [A, N*D]
+        delta = None  # [A, H] what the last attention or MLP adds to the residual stream
+        for index, layer in enumerate(decoder.layers):
+            layer_cache, attention, mlp = cache.layers[index], layer.self_attn, layer.mlp
+            kernels.add_rms_norm(hidden, delta, layer.input_layernorm, normed)
+            qkv = self.qkv[index](normed)  # [A, (N + 2K) D]
+            position = layer_cache.reserve()
+            kernels.rope_store(qkv, cos, sin_signed, heads, kv_heads, layer_cache.key_buffer,
+                               layer_cache.value_buffer, position)
+            kernels.attention(qkv, heads, layer_cache.key_buffer, layer_cache.value_buffer, allowed,
+                              attention.scaling, attended)
+            delta = attention.o_proj(attended)
+            kernels.add_rms_norm(hidden, delta, layer.post_attention_layernorm, normed)
+            delta = mlp.down_proj(kernels.silu_mul(mlp.gate_proj(normed), mlp.up_proj(normed)))
+        out = torch.empty_like(hidden)  # [A, H]
+        kernels.add_rms_norm(hidden, delta, decoder.norm, out)
+        return out
 
     def _attend_whole_buffer(self, query: torch.Tensor, layer_cache, bias: torch.Tensor,
                              scaling: float) -> torch.Tensor:

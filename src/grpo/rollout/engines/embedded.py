@@ -82,6 +82,7 @@ MIN_SHARED_TOKENS = 64
 class EmbeddedEngine(InProcessEngine):
     decode_form = "none yet"  # how the last generation's decode steps ran, in words (benchmarks record it)
     cuda_graphs = True  # on a GPU, decode steps replayed as a CUDA graph (False: eager, bench/generation.py's reference)
+    fused_kernels = True  # on a CPU, the decode step's per-token work in fused kernels where they apply (False: eager)
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
@@ -91,7 +92,8 @@ class EmbeddedEngine(InProcessEngine):
             split = split_head(self.model)  # of the model as merged for inference
             with packed_linears(self.model, self.batch_size, split[1] if split else None) as packed_head:
                 # The engine's own decode step where the body has the form (made once: it lays out its products).
-                step = DecodeStep(split[0], self.batch_size) if split and llama_shaped(split[0]) else None
+                step = (DecodeStep(split[0], self.batch_size, self.fused_kernels)
+                        if split and llama_shaped(split[0]) else None)
                 # (done, total) decode steps, for the progress display
                 self._progress = (0, -(-len(prompts) // self.batch_size) * params.max_new_tokens)
 

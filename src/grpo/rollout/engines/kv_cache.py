@@ -41,6 +41,16 @@ class PreallocatedLayer(DynamicLayer):
         self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]  # [B, K, L, D] views
         return self.keys, self.values
 
+    def reserve(self, count: int = 1) -> int:
+        """-> where the next `count` positions start, now part of the filled part: the caller writes their keys
+        and values into the buffers itself (the engine's fused decode step, `grpo.rollout.engines.fused`)."""
+        start, end = self.length, self.length + count
+        if end > self.capacity:
+            raise ValueError(f"KV cache of {self.capacity} positions cannot take position {end}")
+        self.length = end
+        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+        return start
+
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 

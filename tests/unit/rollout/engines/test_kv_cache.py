@@ -74,6 +74,17 @@ def test_a_full_cache_is_refused():
         cache.update(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), 0)
 
 
+def test_a_reserved_position_joins_the_filled_part_and_a_full_cache_reserves_none():
+    cache = preallocated_cache(4)
+    cache.update(torch.ones(2, 1, 3, 2), torch.ones(2, 1, 3, 2), 0)
+    layer = cache.layers[0]
+    assert layer.reserve() == 3  # the fused decode step writes its keys and values there itself
+    assert layer.length == 4 and layer.keys.shape == layer.values.shape == (2, 1, 4, 2)
+    with pytest.raises(ValueError, match="cannot take position 5"):
+        layer.reserve()
+    assert layer.length == 4
+
+
 def test_the_engine_samples_what_it_sampled_with_the_dynamic_cache(monkeypatch):
     engine, tok = make_engine()
     prompts = prompts_for(tok, ["1+1=", "what is 23+45? ", "7"]) * 3
