@@ -4,7 +4,7 @@
 
 Both sample at temperature 1 with a KV cache. The engine also returns per-token log-probs and
 drops finished rows from the batch (on a GPU it keeps them, replaying its decode step as one CUDA graph); it is
-timed with eager steps as well (on a GPU no graph, on a CPU no fused kernels: grpo.rollout.engines.fused), in
+timed with eager steps as well (on a GPU no graph, on a CPU no fused kernels: grpo.policy.kernels), in
 the same process; `generate` is the peer. Prints tokens/s for each and the ratios.
 """
 

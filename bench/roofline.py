@@ -27,7 +27,7 @@ measured matmul throughput, its bytes / the measured bandwidth): a fraction of 1
 runs every matmul at the speed of the matmul alone.
 
 Then where a generation's time goes (torch's profiler over one generation of the first step's prompts; the decode
-step's fused CPU kernels, grpo.rollout.engines.fused, run outside torch's operations and are counted there), and,
+step's fused CPU kernels, grpo.policy.kernels, run outside torch's operations and are counted there), and,
 beside the limits, the decoder's products at the decode batch with every layer's own weights: the limit's
 products reuse one layer's weights, which stay in the CPU's caches; a decode step reads each from memory.
 

@@ -15,6 +15,7 @@ from grpo.algo.loss import BatchTotals, LossConfig, measure_names, policy_loss
 from grpo.algo.offpolicy import OffPolicyStats
 from grpo.policy.attention import PackedPrompts, packs_prompts, shared_prefix
 from grpo.policy.cache_keyword import cache_argument
+from grpo.policy.fused_norm import fused_rms_norms
 from grpo.policy.head import chosen_token_logprobs, split_head
 from grpo.policy.optim import MasterWeightAdamW
 from grpo.policy.unpad import RealTokens, real_tokens
@@ -215,12 +216,14 @@ def completion_logprobs(
     # Not under checkpointing: its recomputation runs after the forward's context is left.
     forward = _Forward(model, split[0] if split else None, None if checkpointing else real_tokens(model))
     completion_len = mb.completion_ids.shape[1]
-    if shared and pack and completion_len > 1 and packs_prompts(model, mb.prompt_ids.shape[1] + completion_len):
-        outputs = _completion_outputs_packed(forward, mb)  # [b, T, V|H]; no KV cache, so checkpointing too
-    elif shared and not checkpointing:  # gradient checkpointing turns off the KV cache this path needs
-        outputs = _completion_outputs_shared_prompt(forward, mb)
-    else:
-        outputs = _completion_outputs(forward, mb)
+    # The norms in fused CPU kernels where they apply; not under checkpointing, which recomputes outside.
+    with contextlib.nullcontext() if checkpointing else fused_rms_norms(model):
+        if shared and pack and completion_len > 1 and packs_prompts(model, mb.prompt_ids.shape[1] + completion_len):
+            outputs = _completion_outputs_packed(forward, mb)  # [b, T, V|H]; no KV cache, so checkpointing too
+        elif shared and not checkpointing:  # gradient checkpointing turns off the KV cache this path needs
+            outputs = _completion_outputs_shared_prompt(forward, mb)
+        else:
+            outputs = _completion_outputs(forward, mb)
     if split is None:
         return _logprobs_from_logits(outputs, mb.completion_ids, temperature, with_entropy)
     # Padding never reaches the head: only the completion tokens' hidden states do.

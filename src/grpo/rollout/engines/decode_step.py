@@ -33,15 +33,15 @@ import torch
 
 from grpo.policy.attention import additive, grouped_eager_attention
 from grpo.policy.constants import PACKING_ATTENTIONS
+from grpo.policy.fused_norm import RMS_NORMS
+from grpo.policy.kernels import FusedKernels, fused_kernels
 from grpo.policy.packed import Product, packed_product, packs
 from grpo.policy.unpad import RealTokens
-from grpo.rollout.engines.fused import FusedKernels, fused_kernels
 
 # transformers' decoder layers whose forward is Llama's: norm, attention (projections, rotary embedding,
 # KV cache, attention, output projection), residual, norm, MLP, residual. (Qwen3's normalises queries and keys.)
 LLAMA_SHAPED_LAYERS = frozenset({"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer"})
-# Their norms and MLPs, whose arithmetic the fused kernels repeat (`grpo.rollout.engines.fused`).
-RMS_NORMS = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm"})
+# Their MLPs, whose arithmetic the fused kernels repeat (`grpo.policy.kernels`), as their norms' (`RMS_NORMS`).
 GATED_MLPS = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP"})
 SILUS = frozenset({"SiLU", "SiLUActivation"})  # torch's, and transformers' for hidden_act "silu"
 

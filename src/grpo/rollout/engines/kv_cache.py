@@ -43,7 +43,7 @@ class PreallocatedLayer(DynamicLayer):
 
     def reserve(self, count: int = 1) -> int:
         """-> where the next `count` positions start, now part of the filled part: the caller writes their keys
-        and values into the buffers itself (the engine's fused decode step, `grpo.rollout.engines.fused`)."""
+        and values into the buffers itself (the engine's fused decode step, `grpo.policy.kernels`)."""
         start, end = self.length, self.length + count
         if end > self.capacity:
             raise ValueError(f"KV cache of {self.capacity} positions cannot take position {end}")

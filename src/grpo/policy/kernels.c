@@ -1,9 +1,11 @@
-/* A decode step's per-token work in bf16, fused: each function is one pass where eager torch runs several
- * operations, rounding to bf16 where eager's operations round (its sums run in another order: fp32 rounding).
- * For CPUs with AVX-512 (F, BW, VL); built and loaded by grpo.rollout.engines.fused. bf16 is held as uint16_t. */
+/* A decode step's per-token work, and RMSNorm's forward and backward, in bf16, fused: each function is one pass where
+ * eager torch runs several operations, rounding to bf16 where eager's operations round (its sums run in another
+ * order: fp32 rounding). For CPUs with AVX-512 (F, BW, VL); built and loaded by grpo.policy.kernels. bf16 is held as
+ * uint16_t. */
 
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,5 +239,57 @@ void silu_mul(long n, const bf16 *gate, const bf16 *up, bf16 *out) {
         __m512 g = load(gate + i, m);
         __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         store(out + i, _mm512_mul_ps(round_bf16(silu), load(up + i, m)), m);
+    }
+}
+
+/* out = weight * bf16(x * r), r = rsqrt(mean(x^2) + eps) of each row of x [rows, hidden], kept in inv_rms [rows]:
+ * transformers' Llama RMSNorm, for the update (`rms_norm_backward` takes r). */
+void rms_norm_forward(long rows, int hidden, const bf16 *x, const bf16 *weight, float eps, bf16 *out, float *inv_rms) {
+#pragma omp parallel for if (rows >= 8) schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const bf16 *xr = x + r * hidden;
+        bf16 *y = out + r * hidden;
+        __m512 squares = _mm512_setzero_ps();
+        for (int i = 0; i < hidden; i += 16) {
+            __m512 v = load(xr + i, lanes(hidden - i));
+            squares = _mm512_fmadd_ps(v, v, squares);
+        }
+        float scale = 1.0f / sqrtf(_mm512_reduce_add_ps(squares) / hidden + eps);
+        inv_rms[r] = scale;
+        for (int i = 0; i < hidden; i += 16) {
+            __mmask16 m = lanes(hidden - i);
+            store(y + i, _mm512_mul_ps(load(weight + i, m), round_bf16(_mm512_mul_ps(load(xr + i, m), _mm512_set1_ps(scale)))), m);
+        }
+    }
+}
+
+/* rms_norm_forward's gradients as eager's autograd rounds them, grad [rows, hidden] the output's: dy = bf16(grad
+ * weight); grad_x = bf16(dy r - x r^3 sum(dy x) / hidden); the weight's, each thread's share of the sum over rows of
+ * bf16(grad bf16(x r)), into weight_sums [slots, hidden] (fp32; slots >= threads; the caller adds them up). */
+void rms_norm_backward(long rows, int hidden, const bf16 *grad, const bf16 *x, const bf16 *weight, const float *inv_rms,
+                       bf16 *grad_x, float *weight_sums, int slots) {
+    memset(weight_sums, 0, sizeof(float) * hidden * slots);
+#pragma omp parallel num_threads(slots) if (rows >= 8)
+    {
+        float *dw = weight_sums + (long)omp_get_thread_num() * hidden;
+#pragma omp for schedule(static)
+        for (long r = 0; r < rows; r++) {
+            const bf16 *g = grad + r * hidden, *xr = x + r * hidden;
+            __m512 scale = _mm512_set1_ps(inv_rms[r]), dot = _mm512_setzero_ps();
+            for (int i = 0; i < hidden; i += 16) {
+                __mmask16 m = lanes(hidden - i);
+                __m512 gv = load(g + i, m), xv = load(xr + i, m);
+                dot = _mm512_fmadd_ps(round_bf16(_mm512_mul_ps(gv, load(weight + i, m))), xv, dot);
+                __m512 y = round_bf16(_mm512_mul_ps(xv, scale));
+                _mm512_mask_storeu_ps(dw + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dw + i), round_bf16(_mm512_mul_ps(gv, y))));
+            }
+            float r1 = inv_rms[r];
+            __m512 c = _mm512_set1_ps(-r1 * r1 * r1 * _mm512_reduce_add_ps(dot) / hidden);
+            for (int i = 0; i < hidden; i += 16) {
+                __mmask16 m = lanes(hidden - i);
+                __m512 dy = round_bf16(_mm512_mul_ps(load(g + i, m), load(weight + i, m)));
+                store(grad_x + r * hidden + i, _mm512_fmadd_ps(dy, scale, _mm512_mul_ps(c, load(xr + i, m))), m);
+            }
+        }
     }
 }

@@ -1,12 +1,14 @@
-"""A decode step's per-token work in hand-written CPU kernels (`fused_decode.c`): bf16 on a CPU with AVX-512.
+"""Per-token work in hand-written CPU kernels (`kernels.c`): bf16 on a CPU with AVX-512.
 
 Between a decode step's products, eager torch runs about 35 small operations a layer (an RMSNorm is seven, rotary
 embedding five, attention over the KV cache eight, SiLU-and-multiply two), each a kernel call and a Python dispatch
 over a few thousand elements: on an Intel Xeon with AMX, where the products themselves are fast, those and
 attention's batched products took half of a quickstart generation (bench/RESULTS.md). Here each group is one
 pass: the residual add with the next RMSNorm, rotary embedding with the KV cache write, attention (scores, mask,
-softmax, weighted values) per row and key-value head, SiLU-and-multiply. They round to bf16 where eager's
-operations round, so their outputs are eager's but for the order of fp32 sums (tested against eager torch).
+softmax, weighted values) per row and key-value head, SiLU-and-multiply (`grpo.rollout.engines.decode_step`). The
+update's RMSNorm is one pass forward and one backward where autograd ran about twenty over fp32 copies
+(`grpo.policy.fused_norm`). They round to bf16 where eager's operations round, so their outputs are eager's but for
+the order of fp32 sums (tested against eager torch).
 
 Built on first use with the system's C compiler (`cc -O3 -march=native -fopenmp`, under a second) into grpo's
 cache, named by the source, the compiler and this CPU's flags (a build for another CPU is never loaded), and loaded
@@ -32,7 +34,7 @@ from grpo.policy.models import cache_dir
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("fused_decode.c")
+SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 
@@ -56,7 +58,7 @@ def _build() -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(b"\0".join(x.encode() for x in (SOURCE.read_text(), version, " ".join(FLAGS),
                                                             _cpu_flags()))).hexdigest()[:16]
-    target = cache_dir() / "kernels" / f"fused_decode-{key}.so"
+    target = cache_dir() / "kernels" / f"grpo-kernels-{key}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -72,7 +74,7 @@ def _build() -> Path:
 
 
 class FusedKernels:
-    """The kernels of `fused_decode.c`, on contiguous bf16 CPU tensors."""
+    """The kernels of `kernels.c`, on contiguous bf16 CPU tensors."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
         pointer, integer, long, real = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
@@ -83,6 +85,8 @@ class FusedKernels:
         library.rope_store.argtypes = [integer] * 4 + [pointer] * 5 + [long, integer, integer]
         library.decode_attention.argtypes = [integer] * 5 + [pointer] * 3 + [long, integer, pointer, long, real, pointer]
         library.silu_mul.argtypes = [long, pointer, pointer, pointer]
+        library.rms_norm_forward.argtypes = [long, integer, pointer, pointer, real, pointer, pointer]
+        library.rms_norm_backward.argtypes = [long, integer] + [pointer] * 6 + [integer]
 
     def attention_fits(self, heads: int, kv_heads: int, head_dim: int) -> bool:
         return bool(self._lib.attention_fits(heads, kv_heads, head_dim))
@@ -119,12 +123,30 @@ class FusedKernels:
         return gate
 
 
+    def rms_norm_forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [..., H] -> (weight * bf16(x r) [..., H], r [rows] fp32), r = rsqrt(mean(x^2) + eps) of each row."""
+        rows, hidden = x.numel() // x.shape[-1], x.shape[-1]
+        out, inv_rms = torch.empty_like(x), torch.empty(rows, dtype=torch.float32)
+        self._lib.rms_norm_forward(rows, hidden, x.data_ptr(), weight.data_ptr(), eps, out.data_ptr(), inv_rms.data_ptr())
+        return out, inv_rms
+
+    def rms_norm_backward(self, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                          inv_rms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output's gradient [..., H] -> (x's [..., H], weight's [H]), as eager's autograd rounds them."""
+        rows, hidden = x.numel() // x.shape[-1], x.shape[-1]
+        slots = torch.get_num_threads()
+        grad_x, weight_sums = torch.empty_like(x), torch.empty(slots, hidden, dtype=torch.float32)
+        self._lib.rms_norm_backward(rows, hidden, grad.data_ptr(), x.data_ptr(), weight.data_ptr(), inv_rms.data_ptr(),
+                                    grad_x.data_ptr(), weight_sums.data_ptr(), slots)
+        return grad_x, weight_sums.sum(0).to(weight.dtype)
+
+
 @functools.cache
 def fused_kernels() -> FusedKernels | None:
-    """The kernels built for this CPU, or None where they cannot be (said once, at info level: the eager step
-    is correct, only slower)."""
+    """The kernels built for this CPU, or None where they cannot be (said once, at info level: the eager forms
+    are correct, only slower)."""
     try:
         return FusedKernels(ctypes.CDLL(str(_build())))
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        log.info("the decode step's fused CPU kernels are not available here (%s): its eager form runs", exc)
+        log.info("grpo's fused CPU kernels are not available here (%s): the eager forms run", exc)
         return None
