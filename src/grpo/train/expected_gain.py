@@ -31,13 +31,16 @@ class Spread:
 # Synchronous, 25 steps, rollouts of 32 new tokens (the preset's since 2026-11-27; evaluations 40):
 # - the EPYC 9004, seeds 0-4: +56.2, +51.6, +59.4, +54.7, +55.5 (20.3% before each), bench/RESULTS.md "The
 #   quickstart under 3 minutes on the EPYC 9004" (2026-11-27);
-# - an Intel Xeon with AMX (family 6 model 167), seeds 0-4: +39.8, +40.6, +57.0, +57.8, +53.9 (19.5% before each),
-#   "An Intel Xeon with AMX, and a lent NVIDIA H200" (2026-11-28), where the H200's one run (seed 0) is too.
+# - an Intel Xeon with AMX (family 6 model 167), seeds 0-4 with the fused CPU kernels (grpo.policy.kernels):
+#   +48.4, +57.0, +57.0, +51.6, +52.3 (21.1% before each), bench/RESULTS.md "Fused CPU kernels" (2026-11-28);
+#   with the eager decode step, +39.8, +40.6, +57.0, +57.8, +53.9 (19.5% before each), "An Intel Xeon with AMX,
+#   and a lent NVIDIA H200" (2026-11-28), where the H200's one run (seed 0) is too. The EPYC 9004's were
+#   measured with the eager step (its AVX-512 runs the kernels now: not measured since).
 # With rollouts of 40 new tokens, before: "Learning over seeds" (2026-11-25, the AVX2 EPYC in float32: +59.4,
 # +57.0, +59.4, +56.2, +62.5); the EPYC 9004 in bf16 then, "The quickstart's minutes on the EPYC 9004"
 # (2026-11-27): +61.7, +38.3, +60.2, +53.9, +45.3, +51.9 +- 10.0.
 EPYC_9004 = Spread("an AMD EPYC 9004 (family 25 model 17, bf16, 2 cores)", 55.5, 2.8, 5)
-XEON_AMX = Spread("an Intel Xeon with AMX (family 6 model 167, bf16, 2 cores)", 49.8, 8.9, 5)
+XEON_AMX = Spread("an Intel Xeon with AMX (family 6 model 167, bf16, 2 cores)", 53.3, 3.7, 5)
 H200 = Spread("an NVIDIA H200 (bf16)", 57.0, None, 1)
 AVX2_EPYC = Spread("an AVX2-only AMD EPYC (float32, 2 cores) with the 40-token rollouts of before 2026-11-27",
                    58.9, 2.4, 5)

@@ -24,7 +24,9 @@ Only for the decoders whose layers are exactly transformers' Llama, Mistral or Q
 eager or packed SDPA attention (a CPU's and a GPU's; the step's own arithmetic is eager's) with no sliding
 window shorter than the generation: anything else (another model, FSDP's wrapped layers, an attention of its
 own) keeps transformers' forward. On a GPU the engine replays the step as a CUDA graph (`static`,
-`grpo.rollout.engines.graphed`).
+`grpo.rollout.engines.graphed`). On a CPU with AVX-512, in bf16, the work between the products runs in fused
+kernels where the model's heads, norms and MLPs are those they repeat (`grpo.policy.kernels`): quickstart
+generations 1.36-1.42x faster on an Intel Xeon with AMX, the hidden states eager's to the fp32 sums' rounding.
 """
 
 from __future__ import annotations
