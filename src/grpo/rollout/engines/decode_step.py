@@ -208,6 +208,11 @@ class DecodeStep:
         stream updated in place, each layer's keys and values written straight into its buffers."""
         decoder, kernels = self.decoder, self.fused
         rows, heads, kv_heads = len(tokens), self.heads, self.kv_heads
+        filled = cache.layers[0]
+        # The kernels read the buffers as these say: a mismatch would read past them, not raise.
+        if filled.key_buffer.shape[0] != rows or attention_mask.shape != (rows, filled.length + 1):
+            raise ValueError(f"decode step of {rows} rows and a mask of {tuple(attention_mask.shape)} on a KV cache "
+                             f"of {filled.key_buffer.shape[0]} rows filled to {filled.length}")
         hidden = decoder.embed_tokens(tokens)  # [A, H] the residual stream
         cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]: every head alike
         half = sin.shape[-1] // 2

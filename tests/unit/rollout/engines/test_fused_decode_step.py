@@ -1,16 +1,19 @@
 """The decode step with its per-token work in the fused CPU kernels (grpo.policy.kernels): the eager step's hidden
 states within rounding, the same samples here, and the eager step where the kernels do not apply."""
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from grpo.policy.attention import use_grouped_eager
+from grpo.policy.cache_keyword import cache_argument
 from grpo.policy.models import build_char_tokenizer
 from grpo.policy.packed import packed_linears
 from grpo.rollout.engines import SamplingParams
 from grpo.rollout.engines.decode_step import DecodeStep
 from grpo.rollout.engines.embedded import EmbeddedEngine
+from grpo.rollout.engines.kv_cache import preallocated_cache
 from tests.unit.policy.test_kernels import bf16, kernels, needs_kernels
 from tests.unit.rollout.engines.test_decode_step import decode_against_transformers, grouped_query_model
 
@@ -80,3 +83,22 @@ def test_models_the_kernels_do_not_cover_keep_the_eager_step():
     gelu.get_decoder().layers[1].mlp.act_fn = torch.nn.GELU()
     with packed_linears(gelu, rows=2):
         assert DecodeStep(gelu.get_decoder(), rows=2).fused is None
+
+
+@needs_kernels
+def test_a_mask_or_batch_that_does_not_match_the_cache_is_refused_before_the_kernels_read():
+    tokenizer = build_char_tokenizer()
+    model = head_dim_64_model(tokenizer)
+    decoder = model.get_decoder()
+    with packed_linears(model, rows=2):
+        step = DecodeStep(decoder, rows=2)
+        assert step.fused is kernels
+        cache = preallocated_cache(8)
+        with torch.no_grad():
+            decoder(input_ids=torch.tensor([[5, 6, 7], [8, 9, 10]]), **cache_argument(decoder, cache), use_cache=True)
+            tokens, positions = torch.tensor([1, 2]), torch.tensor([3, 3])
+            with pytest.raises(ValueError, match="a mask of \\(2, 9\\)"):
+                step(tokens, torch.ones(2, 9, dtype=torch.long), positions, cache)  # past the cache's 8 positions
+            with pytest.raises(ValueError, match="decode step of 1 rows"):
+                step(tokens[:1], torch.ones(1, 4, dtype=torch.long), positions[:1], cache)
+            assert cache.layers[0].length == 3  # nothing reserved, nothing written
