@@ -54,7 +54,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from shared import REPO, Work, machine, prompts, time_op  # bench/shared.py (bench/ is the script's folder)
+from shared import REPO, Work, machine, norm_form, prompts, time_op  # bench/shared.py (bench/ is the script's folder)
 
 MODEL = "smollm2-135m-instruct"
 FLAGS_SHOWN = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "fma")
@@ -391,7 +391,8 @@ def main() -> None:
     print("where a generation's time goes ...", flush=True)
     profile_rows, form = generation_profile(model, tokenizer, prompt_ids, cfg.rollout.samples_per_problem,
                                             cfg.rollout.max_new_tokens, cfg.rollout.temperature)
-    out += ["", f"Decode steps (the same code as the quickstart's): {form}.", "", *profile_rows]
+    out += ["", f"Decode steps (the same code as the quickstart's): {form}; the update's {norm_form(model)}.", "",
+            *profile_rows]
     print("\n" + header + "\n\n" + "\n".join(out))
     if args.out:
         with open(args.out, "a") as f:

@@ -78,7 +78,8 @@ def time_op(op, repeats: int) -> float:
 
 def decode_form(dtype: str, device: str = "cpu") -> str:
     """How grpo's embedded engine runs the quickstart model's decode steps in `dtype` (a model.dtype) on
-    `device`, in words (grpo.rollout.engines.decode_step): the engine's own words after a two-token generation."""
+    `device`, in words (grpo.rollout.engines.decode_step): the engine's own words after a two-token generation;
+    then the update's norms (`norm_form`)."""
     import torch
 
     from grpo.config import load_config
@@ -90,4 +91,12 @@ def decode_form(dtype: str, device: str = "cpu") -> str:
     model, tokenizer = load_model_and_tokenizer(cfg.model, torch.device(device))
     engine = EmbeddedEngine(model, tokenizer, batch_size=cfg.rollout.problems_per_step * cfg.rollout.samples_per_problem)
     engine.generate([tokenizer("1+1=", add_special_tokens=False)["input_ids"]], SamplingParams(2, 1.0))
-    return engine.decode_form
+    return f"{engine.decode_form}; the update's {norm_form(model)}"
+
+
+def norm_form(model) -> str:
+    """How grpo's update runs `model`'s RMSNorms, in words (grpo.policy.fused_norm)."""
+    from grpo.policy.fused_norm import fused_rms_norms
+
+    with fused_rms_norms(model) as fused:
+        return f"RMSNorms in fused CPU kernels ({fused})" if fused else "RMSNorms eager (transformers')"
