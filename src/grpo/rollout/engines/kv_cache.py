@@ -32,23 +32,19 @@ class PreallocatedLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            raise ValueError(f"KV cache of {self.capacity} positions cannot take position {end}")
-        self.key_buffer[:, :, self.length : end] = key_states
-        self.value_buffer[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]  # [B, K, L, D] views
+        start = self.reserve(key_states.shape[-2])
+        self.key_buffer[:, :, start : self.length] = key_states
+        self.value_buffer[:, :, start : self.length] = value_states
         return self.keys, self.values
 
     def reserve(self, count: int = 1) -> int:
-        """-> where the next `count` positions start, now part of the filled part: the caller writes their keys
-        and values into the buffers itself (the engine's fused decode step, `grpo.policy.kernels`)."""
+        """-> where the next `count` positions start, now part of the filled part (`update` writes them; the
+        engine's fused decode step writes its keys and values there itself, `grpo.policy.kernels`)."""
         start, end = self.length, self.length + count
         if end > self.capacity:
             raise ValueError(f"KV cache of {self.capacity} positions cannot take position {end}")
         self.length = end
-        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]  # [B, K, L, D] views
         return start
 
     def get_seq_length(self) -> int:
