@@ -123,7 +123,7 @@ static inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 /* One (row, key-value head) of `decode_attention`: `groups` query heads of 16 x `chunks` dims (constants where its
  * caller inlines it, so that the accumulators stay in registers), query [groups * chunks] vectors, the scores and
- * then the weights in weights [groups, length + 4], out [groups, dim]. */
+ * then the weights in weights [groups, length], out [groups, dim]. */
 static inline __attribute__((always_inline)) void attend(int groups, int chunks, int length, const __m512 *query,
                                                              const bf16 *keys, const bf16 *values,
                                                              const uint8_t *allowed, float scaling, float *weights,
@@ -210,7 +210,7 @@ void decode_attention(int rows, int heads, int kv_heads, int dim, int length, co
     int groups = heads / kv_heads, all = heads + 2 * kv_heads, chunks = dim / 16;
 #pragma omp parallel if (rows * kv_heads >= 8)
     {
-        float *weights = malloc(sizeof(float) * groups * (length + 4));
+        float *weights = malloc(sizeof(float) * groups * length);
         __m512 query[8 * 8];
 #pragma omp for schedule(static)
         for (int pair = 0; pair < rows * kv_heads; pair++) {

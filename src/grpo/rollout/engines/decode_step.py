@@ -182,9 +182,7 @@ class DecodeStep:
         decoder = self.decoder
         rows, heads, kv_heads = len(tokens), self.heads, self.kv_heads
         hidden = decoder.embed_tokens(tokens)  # [A, H]
-        cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]: every head alike
-        half = sin.shape[-1] // 2
-        sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # [A, 1, D]
+        cos, sin_signed = self._rotary(hidden, positions)  # [A, 1, D]
         for index, layer in enumerate(decoder.layers):
             attention = layer.self_attn
             normed = layer.input_layernorm(hidden)  # [A, H]
@@ -202,6 +200,13 @@ class DecodeStep:
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return decoder.norm(hidden)
 
+    def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [A, H], positions [A] -> cos, sin_signed [A, 1, D] (contiguous; every head alike), as
+        `rotate_in_place` takes them."""
+        cos, sin = self.decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]
+        half = sin.shape[-1] // 2
+        return cos.contiguous(), torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
     def _fused_layers(self, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
                       cache) -> torch.Tensor:
         """`__call__` with the work between the products in fused kernels: the same arithmetic, the residual
@@ -214,10 +219,7 @@ class DecodeStep:
             raise ValueError(f"decode step of {rows} rows and a mask of {tuple(attention_mask.shape)} on a KV cache "
                              f"of {filled.key_buffer.shape[0]} rows filled to {filled.length}")
         hidden = decoder.embed_tokens(tokens)  # [A, H] the residual stream
-        cos, sin = decoder.rotary_emb(hidden, positions[:, None])  # [A, 1, D]: every head alike
-        half = sin.shape[-1] // 2
-        sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).view(rows, -1)  # [A, D]
-        cos = cos.reshape(rows, -1).contiguous()  # [A, D]
+        cos, sin_signed = (x.view(rows, -1) for x in self._rotary(hidden, positions))  # [A, D]
         allowed = attention_mask.to(torch.uint8)  # [A, S] 1 where a row attends, this step's position included
         normed = torch.empty_like(hidden)  # [A, H] each norm's output, reused
         attended = hidden.new_empty(rows, heads * self.head_dim)  # [A, N*D]
